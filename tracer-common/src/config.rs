@@ -1,0 +1,123 @@
+//! What user space hands to the programs before load, and what it stores in
+//! the target map.
+
+use crate::impl_pod;
+
+/// Byte offsets of the kernel struct fields the programs read.
+///
+/// Rust eBPF objects carry no CO-RE relocations, so these come from
+/// `/sys/kernel/btf/vmlinux` at load time (tracer-user `capture::kernel_btf`).
+/// Field names follow the kernel's: `task_struct.tgid` is `task_tgid`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelOffsets {
+    /// `task_struct.pid` (`pid_t`): the thread id.
+    pub task_pid: u32,
+    /// `task_struct.tgid` (`pid_t`): the process id.
+    pub task_tgid: u32,
+    /// `task_struct.real_parent` (`struct task_struct *`).
+    pub task_real_parent: u32,
+    /// `task_struct.mm` (`struct mm_struct *`).
+    pub task_mm: u32,
+    /// `task_struct.exit_code` (`int`), wait(2)-style status.
+    pub task_exit_code: u32,
+    /// `task_struct.signal` (`struct signal_struct *`).
+    pub task_signal: u32,
+    /// `signal_struct.live` (`atomic_t`): threads still alive in the group.
+    pub signal_live: u32,
+    /// `mm_struct.arg_start` (`unsigned long`), inside its anonymous struct.
+    pub mm_arg_start: u32,
+    /// `mm_struct.arg_end` (`unsigned long`).
+    pub mm_arg_end: u32,
+    /// `linux_binprm.filename` (`const char *`).
+    pub binprm_filename: u32,
+}
+
+/// The read-only global `CONFIG` of the eBPF object.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Kernel struct offsets from BTF.
+    pub offsets: KernelOffsets,
+    /// How many generations below a named target are still followed: 1 follows
+    /// children only. Keeps a busy container's process tree from flooding the
+    /// ring buffer while still reaching shim → runc → runc init → workload.
+    pub max_descendant_depth: u32,
+    /// The agent's own tgid, never followed (podtrace may exec helpers).
+    pub agent_tgid: u32,
+}
+
+impl Config {
+    /// All zero: the value compiled into the object, replaced before load.
+    pub const UNSET: Config = Config {
+        offsets: KernelOffsets {
+            task_pid: 0,
+            task_tgid: 0,
+            task_real_parent: 0,
+            task_mm: 0,
+            task_exit_code: 0,
+            task_signal: 0,
+            signal_live: 0,
+            mm_arg_start: 0,
+            mm_arg_end: 0,
+            binprm_filename: 0,
+        },
+        max_descendant_depth: 0,
+        agent_tgid: 0,
+    };
+}
+
+const _: () = assert!(size_of::<KernelOffsets>() == 40);
+const _: () = assert!(size_of::<Config>() == 48);
+
+/// Why a process is in the target map. Stored as `u8` in [`TargetInfo`].
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TargetReason {
+    /// User space found it by executable when scanning /proc.
+    Discovered = 0,
+    /// The kernel saw it exec a binary whose name is in `TARGET_COMMS`.
+    Named = 1,
+    /// Its parent was a target when it forked.
+    Descendant = 2,
+}
+
+impl TryFrom<u8> for TargetReason {
+    type Error = u8;
+    fn try_from(value: u8) -> Result<Self, u8> {
+        match value {
+            0 => Ok(TargetReason::Discovered),
+            1 => Ok(TargetReason::Named),
+            2 => Ok(TargetReason::Descendant),
+            other => Err(other),
+        }
+    }
+}
+
+/// Value of the `TARGETS` map, keyed by tgid.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TargetInfo {
+    /// Generations below the nearest named or discovered ancestor (0 for it).
+    pub depth: u8,
+    /// A [`TargetReason`].
+    pub reason: u8,
+    /// Explicit padding, zero.
+    pub _pad: [u8; 2],
+}
+
+const _: () = assert!(size_of::<TargetInfo>() == 4);
+
+/// Capacity of the `TARGETS` map. A node runs a few dozen target binaries;
+/// the rest is room for their descendants (runc, CNI plugins, container inits).
+pub const MAX_TARGETS: u32 = 16_384;
+/// Capacity of the `TARGET_COMMS` map.
+pub const MAX_TARGET_COMMS: u32 = 64;
+/// Length of a task's comm, NUL included (`TASK_COMM_LEN`).
+pub const COMM_BYTES: usize = 16;
+/// Default ring buffer size; must be a power of two and a multiple of the page size.
+pub const DEFAULT_RING_BUFFER_BYTES: u32 = 4 << 20;
+/// Default for [`Config::max_descendant_depth`].
+pub const DEFAULT_MAX_DESCENDANT_DEPTH: u32 = 4;
+
+impl_pod!(KernelOffsets, Config, TargetInfo);

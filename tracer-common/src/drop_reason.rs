@@ -1,0 +1,66 @@
+//! Why the kernel side dropped or cut data. Each reason is one slot of the
+//! per-CPU `DROPS` array; user space sums the CPUs and reports every slot.
+
+/// A reason for losing or truncating data in the kernel.
+///
+/// The discriminant is the index into the `DROPS` per-CPU array.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// `bpf_ringbuf_reserve` failed: user space is not keeping up. The event is lost.
+    RingBufFull = 0,
+    /// The `TARGETS` map is full: a new process could not be followed.
+    TargetMapFull = 1,
+    /// A descendant deeper than `Config::max_descendant_depth` was not followed.
+    DescendantDepthLimit = 2,
+    /// Reading kernel or user memory failed; the affected field is left empty.
+    ReadFailed = 3,
+    /// An exec's argument bytes were longer than `ARGS_BYTES` and were cut.
+    ArgsTruncated = 4,
+    /// An exec's filename was longer than `FILENAME_BYTES` and was cut.
+    FilenameTruncated = 5,
+}
+
+impl DropReason {
+    /// Every reason, in index order.
+    pub const ALL: [DropReason; 6] = [
+        DropReason::RingBufFull,
+        DropReason::TargetMapFull,
+        DropReason::DescendantDepthLimit,
+        DropReason::ReadFailed,
+        DropReason::ArgsTruncated,
+        DropReason::FilenameTruncated,
+    ];
+    /// Number of slots in the `DROPS` array.
+    pub const COUNT: u32 = Self::ALL.len() as u32;
+
+    /// Stable snake_case name, used in logs and metric labels.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DropReason::RingBufFull => "ring_buffer_full",
+            DropReason::TargetMapFull => "target_map_full",
+            DropReason::DescendantDepthLimit => "descendant_depth_limit",
+            DropReason::ReadFailed => "read_failed",
+            DropReason::ArgsTruncated => "args_truncated",
+            DropReason::FilenameTruncated => "filename_truncated",
+        }
+    }
+
+    /// Whether this reason loses a whole event or target (as opposed to
+    /// cutting a field short, or following a policy).
+    pub const fn loses_events(self) -> bool {
+        matches!(self, DropReason::RingBufFull | DropReason::TargetMapFull)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_is_in_index_order() {
+        for (index, reason) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, index, "{reason:?}");
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! Names of the maps, globals and programs in the eBPF object, used by both
+//! sides so a rename cannot silently break the loader.
+
+/// Ring buffer carrying [`crate::event`] records to user space.
+pub const MAP_EVENTS: &str = "EVENTS";
+/// Per-CPU `u64` counters indexed by [`crate::drop_reason::DropReason`].
+pub const MAP_DROPS: &str = "DROPS";
+/// Hash map tgid → [`crate::config::TargetInfo`]: the processes podtrace follows.
+pub const MAP_TARGETS: &str = "TARGETS";
+/// Hash map comm (16 bytes, NUL padded) → 1: executable names that make a
+/// process a target when it execs.
+pub const MAP_TARGET_COMMS: &str = "TARGET_COMMS";
+/// Read-only global holding [`crate::config::Config`].
+pub const GLOBAL_CONFIG: &str = "CONFIG";
+
+/// One raw tracepoint program of the process lifecycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LifecycleProgram {
+    /// Program (function) name in the object.
+    pub program: &'static str,
+    /// Raw tracepoint it attaches to.
+    pub tracepoint: &'static str,
+}
+
+/// The lifecycle programs and where they attach; the loader walks this table.
+pub const LIFECYCLE_PROGRAMS: [LifecycleProgram; 3] = [
+    LifecycleProgram { program: "sched_process_fork", tracepoint: "sched_process_fork" },
+    LifecycleProgram { program: "sched_process_exec", tracepoint: "sched_process_exec" },
+    LifecycleProgram { program: "sched_process_exit", tracepoint: "sched_process_exit" },
+];

@@ -1,0 +1,138 @@
+//! The only module that reads kernel or user memory.
+//!
+//! Struct layouts are not compiled in: Rust eBPF gets no CO-RE relocations, so
+//! every field is read at an offset user space took from the running kernel's
+//! BTF (`tracer_common::config::KernelOffsets`). All reads go through
+//! `bpf_probe_read_*`, which fail cleanly on a bad pointer instead of faulting.
+
+use aya_ebpf::{
+    cty::c_void,
+    helpers::{bpf_get_current_task, bpf_probe_read_kernel, generated},
+};
+use tracer_common::{
+    config::KernelOffsets,
+    event::{ARGS_BYTES, FILENAME_BYTES},
+};
+
+/// A `struct task_struct *`.
+#[derive(Clone, Copy)]
+pub(crate) struct Task(u64);
+
+impl Task {
+    /// The task running the program.
+    #[inline(always)]
+    pub(crate) fn current() -> Task {
+        // SAFETY: helper without arguments; returns the current task pointer.
+        Task(unsafe { bpf_get_current_task() })
+    }
+
+    /// A task pointer taken from a raw tracepoint argument.
+    #[inline(always)]
+    pub(crate) fn from_raw(ptr: u64) -> Task {
+        Task(ptr)
+    }
+
+    #[inline(always)]
+    fn field<T: Copy>(self, offset: u32) -> Result<T, i32> {
+        read_kernel(self.0, offset)
+    }
+
+    /// `task->pid` (thread id).
+    #[inline(always)]
+    pub(crate) fn pid(self, offsets: &KernelOffsets) -> Result<u32, i32> {
+        self.field::<i32>(offsets.task_pid).map(|pid| pid as u32)
+    }
+
+    /// `task->tgid` (process id).
+    #[inline(always)]
+    pub(crate) fn tgid(self, offsets: &KernelOffsets) -> Result<u32, i32> {
+        self.field::<i32>(offsets.task_tgid).map(|tgid| tgid as u32)
+    }
+
+    /// `task->real_parent->tgid`.
+    #[inline(always)]
+    pub(crate) fn parent_tgid(self, offsets: &KernelOffsets) -> Result<u32, i32> {
+        let parent = Task(self.field::<u64>(offsets.task_real_parent)?);
+        parent.tgid(offsets)
+    }
+
+    /// `task->exit_code`.
+    #[inline(always)]
+    pub(crate) fn exit_code(self, offsets: &KernelOffsets) -> Result<u32, i32> {
+        self.field::<i32>(offsets.task_exit_code).map(|code| code as u32)
+    }
+
+    /// `task->signal->live`: threads of the group that have not yet begun to
+    /// exit. Zero in `sched_process_exit` means this is the group's last thread.
+    #[inline(always)]
+    pub(crate) fn live_threads(self, offsets: &KernelOffsets) -> Result<i32, i32> {
+        let signal = self.field::<u64>(offsets.task_signal)?;
+        read_kernel::<i32>(signal, offsets.signal_live)
+    }
+
+    /// `[task->mm->arg_start, task->mm->arg_end)`: the user-space argv strings.
+    #[inline(always)]
+    pub(crate) fn arg_area(self, offsets: &KernelOffsets) -> Result<(u64, u64), i32> {
+        let mm = self.field::<u64>(offsets.task_mm)?;
+        if mm == 0 {
+            return Err(-1);
+        }
+        let start = read_kernel::<u64>(mm, offsets.mm_arg_start)?;
+        let end = read_kernel::<u64>(mm, offsets.mm_arg_end)?;
+        Ok((start, end))
+    }
+}
+
+/// `bprm->filename` of a `struct linux_binprm *`.
+#[inline(always)]
+pub(crate) fn binprm_filename(bprm: u64, offsets: &KernelOffsets) -> Result<u64, i32> {
+    read_kernel::<u64>(bprm, offsets.binprm_filename)
+}
+
+#[inline(always)]
+fn read_kernel<T: Copy>(base: u64, offset: u32) -> Result<T, i32> {
+    let ptr = base.wrapping_add(u64::from(offset)) as *const T;
+    // SAFETY: bpf_probe_read_kernel validates the address and fails on a bad one.
+    unsafe { bpf_probe_read_kernel(ptr) }.map_err(|err| err as i32)
+}
+
+/// Copies the NUL-terminated kernel string at `src` into `dst`. Returns the
+/// number of bytes copied including the NUL; a result of `dst.len()` means the
+/// string may have been cut.
+#[inline(always)]
+pub(crate) fn read_kernel_str(dst: *mut [u8; FILENAME_BYTES], src: u64) -> Result<usize, i32> {
+    // SAFETY: dst points to FILENAME_BYTES writable bytes (a ring buffer
+    // reservation); the helper writes at most that many and checks src.
+    let copied = unsafe {
+        generated::bpf_probe_read_kernel_str(
+            dst.cast::<c_void>(),
+            FILENAME_BYTES as u32,
+            src as *const c_void,
+        )
+    };
+    if copied < 0 {
+        Err(copied as i32)
+    } else {
+        Ok(copied as usize)
+    }
+}
+
+/// Copies `len` bytes (at most [`ARGS_BYTES`]) of user memory at `src` into
+/// `dst`. Never reads past `src + len`: the bytes after the argument area are
+/// the environment, which podtrace must not capture.
+#[inline(always)]
+pub(crate) fn read_user_args(dst: *mut [u8; ARGS_BYTES], src: u64, len: u64) -> Result<usize, i32> {
+    // Two calls with sizes the verifier can bound: the full buffer, or a length
+    // masked below the buffer size.
+    let size = if len >= ARGS_BYTES as u64 {
+        ARGS_BYTES as u32
+    } else {
+        (len as u32) & (ARGS_BYTES as u32 - 1)
+    };
+    // SAFETY: dst points to ARGS_BYTES writable bytes and size <= ARGS_BYTES;
+    // the helper checks src.
+    let ret = unsafe {
+        generated::bpf_probe_read_user(dst.cast::<c_void>(), size, src as *const c_void)
+    };
+    if ret < 0 { Err(ret as i32) } else { Ok(size as usize) }
+}

@@ -1,0 +1,262 @@
+//! Process lifecycle programs: follow target processes and their descendants.
+//!
+//! Raw tracepoint arguments are the tracepoints' `TP_PROTO` parameters
+//! (include/trace/events/sched.h, v6.18):
+//! - `sched_process_fork(struct task_struct *parent, struct task_struct *child)`,
+//!   fired in the parent after the child is created, for threads too;
+//! - `sched_process_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)`,
+//!   fired in the new image after comm is set;
+//! - `sched_process_exit(struct task_struct *p, ...)`, fired in every exiting
+//!   thread after `signal->live` was decremented and `exit_code` set
+//!   (kernel/exit.c `do_exit`).
+//!
+//! Every program first asks whether the current process is a target and
+//! returns at once if not; only `exec` also checks the new comm against the
+//! target names, since that is how a new target appears.
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_ktime_get_ns,
+    },
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
+use tracer_common::{
+    config::{COMM_BYTES, KernelOffsets, TargetInfo, TargetReason},
+    drop_reason::DropReason,
+    event::{
+        EXEC_ARGS_TRUNCATED, EXEC_FILENAME_TRUNCATED, EventHeader, EventKind, ExecEvent,
+        ExitEvent, FILENAME_BYTES, ForkEvent,
+    },
+};
+
+use crate::{
+    kernel_read::{Task, binprm_filename, read_kernel_str, read_user_args},
+    maps::{EVENTS, TARGET_COMMS, TARGETS, config, count_drop, target_of},
+};
+
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
+    if let Err(reason) = try_fork(&ctx) {
+        count_drop(reason);
+    }
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+fn sched_process_exec(ctx: RawTracePointContext) -> u32 {
+    if let Err(reason) = try_exec(&ctx) {
+        count_drop(reason);
+    }
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+fn sched_process_exit(_ctx: RawTracePointContext) -> u32 {
+    if let Err(reason) = try_exit() {
+        count_drop(reason);
+    }
+    0
+}
+
+/// Splits `bpf_get_current_pid_tgid()` into (tgid, tid).
+#[inline(always)]
+fn current_ids() -> (u32, u32) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    ((pid_tgid >> 32) as u32, pid_tgid as u32)
+}
+
+#[inline(always)]
+fn header(kind: EventKind, ts_ns: u64, tgid: u32, tid: u32) -> EventHeader {
+    EventHeader { ts_ns, kind: kind as u32, tgid, tid, _pad: 0 }
+}
+
+#[inline(always)]
+fn current_comm() -> [u8; COMM_BYTES] {
+    bpf_get_current_comm().unwrap_or_else(|_| {
+        count_drop(DropReason::ReadFailed);
+        [0; COMM_BYTES]
+    })
+}
+
+#[inline(always)]
+fn cgroup_id() -> u64 {
+    // SAFETY: helper without pointer arguments.
+    unsafe { bpf_get_current_cgroup_id() }
+}
+
+#[inline(always)]
+fn now_ns() -> u64 {
+    // SAFETY: helper without arguments.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+fn try_fork(ctx: &RawTracePointContext) -> Result<(), DropReason> {
+    let (parent_tgid, parent_tid) = current_ids();
+    let Some(parent) = target_of(parent_tgid) else {
+        return Ok(());
+    };
+    let ts_ns = now_ns();
+    let offsets = config().offsets;
+    let child = Task::from_raw(ctx.arg::<u64>(1));
+    let child_tgid = child.tgid(&offsets).map_err(|_| DropReason::ReadFailed)?;
+    if child_tgid == parent_tgid {
+        // A new thread of the same process: nothing new to follow.
+        return Ok(());
+    }
+    let child_tid = child.pid(&offsets).map_err(|_| DropReason::ReadFailed)?;
+    let depth = u32::from(parent.depth) + 1;
+    if depth > config().max_descendant_depth {
+        return Err(DropReason::DescendantDepthLimit);
+    }
+    let info = TargetInfo { depth: depth as u8, reason: TargetReason::Descendant as u8, _pad: [0; 2] };
+    TARGETS.insert(&child_tgid, &info, 0).map_err(|_| DropReason::TargetMapFull)?;
+
+    let mut entry = EVENTS.reserve::<ForkEvent>(0).ok_or(DropReason::RingBufFull)?;
+    entry.write(ForkEvent {
+        header: header(EventKind::Fork, ts_ns, child_tgid, child_tid),
+        cgroup_id: cgroup_id(),
+        parent_tgid,
+        parent_tid,
+        depth: depth as u8,
+        _pad: [0; 7],
+        comm: current_comm(),
+    });
+    entry.submit(0);
+    Ok(())
+}
+
+fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
+    let (tgid, tid) = current_ids();
+    let config = config();
+    if tgid == config.agent_tgid {
+        return Ok(());
+    }
+    let ts_ns = now_ns();
+    let comm = current_comm();
+    // SAFETY: only tests presence; no reference is kept.
+    let named = unsafe { TARGET_COMMS.get(&comm) }.is_some();
+    let info = if named {
+        // A target binary: (re)start counting descendants from here, so that
+        // e.g. `runc init` under a deep shim is followed like a fresh runc.
+        let info = TargetInfo { depth: 0, reason: TargetReason::Named as u8, _pad: [0; 2] };
+        TARGETS.insert(&tgid, &info, 0).map_err(|_| DropReason::TargetMapFull)?;
+        info
+    } else if let Some(info) = target_of(tgid) {
+        info
+    } else {
+        return Ok(());
+    };
+
+    let mut entry = EVENTS.reserve::<ExecEvent>(0).ok_or(DropReason::RingBufFull)?;
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points to a ring buffer reservation of
+    // size_of::<ExecEvent>() bytes that only this program owns until submit.
+    // Every field is assigned below; the filename and args arrays are valid up
+    // to the lengths written, which is all user space reads.
+    unsafe {
+        (*event).header = header(EventKind::Exec, ts_ns, tgid, tid);
+        (*event).cgroup_id = cgroup_id();
+        (*event).target_reason = info.reason;
+        (*event).depth = info.depth;
+        (*event)._pad = 0;
+        (*event).comm = comm;
+        let task = Task::current();
+        (*event).ppid = task.parent_tgid(&config.offsets).unwrap_or_else(|_| {
+            count_drop(DropReason::ReadFailed);
+            0
+        });
+        let mut flags = 0;
+        let (filename_len, filename_cut) =
+            read_filename(&raw mut (*event).filename, ctx.arg::<u64>(2), &config.offsets);
+        if filename_cut {
+            flags |= EXEC_FILENAME_TRUNCATED;
+        }
+        (*event).filename_len = filename_len;
+        let (args_len, args_cut) = read_args(&raw mut (*event).args, task, &config.offsets);
+        if args_cut {
+            flags |= EXEC_ARGS_TRUNCATED;
+        }
+        (*event).args_len = args_len;
+        (*event).flags = flags;
+    }
+    entry.submit(0);
+    Ok(())
+}
+
+/// Reads `bprm->filename`; returns (length without NUL, cut short).
+#[inline(always)]
+fn read_filename(dst: *mut [u8; FILENAME_BYTES], bprm: u64, offsets: &KernelOffsets) -> (u16, bool) {
+    let copied = binprm_filename(bprm, offsets).and_then(|name| read_kernel_str(dst, name));
+    match copied {
+        Ok(0) => (0, false),
+        Ok(copied) => {
+            let cut = copied >= FILENAME_BYTES;
+            if cut {
+                count_drop(DropReason::FilenameTruncated);
+            }
+            ((copied - 1) as u16, cut)
+        }
+        Err(_) => {
+            count_drop(DropReason::ReadFailed);
+            (0, false)
+        }
+    }
+}
+
+/// Reads the start of the argv area; returns (bytes read, cut short).
+#[inline(always)]
+fn read_args(
+    dst: *mut [u8; tracer_common::event::ARGS_BYTES],
+    task: Task,
+    offsets: &KernelOffsets,
+) -> (u16, bool) {
+    let Ok((start, end)) = task.arg_area(offsets) else {
+        count_drop(DropReason::ReadFailed);
+        return (0, false);
+    };
+    let len = end.saturating_sub(start);
+    match read_user_args(dst, start, len) {
+        Ok(read) => {
+            let cut = (read as u64) < len;
+            if cut {
+                count_drop(DropReason::ArgsTruncated);
+            }
+            (read as u16, cut)
+        }
+        Err(_) => {
+            count_drop(DropReason::ReadFailed);
+            (0, false)
+        }
+    }
+}
+
+fn try_exit() -> Result<(), DropReason> {
+    let (tgid, tid) = current_ids();
+    if target_of(tgid).is_none() {
+        return Ok(());
+    }
+    let ts_ns = now_ns();
+    let offsets = config().offsets;
+    let task = Task::current();
+    let live = task.live_threads(&offsets).map_err(|_| DropReason::ReadFailed)?;
+    if live != 0 {
+        // Other threads of the process are still running; report the process
+        // once, when its last thread goes.
+        return Ok(());
+    }
+    // The process is gone: stop following its tgid (pids are reused).
+    let _ = TARGETS.remove(&tgid);
+    let exit_code = task.exit_code(&offsets).map_err(|_| DropReason::ReadFailed)?;
+    let mut entry = EVENTS.reserve::<ExitEvent>(0).ok_or(DropReason::RingBufFull)?;
+    entry.write(ExitEvent {
+        header: header(EventKind::Exit, ts_ns, tgid, tid),
+        cgroup_id: cgroup_id(),
+        exit_code,
+        _pad: 0,
+        comm: current_comm(),
+    });
+    entry.submit(0);
+    Ok(())
+}

@@ -1,0 +1,37 @@
+//! podtrace's kernel side: small, bounded programs that copy facts into a ring
+//! buffer and parse nothing that user space can parse.
+//!
+//! In: kernel events (the `sched_process_{fork,exec,exit}` raw tracepoints), the
+//! `CONFIG` global and the `TARGET_COMMS` map written by user space before
+//! attach. Out: `tracer_common::event` records in the `EVENTS` ring buffer, the
+//! `TARGETS` map of followed processes, and per-CPU `DROPS` counters.
+//!
+//! Module boundaries: [`maps`] declares every map and global, [`kernel_read`]
+//! is the only module that reads kernel or user memory, [`lifecycle`] holds the
+//! programs.
+//!
+//! The real build targets `bpfel-unknown-none`. A host build (for `cargo
+//! clippy --workspace`) compiles the same code into a binary that only says
+//! where the object comes from.
+#![cfg_attr(target_arch = "bpf", no_std)]
+#![cfg_attr(target_arch = "bpf", no_main)]
+
+mod kernel_read;
+mod lifecycle;
+mod maps;
+
+#[cfg(target_arch = "bpf")]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // SAFETY: the verifier rejects a program with a reachable call to this
+    // function (it loops forever), so no loaded program can get here.
+    unsafe { core::hint::unreachable_unchecked() }
+}
+
+#[cfg(not(target_arch = "bpf"))]
+fn main() {
+    eprintln!(
+        "tracer-ebpf holds eBPF programs; it is built for bpfel-unknown-none by tracer-user's build.rs"
+    );
+    std::process::exit(2);
+}

@@ -1,0 +1,209 @@
+//! Open → configure → load → attach → seed: the lifecycle of the eBPF object.
+//!
+//! [`Probes::load`] computes kernel offsets from BTF, loads the embedded object
+//! with the configuration as a read-only global, writes the target names,
+//! attaches the lifecycle programs, and only then seeds the target map from
+//! /proc, so that a target started during start-up is seen by one or the
+//! other. Dropping [`Probes`] detaches every program.
+
+use std::path::Path;
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
+    programs::{ProgramError, RawTracePoint},
+};
+use tracer_common::{
+    config::{COMM_BYTES, Config, TargetInfo},
+    drop_reason::DropReason,
+    names::{GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_TARGET_COMMS, MAP_TARGETS},
+};
+
+use super::{
+    kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
+    targets::{FoundTarget, TargetMatcher, scan_proc},
+};
+
+/// `BPF_NOEXIST` map update flag (include/uapi/linux/bpf.h): insert only if absent.
+const BPF_NOEXIST: u64 = 1;
+
+/// The eBPF object built by build.rs (empty when built with AYA_BUILD_SKIP=1).
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
+
+/// What the kernel side is asked to do.
+#[derive(Clone, Debug)]
+pub struct CaptureOptions {
+    /// Which executables are targets.
+    pub targets: TargetMatcher,
+    /// Generations of descendants followed below a target.
+    pub max_descendant_depth: u32,
+    /// Size of the ring buffer: a power of two, multiple of the page size.
+    pub ring_buffer_bytes: u32,
+}
+
+/// Failure to set up capture. Each variant says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// Built without the eBPF object.
+    #[error("this podtrace was built with AYA_BUILD_SKIP=1 and has no eBPF object; rebuild after `cargo xtask setup`")]
+    NoObject,
+    /// Kernel struct offsets unavailable.
+    #[error(transparent)]
+    KernelBtf(#[from] KernelBtfError),
+    /// The kernel refused the object (the verifier log is in the error).
+    #[error("loading the eBPF object failed (run `podtrace check`): {0}")]
+    Load(#[from] aya::EbpfError),
+    /// A map the agent needs is missing from the object: agent and object do not match.
+    #[error("the eBPF object has no map {0}")]
+    MissingMap(&'static str),
+    /// A program the agent needs is missing from the object.
+    #[error("the eBPF object has no raw tracepoint program {0}")]
+    MissingProgram(&'static str),
+    /// A map operation failed.
+    #[error("map {name}: {source}")]
+    Map {
+        /// Map name.
+        name: &'static str,
+        /// Why.
+        source: MapError,
+    },
+    /// Loading or attaching a program failed.
+    #[error("program {name}: {source}")]
+    Program {
+        /// Program name.
+        name: &'static str,
+        /// Why (with the verifier log for load failures).
+        source: ProgramError,
+    },
+    /// The ring buffer size is not usable.
+    #[error("ring buffer size {0} must be a power of two and at least 4096")]
+    RingBufferSize(u32),
+}
+
+/// Loaded and attached programs. Dropping it detaches them.
+#[derive(Debug)]
+pub struct Probes {
+    ebpf: Ebpf,
+    seeded: Vec<FoundTarget>,
+}
+
+impl Probes {
+    /// Loads, attaches, and seeds targets from /proc.
+    pub fn load(options: &CaptureOptions) -> Result<Self, CaptureError> {
+        if EBPF_OBJECT.is_empty() {
+            return Err(CaptureError::NoObject);
+        }
+        let size = options.ring_buffer_bytes;
+        if !size.is_power_of_two() || size < 4096 {
+            return Err(CaptureError::RingBufferSize(size));
+        }
+        raise_memlock_limit();
+        let config = Config {
+            offsets: kernel_offsets(Path::new(VMLINUX_BTF))?,
+            max_descendant_depth: options.max_descendant_depth,
+            agent_tgid: std::process::id(),
+        };
+        let mut ebpf = EbpfLoader::new()
+            .override_global(GLOBAL_CONFIG, &config, true)
+            .map_max_entries(MAP_EVENTS, size)
+            .load(EBPF_OBJECT)?;
+
+        let mut comms: HashMap<_, [u8; COMM_BYTES], u8> = map_mut(&mut ebpf, MAP_TARGET_COMMS)?;
+        for key in options.targets.comm_keys() {
+            comms.insert(key, 1, 0).map_err(|source| CaptureError::Map { name: MAP_TARGET_COMMS, source })?;
+        }
+
+        for spec in LIFECYCLE_PROGRAMS {
+            let program: &mut RawTracePoint = ebpf
+                .program_mut(spec.program)
+                .and_then(|program| program.try_into().ok())
+                .ok_or(CaptureError::MissingProgram(spec.program))?;
+            let wrap = |source| CaptureError::Program { name: spec.program, source };
+            program.load().map_err(wrap)?;
+            program.attach(spec.tracepoint).map_err(wrap)?;
+        }
+
+        let seeded = scan_proc(
+            Path::new("/proc"),
+            &options.targets,
+            options.max_descendant_depth,
+            std::process::id(),
+        );
+        let mut targets: HashMap<_, u32, TargetInfo> = map_mut(&mut ebpf, MAP_TARGETS)?;
+        for found in &seeded {
+            let info = TargetInfo { depth: found.depth, reason: found.reason as u8, _pad: [0; 2] };
+            // BPF_NOEXIST: a process the kernel side already picked up keeps its entry.
+            match targets.insert(found.tgid, info, BPF_NOEXIST) {
+                Ok(()) => {}
+                Err(MapError::SyscallError(err)) if err.io_error.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(source) => return Err(CaptureError::Map { name: MAP_TARGETS, source }),
+            }
+        }
+        Ok(Self { ebpf, seeded })
+    }
+
+    /// The targets found in /proc at start.
+    pub fn seeded(&self) -> &[FoundTarget] {
+        &self.seeded
+    }
+
+    /// Takes the ring buffer for the reader task (once).
+    pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>, CaptureError> {
+        let map = self.ebpf.take_map(MAP_EVENTS).ok_or(CaptureError::MissingMap(MAP_EVENTS))?;
+        RingBuf::try_from(map).map_err(|source| CaptureError::Map { name: MAP_EVENTS, source })
+    }
+
+    /// Current kernel-side drop counters, summed over CPUs.
+    pub fn drop_counts(&self) -> Result<DropCounts, CaptureError> {
+        let map = self.ebpf.map(MAP_DROPS).ok_or(CaptureError::MissingMap(MAP_DROPS))?;
+        let drops: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(map).map_err(|source| CaptureError::Map { name: MAP_DROPS, source })?;
+        let mut counts = DropCounts::default();
+        for reason in DropReason::ALL {
+            let per_cpu =
+                drops.get(&(reason as u32), 0).map_err(|source| CaptureError::Map { name: MAP_DROPS, source })?;
+            counts.by_reason[reason as usize] = per_cpu.iter().sum();
+        }
+        Ok(counts)
+    }
+}
+
+/// Kernel-side drop counters by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DropCounts {
+    by_reason: [u64; DropReason::COUNT as usize],
+}
+
+impl DropCounts {
+    /// The count of one reason.
+    pub fn get(&self, reason: DropReason) -> u64 {
+        self.by_reason[reason as usize]
+    }
+
+    /// Every reason with its count.
+    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL.into_iter().map(|reason| (reason, self.get(reason)))
+    }
+}
+
+fn map_mut<'a, K: aya::Pod, V: aya::Pod>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<HashMap<&'a mut MapData, K, V>, CaptureError> {
+    let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
+    HashMap::try_from(map).map_err(|source| CaptureError::Map { name, source })
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK. Raising it may be
+/// refused (no CAP_SYS_RESOURCE); on newer kernels that is harmless.
+fn raise_memlock_limit() {
+    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit reads the struct we pass and nothing else.
+    let ret = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+    if ret != 0 {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            "could not raise RLIMIT_MEMLOCK; fine on kernels >= 5.11, which charge BPF memory to the cgroup"
+        );
+    }
+}

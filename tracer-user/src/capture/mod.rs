@@ -1,0 +1,15 @@
+//! Capture: the kernel side's data, owned and validated.
+//!
+//! In: the eBPF object (embedded), the running kernel's BTF, /proc. Out:
+//! [`RawEvent`]s on a channel, and drop counters. Nothing here interprets
+//! what a process is doing; that is for `decode` and `correlate`.
+
+pub mod clock;
+pub mod kernel_btf;
+pub mod loader;
+pub mod ring;
+pub mod targets;
+pub mod wire;
+
+pub use loader::{CaptureError, CaptureOptions, DropCounts, Probes};
+pub use wire::{ExecRecord, ExitRecord, ExitStatus, ForkRecord, ProcessIds, RawEvent};

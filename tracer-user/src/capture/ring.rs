@@ -1,0 +1,69 @@
+//! The ring buffer reader task: waits for the ring buffer's fd with tokio,
+//! parses each record into a [`RawEvent`] and sends it downstream.
+//!
+//! Back-pressure is deliberate: when downstream is slow this task waits, the
+//! ring buffer fills, and the kernel counts `ring_buffer_full` drops — the
+//! one place where loss is both bounded and counted.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
+
+use aya::maps::{MapData, RingBuf};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    sync::mpsc,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::wire::{RawEvent, parse_record};
+
+/// Counters of the user-space side of capture.
+#[derive(Debug, Default)]
+pub struct ReaderStats {
+    /// Records parsed and sent downstream.
+    pub events: AtomicU64,
+    /// Records that did not parse (agent and object disagree, or a bug).
+    pub malformed: AtomicU64,
+}
+
+/// Reads `ring` until `shutdown` is cancelled or downstream goes away.
+pub async fn read_ring_buffer(
+    ring: RingBuf<MapData>,
+    events: mpsc::Sender<RawEvent>,
+    stats: Arc<ReaderStats>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    // SAFETY: the fd is the ring buffer map's, owned by `ring`, which the
+    // AsyncFd owns until it drops; RingBuf::as_raw_fd always returns that fd.
+    let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+        .map_err(std::io::Error::from)?;
+    loop {
+        let mut guard = tokio::select! {
+            guard = ring.readable_mut() => guard?,
+            () = shutdown.cancelled() => return Ok(()),
+        };
+        loop {
+            // Parse into an owned event first: the record's memory is handed
+            // back to the kernel when `item` drops, before we await the send.
+            let parsed = match guard.get_inner_mut().next() {
+                Some(item) => parse_record(&item),
+                None => break,
+            };
+            match parsed {
+                Ok(event) => {
+                    stats.events.fetch_add(1, Ordering::Relaxed);
+                    if events.send(event).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                Err(error) => {
+                    stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%error, "dropping malformed ring buffer record");
+                }
+            }
+        }
+        guard.clear_ready();
+    }
+}

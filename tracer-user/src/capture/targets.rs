@@ -1,0 +1,266 @@
+//! Which processes podtrace follows: target names, and discovery of running
+//! targets (and their descendants) in /proc at start.
+//!
+//! A process is a target when its executable's name is a target name. The
+//! kernel side recognises new targets by comm at exec (comm is the first 15
+//! bytes of the executable's name), and follows their descendants; this module
+//! gives it the comms and finds what was already running.
+
+use std::{
+    collections::HashMap,
+    fs,
+    path::{Path, PathBuf},
+};
+
+use tracer_common::config::{COMM_BYTES, TargetReason};
+
+/// Executables podtrace follows by default. `containerd-shim*` covers every
+/// shim (`containerd-shim-runc-v2`, …).
+pub const DEFAULT_TARGET_NAMES: [&str; 9] = [
+    "kube-apiserver",
+    "etcd",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kubelet",
+    "containerd",
+    "containerd-shim*",
+    "runc",
+    "crio",
+];
+
+/// Longest comm the kernel keeps (`TASK_COMM_LEN` - 1).
+const COMM_CHARS: usize = COMM_BYTES - 1;
+
+/// A target name that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TargetNameError {
+    /// Empty, or contains `/` or NUL.
+    #[error("invalid target name {0:?}: give an executable's file name")]
+    Invalid(String),
+    /// A `prefix*` pattern shorter than a comm cannot be matched by the kernel.
+    #[error(
+        "target pattern {0:?}: a prefix pattern must have at least {COMM_CHARS} characters before `*`, \
+         since the kernel compares the {COMM_CHARS}-character comm"
+    )]
+    ShortPrefix(String),
+}
+
+/// One target name: an exact file name, or a prefix ending in `*`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TargetName {
+    text: String,
+    prefix: bool,
+}
+
+/// Matches executables against target names.
+#[derive(Clone, Debug)]
+pub struct TargetMatcher {
+    names: Vec<TargetName>,
+}
+
+impl TargetMatcher {
+    /// Builds a matcher from names like `etcd` or `containerd-shim*`.
+    pub fn new<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Result<Self, TargetNameError> {
+        let names = names
+            .into_iter()
+            .map(|name| {
+                let name = name.as_ref();
+                let (text, prefix) = match name.strip_suffix('*') {
+                    Some(text) => (text, true),
+                    None => (name, false),
+                };
+                if text.is_empty() || text.contains(['/', '\0', '*']) {
+                    return Err(TargetNameError::Invalid(name.to_owned()));
+                }
+                if prefix && text.len() < COMM_CHARS {
+                    return Err(TargetNameError::ShortPrefix(name.to_owned()));
+                }
+                Ok(TargetName { text: text.to_owned(), prefix })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { names })
+    }
+
+    /// The comm keys for the kernel's `TARGET_COMMS` map: each name cut to 15
+    /// bytes and NUL padded, as the kernel stores a task's comm.
+    pub fn comm_keys(&self) -> Vec<[u8; COMM_BYTES]> {
+        let mut keys: Vec<[u8; COMM_BYTES]> = self.names.iter().map(|name| comm_key(&name.text)).collect();
+        keys.dedup();
+        keys
+    }
+
+    /// The target name an executable file name matches, if any.
+    pub fn match_file_name(&self, file_name: &str) -> Option<&str> {
+        self.names
+            .iter()
+            .find(|name| {
+                if name.prefix { file_name.starts_with(&name.text) } else { file_name == name.text }
+            })
+            .map(|name| name.text.as_str())
+    }
+
+    /// Whether a comm (when the executable path cannot be read) is a target's.
+    fn match_comm(&self, comm: &str) -> bool {
+        let key = comm_key(comm);
+        self.names.iter().any(|name| comm_key(&name.text) == key)
+    }
+}
+
+/// `name` as the kernel stores it in a comm: at most 15 bytes, NUL padded.
+pub fn comm_key(name: &str) -> [u8; COMM_BYTES] {
+    let mut key = [0; COMM_BYTES];
+    let len = name.len().min(COMM_CHARS);
+    key[..len].copy_from_slice(&name.as_bytes()[..len]);
+    key
+}
+
+/// A process found running at start that podtrace follows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundTarget {
+    /// Process id.
+    pub tgid: u32,
+    /// Generations below the nearest target ancestor (0 for a target itself).
+    pub depth: u8,
+    /// `Discovered` for a target, `Descendant` for one of its descendants.
+    pub reason: TargetReason,
+    /// Its executable, as /proc/PID/exe shows it (a path in its own mount namespace).
+    pub exe: Option<PathBuf>,
+}
+
+/// One process as /proc shows it.
+#[derive(Clone, Debug)]
+struct ProcEntry {
+    ppid: u32,
+    comm: String,
+    exe: Option<PathBuf>,
+}
+
+/// Scans `proc_root` (normally `/proc`) for targets and their descendants up
+/// to `max_depth` generations, skipping `exclude_tgid` (the agent itself).
+/// Processes that vanish during the scan are skipped.
+pub fn scan_proc(proc_root: &Path, matcher: &TargetMatcher, max_depth: u32, exclude_tgid: u32) -> Vec<FoundTarget> {
+    let Ok(dir) = fs::read_dir(proc_root) else {
+        return Vec::new();
+    };
+    let processes: HashMap<u32, ProcEntry> = dir
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&tgid| tgid != exclude_tgid)
+        .filter_map(|tgid| Some((tgid, read_proc_entry(&proc_root.join(tgid.to_string()))?)))
+        .collect();
+
+    let is_target = |entry: &ProcEntry| match &entry.exe {
+        Some(exe) => exe
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| matcher.match_file_name(name).is_some()),
+        None => matcher.match_comm(&entry.comm),
+    };
+
+    let mut found: Vec<FoundTarget> = processes
+        .iter()
+        .filter_map(|(&tgid, entry)| {
+            // Walk up at most max_depth generations to the nearest target.
+            let mut current = entry;
+            for depth in 0..=max_depth {
+                if is_target(current) {
+                    let reason = if depth == 0 { TargetReason::Discovered } else { TargetReason::Descendant };
+                    return Some(FoundTarget { tgid, depth: depth as u8, reason, exe: entry.exe.clone() });
+                }
+                current = processes.get(&current.ppid)?;
+            }
+            None
+        })
+        .collect();
+    found.sort_by_key(|target| target.tgid);
+    found
+}
+
+fn read_proc_entry(dir: &Path) -> Option<ProcEntry> {
+    let stat = fs::read_to_string(dir.join("stat")).ok()?;
+    let (comm, ppid) = parse_stat(&stat)?;
+    // Kernel threads and processes of other users without CAP_SYS_PTRACE have
+    // no readable exe; the comm still identifies them.
+    let exe = fs::read_link(dir.join("exe")).ok();
+    Some(ProcEntry { ppid, comm, exe })
+}
+
+/// comm and ppid from /proc/PID/stat: `pid (comm) state ppid …`. The comm may
+/// itself contain spaces and parentheses, so split at the last `)`.
+fn parse_stat(stat: &str) -> Option<(String, u32)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?.to_owned();
+    let mut rest = stat.get(close + 1..)?.split_ascii_whitespace();
+    let _state = rest.next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    Some((comm, ppid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn default_matcher() -> TargetMatcher {
+        TargetMatcher::new(DEFAULT_TARGET_NAMES).unwrap()
+    }
+
+    #[test]
+    fn names_match_exactly_and_shim_by_prefix() {
+        let matcher = default_matcher();
+        assert_eq!(matcher.match_file_name("etcd"), Some("etcd"));
+        assert_eq!(matcher.match_file_name("etcdctl"), None);
+        assert_eq!(matcher.match_file_name("containerd-shim-runc-v2"), Some("containerd-shim"));
+        assert_eq!(matcher.match_file_name("containerd"), Some("containerd"));
+        assert_eq!(matcher.match_file_name("runc.amd64"), None);
+    }
+
+    #[test]
+    fn comm_keys_are_cut_to_fifteen_bytes() {
+        let keys = default_matcher().comm_keys();
+        assert!(keys.contains(&comm_key("kube-controller")));
+        assert!(keys.contains(&comm_key("containerd-shim")));
+        assert_eq!(&comm_key("kube-controller-manager")[..], b"kube-controller\0");
+    }
+
+    #[test]
+    fn bad_names_are_rejected() {
+        assert!(matches!(TargetMatcher::new(["a/b"]), Err(TargetNameError::Invalid(_))));
+        assert!(matches!(TargetMatcher::new([""]), Err(TargetNameError::Invalid(_))));
+        assert!(matches!(TargetMatcher::new(["kube*"]), Err(TargetNameError::ShortPrefix(_))));
+    }
+
+    #[test]
+    fn stat_with_parentheses_in_comm() {
+        assert_eq!(parse_stat("42 (a) b) c) S 7 42 42 0"), Some(("a) b) c".to_owned(), 7)));
+        assert_eq!(parse_stat("42 (runc) R 1 0"), Some(("runc".to_owned(), 1)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    /// A fake /proc: init → containerd → shim → pause, and an unrelated bash.
+    #[test]
+    fn scan_finds_targets_and_descendants_within_depth() {
+        let root = std::env::temp_dir().join(format!("podtrace-proc-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        for (pid, comm, ppid, exe) in [
+            (1, "systemd", 0, "/usr/lib/systemd/systemd"),
+            (10, "containerd", 1, "/usr/bin/containerd"),
+            (20, "containerd-shim", 1, "/usr/bin/containerd-shim-runc-v2"),
+            (30, "pause", 20, "/pause"),
+            (31, "sh", 30, "/bin/sh"),
+            (40, "bash", 1, "/bin/bash"),
+        ] {
+            let dir = root.join(pid.to_string());
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join("stat"), format!("{pid} ({comm}) S {ppid} 0 0")).unwrap();
+            std::os::unix::fs::symlink(exe, dir.join("exe")).unwrap();
+        }
+        let found = scan_proc(&root, &default_matcher(), 1, 0);
+        let summary: Vec<(u32, u8, TargetReason)> = found.iter().map(|t| (t.tgid, t.depth, t.reason)).collect();
+        assert_eq!(
+            summary,
+            [(10, 0, TargetReason::Discovered), (20, 0, TargetReason::Discovered), (30, 1, TargetReason::Descendant)]
+        );
+        fs::remove_dir_all(&root).unwrap();
+    }
+}

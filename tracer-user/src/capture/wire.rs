@@ -1,0 +1,328 @@
+//! Ring buffer records → [`RawEvent`].
+//!
+//! The one place where bytes from the kernel are reinterpreted as
+//! `tracer_common::event` structs ([`read_record`]). Everything is checked:
+//! record length, kind, enum values, and the lengths of variable fields, so a
+//! malformed record becomes a [`WireError`], never a panic or an out-of-bounds
+//! read.
+
+use tracer_common::{
+    config::{COMM_BYTES, TargetReason},
+    event::{
+        ARGS_BYTES, EXEC_ARGS_TRUNCATED, EXEC_FILENAME_TRUNCATED, EventHeader, EventKind,
+        ExecEvent, ExitEvent, FILENAME_BYTES, ForkEvent,
+    },
+};
+
+/// Identity and time of the process an event is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessIds {
+    /// CLOCK_MONOTONIC nanoseconds when the kernel saw the event.
+    pub ts_ns: u64,
+    /// Process id.
+    pub tgid: u32,
+    /// Thread id.
+    pub tid: u32,
+}
+
+/// A target process replaced its image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecRecord {
+    /// The process.
+    pub ids: ProcessIds,
+    /// Parent process id.
+    pub ppid: u32,
+    /// cgroup v2 id.
+    pub cgroup_id: u64,
+    /// Why the process is followed.
+    pub target: TargetReason,
+    /// Generations below the nearest named ancestor.
+    pub depth: u8,
+    /// comm after exec.
+    pub comm: String,
+    /// Path given to execve (lossy UTF-8).
+    pub filename: String,
+    /// The filename was cut by the kernel side's bound.
+    pub filename_truncated: bool,
+    /// argv strings (lossy UTF-8), possibly only the first ones.
+    pub argv: Vec<String>,
+    /// argv was cut by the kernel side's bound; the last string may be partial.
+    pub argv_truncated: bool,
+}
+
+/// A target process forked a new process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForkRecord {
+    /// The child.
+    pub ids: ProcessIds,
+    /// The parent's process id.
+    pub parent_tgid: u32,
+    /// The parent's thread that forked.
+    pub parent_tid: u32,
+    /// cgroup v2 id.
+    pub cgroup_id: u64,
+    /// Depth the child is followed at.
+    pub depth: u8,
+    /// comm the child inherited.
+    pub comm: String,
+}
+
+/// A target process exited (its last thread).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExitRecord {
+    /// The process.
+    pub ids: ProcessIds,
+    /// cgroup v2 id.
+    pub cgroup_id: u64,
+    /// wait(2)-style status.
+    pub status: ExitStatus,
+    /// comm at exit.
+    pub comm: String,
+}
+
+/// How a process ended, decoded from the kernel's wait(2) status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// exit(code).
+    Code(u8),
+    /// Killed by this signal.
+    Signal(u8),
+}
+
+impl ExitStatus {
+    /// Decodes `task_struct.exit_code`: `code << 8` for exit, the signal
+    /// number (plus 0x80 for a core dump) when killed.
+    pub fn from_wait_status(raw: u32) -> ExitStatus {
+        let signal = (raw & 0x7f) as u8;
+        if signal == 0 { ExitStatus::Code(((raw >> 8) & 0xff) as u8) } else { ExitStatus::Signal(signal) }
+    }
+
+    /// Whether the process ended with exit code 0.
+    pub fn is_success(self) -> bool {
+        self == ExitStatus::Code(0)
+    }
+}
+
+/// One event from the kernel, owned and validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RawEvent {
+    /// See [`ExecRecord`].
+    Exec(ExecRecord),
+    /// See [`ForkRecord`].
+    Fork(ForkRecord),
+    /// See [`ExitRecord`].
+    Exit(ExitRecord),
+}
+
+impl RawEvent {
+    /// The process the event is about.
+    pub fn ids(&self) -> &ProcessIds {
+        match self {
+            RawEvent::Exec(exec) => &exec.ids,
+            RawEvent::Fork(fork) => &fork.ids,
+            RawEvent::Exit(exit) => &exit.ids,
+        }
+    }
+}
+
+/// A record that cannot be turned into a [`RawEvent`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WireError {
+    /// Shorter than its kind requires.
+    #[error("{kind} record of {len} bytes is shorter than {need}")]
+    Truncated {
+        /// What was being read.
+        kind: &'static str,
+        /// Bytes present.
+        len: usize,
+        /// Bytes needed.
+        need: usize,
+    },
+    /// Unknown kind: the object and the agent do not match.
+    #[error("unknown record kind {0}")]
+    UnknownKind(u32),
+    /// A field holds a value the wire format does not allow.
+    #[error("malformed {kind} record: {what}")]
+    Malformed {
+        /// Record kind.
+        kind: &'static str,
+        /// What was wrong.
+        what: String,
+    },
+}
+
+/// Reinterprets the start of `bytes` as a `T`.
+fn read_record<T: aya::Pod>(kind: &'static str, bytes: &[u8]) -> Result<T, WireError> {
+    let need = size_of::<T>();
+    if bytes.len() < need {
+        return Err(WireError::Truncated { kind, len: bytes.len(), need });
+    }
+    // SAFETY: `bytes` holds at least size_of::<T>() bytes, `read_unaligned`
+    // has no alignment requirement, and `T: Pod` is valid for any bit pattern.
+    Ok(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
+}
+
+/// Parses one ring buffer record.
+pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
+    let header: EventHeader = read_record("header", bytes)?;
+    let kind = EventKind::try_from(header.kind).map_err(WireError::UnknownKind)?;
+    let ids = ProcessIds { ts_ns: header.ts_ns, tgid: header.tgid, tid: header.tid };
+    match kind {
+        EventKind::Exec => {
+            let event: ExecEvent = read_record("exec", bytes)?;
+            parse_exec(ids, &event).map(RawEvent::Exec)
+        }
+        EventKind::Fork => {
+            let event: ForkEvent = read_record("fork", bytes)?;
+            Ok(RawEvent::Fork(ForkRecord {
+                ids,
+                parent_tgid: event.parent_tgid,
+                parent_tid: event.parent_tid,
+                cgroup_id: event.cgroup_id,
+                depth: event.depth,
+                comm: comm_string(&event.comm),
+            }))
+        }
+        EventKind::Exit => {
+            let event: ExitEvent = read_record("exit", bytes)?;
+            Ok(RawEvent::Exit(ExitRecord {
+                ids,
+                cgroup_id: event.cgroup_id,
+                status: ExitStatus::from_wait_status(event.exit_code),
+                comm: comm_string(&event.comm),
+            }))
+        }
+    }
+}
+
+fn parse_exec(ids: ProcessIds, event: &ExecEvent) -> Result<ExecRecord, WireError> {
+    let malformed = |what: String| WireError::Malformed { kind: "exec", what };
+    let target = TargetReason::try_from(event.target_reason)
+        .map_err(|value| malformed(format!("target reason {value}")))?;
+    let filename = event
+        .filename
+        .get(..usize::from(event.filename_len))
+        .ok_or_else(|| malformed(format!("filename_len {} > {FILENAME_BYTES}", event.filename_len)))?;
+    let args = event
+        .args
+        .get(..usize::from(event.args_len))
+        .ok_or_else(|| malformed(format!("args_len {} > {ARGS_BYTES}", event.args_len)))?;
+    Ok(ExecRecord {
+        ids,
+        ppid: event.ppid,
+        cgroup_id: event.cgroup_id,
+        target,
+        depth: event.depth,
+        comm: comm_string(&event.comm),
+        filename: String::from_utf8_lossy(filename).into_owned(),
+        filename_truncated: event.flags & EXEC_FILENAME_TRUNCATED != 0,
+        argv: split_args(args),
+        argv_truncated: event.flags & EXEC_ARGS_TRUNCATED != 0,
+    })
+}
+
+/// Splits the kernel's argument area (each string NUL terminated) into strings.
+fn split_args(area: &[u8]) -> Vec<String> {
+    let area = area.strip_suffix(&[0]).unwrap_or(area);
+    if area.is_empty() {
+        return Vec::new();
+    }
+    area.split(|&b| b == 0).map(|arg| String::from_utf8_lossy(arg).into_owned()).collect()
+}
+
+fn comm_string(comm: &[u8; COMM_BYTES]) -> String {
+    let len = comm.iter().position(|&b| b == 0).unwrap_or(COMM_BYTES);
+    String::from_utf8_lossy(&comm[..len]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes_of<T: aya::Pod>(value: &T) -> Vec<u8> {
+        // SAFETY: T is Pod (plain data without padding); reading its bytes is sound.
+        unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
+            .to_vec()
+    }
+
+    fn exec_event(args: &[u8], flags: u16) -> ExecEvent {
+        let mut event = ExecEvent {
+            header: EventHeader { ts_ns: 42, kind: EventKind::Exec as u32, tgid: 100, tid: 100, _pad: 0 },
+            cgroup_id: 7,
+            ppid: 1,
+            target_reason: TargetReason::Named as u8,
+            depth: 0,
+            flags,
+            filename_len: 9,
+            args_len: args.len() as u16,
+            _pad: 0,
+            comm: [0; COMM_BYTES],
+            filename: [0xAA; FILENAME_BYTES],
+            args: [0xAA; ARGS_BYTES],
+        };
+        event.comm[..4].copy_from_slice(b"runc");
+        event.filename[..9].copy_from_slice(b"/bin/runc");
+        event.args[..args.len()].copy_from_slice(args);
+        event
+    }
+
+    #[test]
+    fn exec_record_reads_only_the_valid_bytes() {
+        let record = parse_record(&bytes_of(&exec_event(b"runc\0--root\0/run/runc\0", 0))).unwrap();
+        let RawEvent::Exec(exec) = record else { panic!("not an exec: {record:?}") };
+        assert_eq!(exec.comm, "runc");
+        assert_eq!(exec.filename, "/bin/runc");
+        assert_eq!(exec.argv, ["runc", "--root", "/run/runc"]);
+        assert_eq!(exec.target, TargetReason::Named);
+        assert!(!exec.argv_truncated && !exec.filename_truncated);
+        assert_eq!(exec.ids, ProcessIds { ts_ns: 42, tgid: 100, tid: 100 });
+    }
+
+    #[test]
+    fn truncated_args_keep_the_partial_last_string() {
+        let record = parse_record(&bytes_of(&exec_event(b"sh\0-c\0sleep 10; ec", EXEC_ARGS_TRUNCATED))).unwrap();
+        let RawEvent::Exec(exec) = record else { panic!("not an exec: {record:?}") };
+        assert_eq!(exec.argv, ["sh", "-c", "sleep 10; ec"]);
+        assert!(exec.argv_truncated);
+    }
+
+    #[test]
+    fn empty_argument_area_gives_no_argv() {
+        let record = parse_record(&bytes_of(&exec_event(b"", 0))).unwrap();
+        let RawEvent::Exec(exec) = record else { panic!("not an exec: {record:?}") };
+        assert!(exec.argv.is_empty());
+    }
+
+    #[test]
+    fn record_shorter_than_its_kind_is_an_error() {
+        let bytes = bytes_of(&exec_event(b"x\0", 0));
+        let err = parse_record(&bytes[..100]).unwrap_err();
+        assert_eq!(err, WireError::Truncated { kind: "exec", len: 100, need: size_of::<ExecEvent>() });
+        assert!(matches!(parse_record(&[1, 2, 3]), Err(WireError::Truncated { kind: "header", .. })));
+    }
+
+    #[test]
+    fn unknown_kind_is_an_error() {
+        let mut event = exec_event(b"", 0);
+        event.header.kind = 99;
+        assert_eq!(parse_record(&bytes_of(&event)), Err(WireError::UnknownKind(99)));
+    }
+
+    #[test]
+    fn out_of_range_lengths_are_malformed() {
+        let mut event = exec_event(b"", 0);
+        event.args_len = ARGS_BYTES as u16 + 1;
+        assert!(matches!(parse_record(&bytes_of(&event)), Err(WireError::Malformed { .. })));
+        let mut event = exec_event(b"", 0);
+        event.target_reason = 9;
+        assert!(matches!(parse_record(&bytes_of(&event)), Err(WireError::Malformed { .. })));
+    }
+
+    #[test]
+    fn exit_status_decodes_codes_and_signals() {
+        assert_eq!(ExitStatus::from_wait_status(0), ExitStatus::Code(0));
+        assert_eq!(ExitStatus::from_wait_status(3 << 8), ExitStatus::Code(3));
+        assert_eq!(ExitStatus::from_wait_status(9), ExitStatus::Signal(9));
+        assert_eq!(ExitStatus::from_wait_status(0x80 | 11), ExitStatus::Signal(11));
+    }
+}

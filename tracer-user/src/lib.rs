@@ -1,0 +1,16 @@
+//! The podtrace agent.
+//!
+//! Data flows one way, one module per stage, each owning its output type:
+//! [`capture`] (eBPF object, ring buffer → `RawEvent`) → [`decode`]
+//! (`RawEvent` → `Message`) → [`correlate`] (`Message` → process activity,
+//! later spans and traces) → [`export`] (terminal today; OTLP next).
+//! [`pipeline`] wires the stages as tokio tasks; [`check`] reports whether the
+//! host has the kernel features podtrace needs. `main.rs` only parses the
+//! command line.
+
+pub mod capture;
+pub mod check;
+pub mod correlate;
+pub mod decode;
+pub mod export;
+pub mod pipeline;
