@@ -1,0 +1,1 @@
+//! Go binary introspection (work in progress, issue 3).
