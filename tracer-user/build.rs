@@ -26,8 +26,11 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
 
-    let toolchain = env::var("PODTRACE_BPF_TOOLCHAIN").unwrap_or_else(|_| DEFAULT_TOOLCHAIN.to_owned());
-    let probe = Command::new("rustup").args(["run", &toolchain, "rustc", "--version"]).output();
+    let toolchain =
+        env::var("PODTRACE_BPF_TOOLCHAIN").unwrap_or_else(|_| DEFAULT_TOOLCHAIN.to_owned());
+    let probe = Command::new("rustup")
+        .args(["run", &toolchain, "rustc", "--version"])
+        .output();
     if !probe.is_ok_and(|out| out.status.success()) {
         bail!(
             "the eBPF toolchain `{toolchain}` is not installed: run `cargo xtask setup` (as root) first, \
@@ -35,11 +38,19 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
-    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR not set")?);
-    let ebpf_dir = manifest_dir.join("../tracer-ebpf").canonicalize().context("locating tracer-ebpf")?;
+    let manifest_dir =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR not set")?);
+    let ebpf_dir = manifest_dir
+        .join("../tracer-ebpf")
+        .canonicalize()
+        .context("locating tracer-ebpf")?;
     let ebpf_dir = ebpf_dir.to_str().context("tracer-ebpf path is not UTF-8")?;
     aya_build::build_ebpf(
-        [aya_build::Package { name: "tracer-ebpf", root_dir: ebpf_dir, ..Default::default() }],
+        [aya_build::Package {
+            name: "tracer-ebpf",
+            root_dir: ebpf_dir,
+            ..Default::default()
+        }],
         aya_build::Toolchain::Custom(&toolchain),
     )
 }

@@ -1,0 +1,134 @@
+//! Harness for podtrace's live tests: they load the real eBPF object into the
+//! running kernel and observe real processes, so they need root.
+//!
+//! A live test that cannot run says why. Outside CI it is skipped with that
+//! reason printed; under CI (`CI` set) it fails instead, because a skipped
+//! live test there would hide a broken setup.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use tokio::{sync::mpsc, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+use tracer_user::capture::{
+    CaptureOptions, DropCounts, Probes, RawEvent, ring::read_ring_buffer, targets::TargetMatcher,
+};
+
+/// Whether a live test can run here; prints the reason (or fails on CI) if not.
+pub fn live_test_can_run(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        return true;
+    }
+    let reason = "needs root to load eBPF programs";
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "live test {test} cannot run on CI: {reason}"
+    );
+    eprintln!("skipped {test}: {reason}");
+    false
+}
+
+/// The `podtrace` binary under test: `cargo xtask test` builds it and sets
+/// `PODTRACE_BIN`.
+pub fn podtrace_binary() -> PathBuf {
+    let path = std::env::var_os("PODTRACE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/podtrace"));
+    assert!(
+        path.exists(),
+        "{} does not exist: run the suite with `cargo xtask test`, which builds it, or set PODTRACE_BIN",
+        path.display()
+    );
+    path
+}
+
+/// A copy of `source` named `name` in `dir`, executable.
+pub fn copy_executable(source: &Path, dir: &Path, name: &str) -> PathBuf {
+    let target = dir.join(name);
+    fs::copy(source, &target).unwrap_or_else(|err| {
+        panic!(
+            "copying {} to {}: {err}",
+            source.display(),
+            target.display()
+        )
+    });
+    target
+}
+
+/// The real eBPF object loaded and attached, with a task reading its ring buffer.
+#[derive(Debug)]
+pub struct LiveCapture {
+    probes: Probes,
+    events: mpsc::Receiver<RawEvent>,
+    shutdown: CancellationToken,
+    reader: JoinHandle<std::io::Result<()>>,
+}
+
+impl LiveCapture {
+    /// Loads the programs following only `target_names`.
+    pub fn start(target_names: &[&str], max_descendant_depth: u32) -> Self {
+        let options = CaptureOptions {
+            targets: TargetMatcher::new(target_names).unwrap(),
+            max_descendant_depth,
+            ring_buffer_bytes: 1 << 20,
+        };
+        let mut probes =
+            Probes::load(&options).unwrap_or_else(|err| panic!("loading the eBPF object: {err}"));
+        let ring = probes.take_ring_buffer().unwrap();
+        let (tx, events) = mpsc::channel(1024);
+        let shutdown = CancellationToken::new();
+        let reader = tokio::spawn(read_ring_buffer(
+            ring,
+            tx,
+            Default::default(),
+            shutdown.clone(),
+        ));
+        Self {
+            probes,
+            events,
+            shutdown,
+            reader,
+        }
+    }
+
+    /// Collects events until `done` returns true for one (included) or
+    /// `timeout` passes; panics on timeout with what was collected.
+    pub async fn collect_until(
+        &mut self,
+        timeout: Duration,
+        mut done: impl FnMut(&RawEvent) -> bool,
+    ) -> Vec<RawEvent> {
+        let mut collected = Vec::new();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Some(event)) => {
+                    let finished = done(&event);
+                    collected.push(event);
+                    if finished {
+                        return collected;
+                    }
+                }
+                Ok(None) => panic!("ring buffer reader stopped; collected {collected:#?}"),
+                Err(_) => panic!("timed out after {timeout:?}; collected {collected:#?}"),
+            }
+        }
+    }
+
+    /// Kernel-side drop counters now.
+    pub fn drop_counts(&self) -> DropCounts {
+        self.probes.drop_counts().unwrap()
+    }
+
+    /// Stops the reader and detaches the programs.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.reader.await.unwrap().unwrap();
+        drop(self.probes);
+    }
+}

@@ -24,7 +24,16 @@ pub struct LifecycleProgram {
 
 /// The lifecycle programs and where they attach; the loader walks this table.
 pub const LIFECYCLE_PROGRAMS: [LifecycleProgram; 3] = [
-    LifecycleProgram { program: "sched_process_fork", tracepoint: "sched_process_fork" },
-    LifecycleProgram { program: "sched_process_exec", tracepoint: "sched_process_exec" },
-    LifecycleProgram { program: "sched_process_exit", tracepoint: "sched_process_exit" },
+    LifecycleProgram {
+        program: "sched_process_fork",
+        tracepoint: "sched_process_fork",
+    },
+    LifecycleProgram {
+        program: "sched_process_exec",
+        tracepoint: "sched_process_exec",
+    },
+    LifecycleProgram {
+        program: "sched_process_exit",
+        tracepoint: "sched_process_exit",
+    },
 ];

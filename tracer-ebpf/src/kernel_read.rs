@@ -59,7 +59,8 @@ impl Task {
     /// `task->exit_code`.
     #[inline(always)]
     pub(crate) fn exit_code(self, offsets: &KernelOffsets) -> Result<u32, i32> {
-        self.field::<i32>(offsets.task_exit_code).map(|code| code as u32)
+        self.field::<i32>(offsets.task_exit_code)
+            .map(|code| code as u32)
     }
 
     /// `task->signal->live`: threads of the group that have not yet begun to
@@ -131,8 +132,11 @@ pub(crate) fn read_user_args(dst: *mut [u8; ARGS_BYTES], src: u64, len: u64) -> 
     };
     // SAFETY: dst points to ARGS_BYTES writable bytes and size <= ARGS_BYTES;
     // the helper checks src.
-    let ret = unsafe {
-        generated::bpf_probe_read_user(dst.cast::<c_void>(), size, src as *const c_void)
-    };
-    if ret < 0 { Err(ret as i32) } else { Ok(size as usize) }
+    let ret =
+        unsafe { generated::bpf_probe_read_user(dst.cast::<c_void>(), size, src as *const c_void) };
+    if ret < 0 {
+        Err(ret as i32)
+    } else {
+        Ok(size as usize)
+    }
 }

@@ -16,8 +16,7 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_ktime_get_ns,
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
     },
     macros::raw_tracepoint,
     programs::RawTracePointContext,
@@ -26,8 +25,8 @@ use tracer_common::{
     config::{COMM_BYTES, KernelOffsets, TargetInfo, TargetReason},
     drop_reason::DropReason,
     event::{
-        EXEC_ARGS_TRUNCATED, EXEC_FILENAME_TRUNCATED, EventHeader, EventKind, ExecEvent,
-        ExitEvent, FILENAME_BYTES, ForkEvent,
+        EXEC_ARGS_TRUNCATED, EXEC_FILENAME_TRUNCATED, EventHeader, EventKind, ExecEvent, ExitEvent,
+        FILENAME_BYTES, ForkEvent,
     },
 };
 
@@ -69,7 +68,13 @@ fn current_ids() -> (u32, u32) {
 
 #[inline(always)]
 fn header(kind: EventKind, ts_ns: u64, tgid: u32, tid: u32) -> EventHeader {
-    EventHeader { ts_ns, kind: kind as u32, tgid, tid, _pad: 0 }
+    EventHeader {
+        ts_ns,
+        kind: kind as u32,
+        tgid,
+        tid,
+        _pad: 0,
+    }
 }
 
 #[inline(always)]
@@ -110,10 +115,18 @@ fn try_fork(ctx: &RawTracePointContext) -> Result<(), DropReason> {
     if depth > config().max_descendant_depth {
         return Err(DropReason::DescendantDepthLimit);
     }
-    let info = TargetInfo { depth: depth as u8, reason: TargetReason::Descendant as u8, _pad: [0; 2] };
-    TARGETS.insert(&child_tgid, &info, 0).map_err(|_| DropReason::TargetMapFull)?;
+    let info = TargetInfo {
+        depth: depth as u8,
+        reason: TargetReason::Descendant as u8,
+        _pad: [0; 2],
+    };
+    TARGETS
+        .insert(&child_tgid, &info, 0)
+        .map_err(|_| DropReason::TargetMapFull)?;
 
-    let mut entry = EVENTS.reserve::<ForkEvent>(0).ok_or(DropReason::RingBufFull)?;
+    let mut entry = EVENTS
+        .reserve::<ForkEvent>(0)
+        .ok_or(DropReason::RingBufFull)?;
     entry.write(ForkEvent {
         header: header(EventKind::Fork, ts_ns, child_tgid, child_tid),
         cgroup_id: cgroup_id(),
@@ -140,8 +153,14 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
     let info = if named {
         // A target binary: (re)start counting descendants from here, so that
         // e.g. `runc init` under a deep shim is followed like a fresh runc.
-        let info = TargetInfo { depth: 0, reason: TargetReason::Named as u8, _pad: [0; 2] };
-        TARGETS.insert(&tgid, &info, 0).map_err(|_| DropReason::TargetMapFull)?;
+        let info = TargetInfo {
+            depth: 0,
+            reason: TargetReason::Named as u8,
+            _pad: [0; 2],
+        };
+        TARGETS
+            .insert(&tgid, &info, 0)
+            .map_err(|_| DropReason::TargetMapFull)?;
         info
     } else if let Some(info) = target_of(tgid) {
         info
@@ -149,7 +168,9 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
         return Ok(());
     };
 
-    let mut entry = EVENTS.reserve::<ExecEvent>(0).ok_or(DropReason::RingBufFull)?;
+    let mut entry = EVENTS
+        .reserve::<ExecEvent>(0)
+        .ok_or(DropReason::RingBufFull)?;
     let event = entry.as_mut_ptr();
     // SAFETY: `event` points to a ring buffer reservation of
     // size_of::<ExecEvent>() bytes that only this program owns until submit.
@@ -168,8 +189,11 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
             0
         });
         let mut flags = 0;
-        let (filename_len, filename_cut) =
-            read_filename(&raw mut (*event).filename, ctx.arg::<u64>(2), &config.offsets);
+        let (filename_len, filename_cut) = read_filename(
+            &raw mut (*event).filename,
+            ctx.arg::<u64>(2),
+            &config.offsets,
+        );
         if filename_cut {
             flags |= EXEC_FILENAME_TRUNCATED;
         }
@@ -187,7 +211,11 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
 
 /// Reads `bprm->filename`; returns (length without NUL, cut short).
 #[inline(always)]
-fn read_filename(dst: *mut [u8; FILENAME_BYTES], bprm: u64, offsets: &KernelOffsets) -> (u16, bool) {
+fn read_filename(
+    dst: *mut [u8; FILENAME_BYTES],
+    bprm: u64,
+    offsets: &KernelOffsets,
+) -> (u16, bool) {
     let copied = binprm_filename(bprm, offsets).and_then(|name| read_kernel_str(dst, name));
     match copied {
         Ok(0) => (0, false),
@@ -240,7 +268,9 @@ fn try_exit() -> Result<(), DropReason> {
     let ts_ns = now_ns();
     let offsets = config().offsets;
     let task = Task::current();
-    let live = task.live_threads(&offsets).map_err(|_| DropReason::ReadFailed)?;
+    let live = task
+        .live_threads(&offsets)
+        .map_err(|_| DropReason::ReadFailed)?;
     if live != 0 {
         // Other threads of the process are still running; report the process
         // once, when its last thread goes.
@@ -248,8 +278,12 @@ fn try_exit() -> Result<(), DropReason> {
     }
     // The process is gone: stop following its tgid (pids are reused).
     let _ = TARGETS.remove(&tgid);
-    let exit_code = task.exit_code(&offsets).map_err(|_| DropReason::ReadFailed)?;
-    let mut entry = EVENTS.reserve::<ExitEvent>(0).ok_or(DropReason::RingBufFull)?;
+    let exit_code = task
+        .exit_code(&offsets)
+        .map_err(|_| DropReason::ReadFailed)?;
+    let mut entry = EVENTS
+        .reserve::<ExitEvent>(0)
+        .ok_or(DropReason::RingBufFull)?;
     entry.write(ExitEvent {
         header: header(EventKind::Exit, ts_ns, tgid, tid),
         cgroup_id: cgroup_id(),

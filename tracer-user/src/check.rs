@@ -69,42 +69,79 @@ pub fn run_checks() -> Vec<Finding> {
         kernel_version(),
         btf(),
         tracefs(),
-        map_support("ring buffer", MapType::RingBuf, "BPF_MAP_TYPE_RINGBUF needs Linux >= 5.8"),
-        program_support("raw tracepoints", ProgramType::RawTracePoint, Need::Required),
+        map_support(
+            "ring buffer",
+            MapType::RingBuf,
+            "BPF_MAP_TYPE_RINGBUF needs Linux >= 5.8",
+        ),
+        program_support(
+            "raw tracepoints",
+            ProgramType::RawTracePoint,
+            Need::Required,
+        ),
         program_support("tracepoints", ProgramType::TracePoint, Need::Required),
-        pmu("uprobes", "uprobe", Need::Required, "CONFIG_UPROBE_EVENTS; Go TLS and gRPC probes need it"),
+        pmu(
+            "uprobes",
+            "uprobe",
+            Need::Required,
+            "CONFIG_UPROBE_EVENTS; Go TLS and gRPC probes need it",
+        ),
     ];
     findings.extend(capabilities(caps));
-    findings.push(pmu("kprobes", "kprobe", Need::NotUsed, "kernel built without kprobes"));
+    findings.push(pmu(
+        "kprobes",
+        "kprobe",
+        Need::NotUsed,
+        "kernel built without kprobes",
+    ));
     findings.push(fentry());
     findings
 }
 
 fn finding(feature: &'static str, need: Need, present: bool, detail: impl Into<String>) -> Finding {
-    Finding { feature, need, present, detail: detail.into() }
+    Finding {
+        feature,
+        need,
+        present,
+        detail: detail.into(),
+    }
 }
 
 fn kernel_version() -> Finding {
     let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let release = release.trim();
-    let mut parts = release.split(['.', '-']).map(|part| part.parse::<u32>().unwrap_or(0));
+    let mut parts = release
+        .split(['.', '-'])
+        .map(|part| part.parse::<u32>().unwrap_or(0));
     let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     let present = version >= (5, 8);
-    let detail = if present { format!("Linux {release}") } else { format!("Linux {release}; podtrace needs >= 5.8") };
+    let detail = if present {
+        format!("Linux {release}")
+    } else {
+        format!("Linux {release}; podtrace needs >= 5.8")
+    };
     finding("kernel", Need::Required, present, detail)
 }
 
 fn btf() -> Finding {
     match kernel_offsets(Path::new(VMLINUX_BTF)) {
-        Ok(_) => finding("BTF", Need::Required, true, format!("{VMLINUX_BTF}: every struct offset podtrace reads resolves")),
+        Ok(_) => finding(
+            "BTF",
+            Need::Required,
+            true,
+            format!("{VMLINUX_BTF}: every struct offset podtrace reads resolves"),
+        ),
         Err(err) => finding("BTF", Need::Required, false, err.to_string()),
     }
 }
 
 fn tracefs() -> Finding {
-    let mounted = ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"]
-        .into_iter()
-        .find(|path| Path::new(path).is_dir());
+    let mounted = [
+        "/sys/kernel/tracing/events",
+        "/sys/kernel/debug/tracing/events",
+    ]
+    .into_iter()
+    .find(|path| Path::new(path).is_dir());
     match mounted {
         Some(path) => finding("tracefs", Need::Required, true, format!("mounted ({path})")),
         None => finding(
@@ -120,22 +157,39 @@ fn map_support(feature: &'static str, map_type: MapType, missing: &str) -> Findi
     match is_map_supported(map_type) {
         Ok(true) => finding(feature, Need::Required, true, "supported"),
         Ok(false) => finding(feature, Need::Required, false, missing.to_owned()),
-        Err(err) => finding(feature, Need::Required, false, format!("cannot probe ({err}); run as root or with CAP_BPF")),
+        Err(err) => finding(
+            feature,
+            Need::Required,
+            false,
+            format!("cannot probe ({err}); run as root or with CAP_BPF"),
+        ),
     }
 }
 
 fn program_support(feature: &'static str, program_type: ProgramType, need: Need) -> Finding {
     match is_program_supported(program_type) {
         Ok(true) => finding(feature, need, true, "supported"),
-        Ok(false) => finding(feature, need, false, "the kernel does not support this program type"),
+        Ok(false) => finding(
+            feature,
+            need,
+            false,
+            "the kernel does not support this program type",
+        ),
         Err(err) => finding(feature, need, false, format!("cannot probe ({err})")),
     }
 }
 
 /// Perf PMUs for kprobe/uprobe: /sys/bus/event_source/devices/NAME/type.
 fn pmu(feature: &'static str, name: &str, need: Need, missing: &str) -> Finding {
-    let present = Path::new("/sys/bus/event_source/devices").join(name).join("type").exists();
-    let detail = if present { format!("{name} PMU present") } else { missing.to_owned() };
+    let present = Path::new("/sys/bus/event_source/devices")
+        .join(name)
+        .join("type")
+        .exists();
+    let detail = if present {
+        format!("{name} PMU present")
+    } else {
+        missing.to_owned()
+    };
     finding(feature, need, present, detail)
 }
 
@@ -143,7 +197,12 @@ fn fentry() -> Finding {
     match is_program_supported(ProgramType::Tracing) {
         Ok(true) => finding("fentry/fexit", Need::NotUsed, true, "supported"),
         Ok(false) => finding("fentry/fexit", Need::NotUsed, false, "unavailable"),
-        Err(err) => finding("fentry/fexit", Need::NotUsed, false, format!("refused by the kernel ({err})")),
+        Err(err) => finding(
+            "fentry/fexit",
+            Need::NotUsed,
+            false,
+            format!("refused by the kernel ({err})"),
+        ),
     }
 }
 
@@ -174,13 +233,21 @@ fn capabilities(caps: u64) -> Vec<Finding> {
             "CAP_BPF+PERFMON",
             Need::Required,
             bpf,
-            if bpf { "held (or CAP_SYS_ADMIN)" } else { "needed to load programs and attach tracepoints and uprobes" },
+            if bpf {
+                "held (or CAP_SYS_ADMIN)"
+            } else {
+                "needed to load programs and attach tracepoints and uprobes"
+            },
         ),
         finding(
             "CAP_SYS_PTRACE",
             Need::Required,
             has(CAP_SYS_PTRACE),
-            if has(CAP_SYS_PTRACE) { "held" } else { "needed to read /proc/PID/exe of other users' processes" },
+            if has(CAP_SYS_PTRACE) {
+                "held"
+            } else {
+                "needed to read /proc/PID/exe of other users' processes"
+            },
         ),
         finding(
             "CAP_SYS_RESOURCE",

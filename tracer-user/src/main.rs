@@ -18,7 +18,11 @@ use tracer_user::{
 };
 
 #[derive(Debug, Parser)]
-#[command(name = "podtrace", version, about = "Where a Kubernetes Pod's creation spends its time, traced with eBPF")]
+#[command(
+    name = "podtrace",
+    version,
+    about = "Where a Kubernetes Pod's creation spends its time, traced with eBPF"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -87,14 +91,23 @@ fn check() -> ExitCode {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let defaults = if args.only_targets { &[][..] } else { &DEFAULT_TARGET_NAMES[..] };
-    let names = defaults.iter().map(|name| (*name).to_owned()).chain(args.extra_targets);
+    let defaults = if args.only_targets {
+        &[][..]
+    } else {
+        &DEFAULT_TARGET_NAMES[..]
+    };
+    let names = defaults
+        .iter()
+        .map(|name| (*name).to_owned())
+        .chain(args.extra_targets);
     let options = CaptureOptions {
         targets: TargetMatcher::new(names)?,
         max_descendant_depth: args.max_depth,
         ring_buffer_bytes: args.ring_buffer_bytes,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         let probes = Probes::load(&options)?;
         tracing::info!(
@@ -112,8 +125,11 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             on_signal.cancel();
         });
         let summary = pipeline::run(probes, shutdown).await?;
-        let drops: Vec<String> =
-            summary.drops.iter().map(|(reason, count)| format!("{}={count}", reason.name())).collect();
+        let drops: Vec<String> = summary
+            .drops
+            .iter()
+            .map(|(reason, count)| format!("{}={count}", reason.name()))
+            .collect();
         tracing::info!(
             events = summary.events,
             malformed = summary.malformed,

@@ -56,8 +56,12 @@ pub async fn run(mut probes: Probes, shutdown: CancellationToken) -> anyhow::Res
     let (msg_tx, mut msg_rx) = mpsc::channel::<Message>(CHANNEL_CAPACITY);
     let (out_tx, mut out_rx) = mpsc::channel::<ProcessActivity>(CHANNEL_CAPACITY);
 
-    let capture: JoinHandle<io::Result<()>> =
-        tokio::spawn(read_ring_buffer(ring, raw_tx, Arc::clone(&stats), shutdown.clone()));
+    let capture: JoinHandle<io::Result<()>> = tokio::spawn(read_ring_buffer(
+        ring,
+        raw_tx,
+        Arc::clone(&stats),
+        shutdown.clone(),
+    ));
     let decode_task = tokio::spawn(async move {
         while let Some(event) = raw_rx.recv().await {
             if msg_tx.send(decode(event)).await.is_err() {
@@ -118,11 +122,26 @@ fn report_new_drops(before: &DropCounts, now: &DropCounts) {
             continue;
         }
         if reason.loses_events() {
-            tracing::warn!(reason = reason.name(), new, total = count, "kernel side lost data");
+            tracing::warn!(
+                reason = reason.name(),
+                new,
+                total = count,
+                "kernel side lost data"
+            );
         } else if reason == DropReason::ReadFailed {
-            tracing::warn!(reason = reason.name(), new, total = count, "kernel reads failed; fields left empty");
+            tracing::warn!(
+                reason = reason.name(),
+                new,
+                total = count,
+                "kernel reads failed; fields left empty"
+            );
         } else {
-            tracing::info!(reason = reason.name(), new, total = count, "kernel side cut or skipped data");
+            tracing::info!(
+                reason = reason.name(),
+                new,
+                total = count,
+                "kernel side cut or skipped data"
+            );
         }
     }
 }

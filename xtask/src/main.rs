@@ -1,1 +1,149 @@
-fn main(){}
+//! podtrace's developer tasks. `cargo xtask <task>`; every task that needs
+//! the toolchain or test components runs `setup` first, which is idempotent.
+
+mod setup;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Install the eBPF toolchain and test components (root; idempotent).
+    Setup,
+    /// Build podtrace and run the agent on this host: `cargo xtask run -- [podtrace run args]`.
+    Run {
+        /// Arguments for `podtrace run`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run the whole test suite (formatting, lints, unit and live tests).
+    Test {
+        /// Arguments passed to `cargo test` after `--` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Check formatting and lints only.
+    Lint,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse().task) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(task: Task) -> anyhow::Result<()> {
+    let root = workspace_root();
+    match task {
+        Task::Setup => setup::setup(&root),
+        Task::Run { args } => {
+            setup::setup(&root)?;
+            cargo(
+                &root,
+                &[
+                    "build",
+                    "--release",
+                    "-p",
+                    "tracer-user",
+                    "--bin",
+                    "podtrace",
+                ],
+            )?;
+            let binary = root.join("target/release/podtrace");
+            println!("xtask: running {} run {}", binary.display(), args.join(" "));
+            let status = Command::new(&binary)
+                .arg("run")
+                .args(&args)
+                .status()
+                .context("starting podtrace")?;
+            // Ctrl-C reaches podtrace too; it detaches and exits 0.
+            if !status.success() {
+                bail!("podtrace exited with {status}");
+            }
+            Ok(())
+        }
+        Task::Test { args } => {
+            setup::setup(&root)?;
+            lint(&root)?;
+            // The live CLI tests run the agent binary; build it in the test profile.
+            cargo(&root, &["build", "-p", "tracer-user", "--bin", "podtrace"])?;
+            let mut test_args = vec!["test", "--workspace", "--no-fail-fast"];
+            if !args.is_empty() {
+                test_args.push("--");
+                test_args.extend(args.iter().map(String::as_str));
+            }
+            let mut command = cargo_command(&root, &test_args);
+            command.env("PODTRACE_BIN", root.join("target/debug/podtrace"));
+            run_command(command)
+        }
+        Task::Lint => lint(&root),
+    }
+}
+
+fn lint(root: &Path) -> anyhow::Result<()> {
+    cargo(root, &["fmt", "--all", "--check"])?;
+    cargo(
+        root,
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )
+}
+
+/// The repository root (this crate lives in `xtask/`).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+fn cargo_command(root: &Path, args: &[&str]) -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command.args(args).current_dir(root);
+    command
+}
+
+fn cargo(root: &Path, args: &[&str]) -> anyhow::Result<()> {
+    run_command(cargo_command(root, args))
+}
+
+fn run_command(mut command: Command) -> anyhow::Result<()> {
+    println!("xtask: {}", describe(&command));
+    let status = command
+        .status()
+        .with_context(|| format!("starting {}", describe(&command)))?;
+    if !status.success() {
+        bail!("{} failed with {status}", describe(&command));
+    }
+    Ok(())
+}
+
+fn describe(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|part| part.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -13,17 +13,23 @@ impl WallClock {
     pub fn anchor() -> Self {
         let monotonic = clock_ns(libc::CLOCK_MONOTONIC);
         let realtime = clock_ns(libc::CLOCK_REALTIME);
-        Self { realtime_minus_monotonic_ns: realtime - monotonic }
+        Self {
+            realtime_minus_monotonic_ns: realtime - monotonic,
+        }
     }
 
     /// Unix time in nanoseconds of a kernel timestamp.
     pub fn unix_ns(&self, monotonic_ns: u64) -> u64 {
-        (i128::from(monotonic_ns) + self.realtime_minus_monotonic_ns).clamp(0, i128::from(u64::MAX)) as u64
+        (i128::from(monotonic_ns) + self.realtime_minus_monotonic_ns).clamp(0, i128::from(u64::MAX))
+            as u64
     }
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i128 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the timespec we own; both clocks exist on Linux.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
@@ -42,7 +48,13 @@ mod tests {
     fn monotonic_now_maps_to_system_time_now() {
         let clock = WallClock::anchor();
         let unix_ns = clock.unix_ns(monotonic_now_ns());
-        let system_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
-        assert!(unix_ns.abs_diff(system_ns) < 50_000_000, "{unix_ns} vs {system_ns}");
+        let system_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        assert!(
+            unix_ns.abs_diff(system_ns) < 50_000_000,
+            "{unix_ns} vs {system_ns}"
+        );
     }
 }

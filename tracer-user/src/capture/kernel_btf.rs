@@ -16,7 +16,9 @@ pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 #[derive(Debug, thiserror::Error)]
 pub enum KernelBtfError {
     /// The BTF file is missing or unreadable (kernel without CONFIG_DEBUG_INFO_BTF).
-    #[error("cannot read kernel BTF at {path}: {source} (podtrace needs a kernel built with CONFIG_DEBUG_INFO_BTF)")]
+    #[error(
+        "cannot read kernel BTF at {path}: {source} (podtrace needs a kernel built with CONFIG_DEBUG_INFO_BTF)"
+    )]
     Read {
         /// File that was read.
         path: String,
@@ -49,8 +51,10 @@ pub enum KernelBtfError {
 
 /// Reads every offset of [`KernelOffsets`] from the BTF file at `path`.
 pub fn kernel_offsets(path: &Path) -> Result<KernelOffsets, KernelBtfError> {
-    let btf = Btf::from_file(path)
-        .map_err(|source| KernelBtfError::Read { path: path.display().to_string(), source })?;
+    let btf = Btf::from_file(path).map_err(|source| KernelBtfError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
     let offset = |strukt, field| member_offset(&btf, strukt, field);
     Ok(KernelOffsets {
         task_pid: offset("task_struct", "pid")?,
@@ -68,7 +72,11 @@ pub fn kernel_offsets(path: &Path) -> Result<KernelOffsets, KernelBtfError> {
 
 /// Byte offset of `field` in `struct strukt`, looking through anonymous
 /// structs and unions (mm_struct keeps most fields in one).
-fn member_offset(btf: &Btf, strukt: &'static str, field: &'static str) -> Result<u32, KernelBtfError> {
+fn member_offset(
+    btf: &Btf,
+    strukt: &'static str,
+    field: &'static str,
+) -> Result<u32, KernelBtfError> {
     let definition = btf
         .resolve_types_by_name(strukt)
         .map_err(|_| KernelBtfError::NoStruct(strukt))?
@@ -82,7 +90,10 @@ fn member_offset(btf: &Btf, strukt: &'static str, field: &'static str) -> Result
     let found = find_member_bits(btf, &definition, field)?
         .ok_or(KernelBtfError::NoField { strukt, field })?;
     match found {
-        FoundMember { bit_offset, bitfield: false } if bit_offset % 8 == 0 => Ok(bit_offset / 8),
+        FoundMember {
+            bit_offset,
+            bitfield: false,
+        } if bit_offset % 8 == 0 => Ok(bit_offset / 8),
         _ => Err(KernelBtfError::Unaligned { strukt, field }),
     }
 }
@@ -103,13 +114,19 @@ fn find_member_bits(
         let name = btf.resolve_name(member).unwrap_or_default();
         if name == field {
             let bitfield = member.bitfield_size().is_some_and(|size| size != 0);
-            return Ok(Some(FoundMember { bit_offset: member.bit_offset(), bitfield }));
+            return Ok(Some(FoundMember {
+                bit_offset: member.bit_offset(),
+                bitfield,
+            }));
         }
         if name.is_empty() {
             if let Type::Struct(inner) | Type::Union(inner) = btf.resolve_chained_type(member)? {
                 if let Some(found) = find_member_bits(btf, &inner, field)? {
                     let bit_offset = member.bit_offset().saturating_add(found.bit_offset);
-                    return Ok(Some(FoundMember { bit_offset, ..found }));
+                    return Ok(Some(FoundMember {
+                        bit_offset,
+                        ..found
+                    }));
                 }
             }
         }
@@ -132,7 +149,10 @@ mod tests {
         }
         let offsets = kernel_offsets(path).unwrap();
         assert!(offsets.task_tgid == offsets.task_pid + 4, "{offsets:?}");
-        assert!(offsets.mm_arg_end == offsets.mm_arg_start + 8, "{offsets:?}");
+        assert!(
+            offsets.mm_arg_end == offsets.mm_arg_start + 8,
+            "{offsets:?}"
+        );
         assert_eq!(offsets.binprm_filename % 8, 0, "{offsets:?}");
         assert!(offsets.task_real_parent > offsets.task_tgid, "{offsets:?}");
     }

@@ -16,7 +16,9 @@ use aya::{
 use tracer_common::{
     config::{COMM_BYTES, Config, TargetInfo},
     drop_reason::DropReason,
-    names::{GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_TARGET_COMMS, MAP_TARGETS},
+    names::{
+        GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_TARGET_COMMS, MAP_TARGETS,
+    },
 };
 
 use super::{
@@ -45,7 +47,9 @@ pub struct CaptureOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
     /// Built without the eBPF object.
-    #[error("this podtrace was built with AYA_BUILD_SKIP=1 and has no eBPF object; rebuild after `cargo xtask setup`")]
+    #[error(
+        "this podtrace was built with AYA_BUILD_SKIP=1 and has no eBPF object; rebuild after `cargo xtask setup`"
+    )]
     NoObject,
     /// Kernel struct offsets unavailable.
     #[error(transparent)]
@@ -110,7 +114,12 @@ impl Probes {
 
         let mut comms: HashMap<_, [u8; COMM_BYTES], u8> = map_mut(&mut ebpf, MAP_TARGET_COMMS)?;
         for key in options.targets.comm_keys() {
-            comms.insert(key, 1, 0).map_err(|source| CaptureError::Map { name: MAP_TARGET_COMMS, source })?;
+            comms
+                .insert(key, 1, 0)
+                .map_err(|source| CaptureError::Map {
+                    name: MAP_TARGET_COMMS,
+                    source,
+                })?;
         }
 
         for spec in LIFECYCLE_PROGRAMS {
@@ -118,7 +127,10 @@ impl Probes {
                 .program_mut(spec.program)
                 .and_then(|program| program.try_into().ok())
                 .ok_or(CaptureError::MissingProgram(spec.program))?;
-            let wrap = |source| CaptureError::Program { name: spec.program, source };
+            let wrap = |source| CaptureError::Program {
+                name: spec.program,
+                source,
+            };
             program.load().map_err(wrap)?;
             program.attach(spec.tracepoint).map_err(wrap)?;
         }
@@ -131,12 +143,22 @@ impl Probes {
         );
         let mut targets: HashMap<_, u32, TargetInfo> = map_mut(&mut ebpf, MAP_TARGETS)?;
         for found in &seeded {
-            let info = TargetInfo { depth: found.depth, reason: found.reason as u8, _pad: [0; 2] };
+            let info = TargetInfo {
+                depth: found.depth,
+                reason: found.reason as u8,
+                _pad: [0; 2],
+            };
             // BPF_NOEXIST: a process the kernel side already picked up keeps its entry.
             match targets.insert(found.tgid, info, BPF_NOEXIST) {
                 Ok(()) => {}
-                Err(MapError::SyscallError(err)) if err.io_error.raw_os_error() == Some(libc::EEXIST) => {}
-                Err(source) => return Err(CaptureError::Map { name: MAP_TARGETS, source }),
+                Err(MapError::SyscallError(err))
+                    if err.io_error.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(source) => {
+                    return Err(CaptureError::Map {
+                        name: MAP_TARGETS,
+                        source,
+                    });
+                }
             }
         }
         Ok(Self { ebpf, seeded })
@@ -149,19 +171,35 @@ impl Probes {
 
     /// Takes the ring buffer for the reader task (once).
     pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>, CaptureError> {
-        let map = self.ebpf.take_map(MAP_EVENTS).ok_or(CaptureError::MissingMap(MAP_EVENTS))?;
-        RingBuf::try_from(map).map_err(|source| CaptureError::Map { name: MAP_EVENTS, source })
+        let map = self
+            .ebpf
+            .take_map(MAP_EVENTS)
+            .ok_or(CaptureError::MissingMap(MAP_EVENTS))?;
+        RingBuf::try_from(map).map_err(|source| CaptureError::Map {
+            name: MAP_EVENTS,
+            source,
+        })
     }
 
     /// Current kernel-side drop counters, summed over CPUs.
     pub fn drop_counts(&self) -> Result<DropCounts, CaptureError> {
-        let map = self.ebpf.map(MAP_DROPS).ok_or(CaptureError::MissingMap(MAP_DROPS))?;
+        let map = self
+            .ebpf
+            .map(MAP_DROPS)
+            .ok_or(CaptureError::MissingMap(MAP_DROPS))?;
         let drops: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(map).map_err(|source| CaptureError::Map { name: MAP_DROPS, source })?;
+            PerCpuArray::try_from(map).map_err(|source| CaptureError::Map {
+                name: MAP_DROPS,
+                source,
+            })?;
         let mut counts = DropCounts::default();
         for reason in DropReason::ALL {
-            let per_cpu =
-                drops.get(&(reason as u32), 0).map_err(|source| CaptureError::Map { name: MAP_DROPS, source })?;
+            let per_cpu = drops
+                .get(&(reason as u32), 0)
+                .map_err(|source| CaptureError::Map {
+                    name: MAP_DROPS,
+                    source,
+                })?;
             counts.by_reason[reason as usize] = per_cpu.iter().sum();
         }
         Ok(counts)
@@ -182,7 +220,9 @@ impl DropCounts {
 
     /// Every reason with its count.
     pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
-        DropReason::ALL.into_iter().map(|reason| (reason, self.get(reason)))
+        DropReason::ALL
+            .into_iter()
+            .map(|reason| (reason, self.get(reason)))
     }
 }
 
@@ -197,7 +237,10 @@ fn map_mut<'a, K: aya::Pod, V: aya::Pod>(
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK. Raising it may be
 /// refused (no CAP_SYS_RESOURCE); on newer kernels that is harmless.
 fn raise_memlock_limit() {
-    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
     // SAFETY: setrlimit reads the struct we pass and nothing else.
     let ret = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
     if ret != 0 {

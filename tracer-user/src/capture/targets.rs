@@ -75,7 +75,10 @@ impl TargetMatcher {
                 if prefix && text.len() < COMM_CHARS {
                     return Err(TargetNameError::ShortPrefix(name.to_owned()));
                 }
-                Ok(TargetName { text: text.to_owned(), prefix })
+                Ok(TargetName {
+                    text: text.to_owned(),
+                    prefix,
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { names })
@@ -84,7 +87,8 @@ impl TargetMatcher {
     /// The comm keys for the kernel's `TARGET_COMMS` map: each name cut to 15
     /// bytes and NUL padded, as the kernel stores a task's comm.
     pub fn comm_keys(&self) -> Vec<[u8; COMM_BYTES]> {
-        let mut keys: Vec<[u8; COMM_BYTES]> = self.names.iter().map(|name| comm_key(&name.text)).collect();
+        let mut keys: Vec<[u8; COMM_BYTES]> =
+            self.names.iter().map(|name| comm_key(&name.text)).collect();
         keys.dedup();
         keys
     }
@@ -94,7 +98,11 @@ impl TargetMatcher {
         self.names
             .iter()
             .find(|name| {
-                if name.prefix { file_name.starts_with(&name.text) } else { file_name == name.text }
+                if name.prefix {
+                    file_name.starts_with(&name.text)
+                } else {
+                    file_name == name.text
+                }
             })
             .map(|name| name.text.as_str())
     }
@@ -138,7 +146,12 @@ struct ProcEntry {
 /// Scans `proc_root` (normally `/proc`) for targets and their descendants up
 /// to `max_depth` generations, skipping `exclude_tgid` (the agent itself).
 /// Processes that vanish during the scan are skipped.
-pub fn scan_proc(proc_root: &Path, matcher: &TargetMatcher, max_depth: u32, exclude_tgid: u32) -> Vec<FoundTarget> {
+pub fn scan_proc(
+    proc_root: &Path,
+    matcher: &TargetMatcher,
+    max_depth: u32,
+    exclude_tgid: u32,
+) -> Vec<FoundTarget> {
     let Ok(dir) = fs::read_dir(proc_root) else {
         return Vec::new();
     };
@@ -164,8 +177,17 @@ pub fn scan_proc(proc_root: &Path, matcher: &TargetMatcher, max_depth: u32, excl
             let mut current = entry;
             for depth in 0..=max_depth {
                 if is_target(current) {
-                    let reason = if depth == 0 { TargetReason::Discovered } else { TargetReason::Descendant };
-                    return Some(FoundTarget { tgid, depth: depth as u8, reason, exe: entry.exe.clone() });
+                    let reason = if depth == 0 {
+                        TargetReason::Discovered
+                    } else {
+                        TargetReason::Descendant
+                    };
+                    return Some(FoundTarget {
+                        tgid,
+                        depth: depth as u8,
+                        reason,
+                        exe: entry.exe.clone(),
+                    });
                 }
                 current = processes.get(&current.ppid)?;
             }
@@ -210,7 +232,10 @@ mod tests {
         let matcher = default_matcher();
         assert_eq!(matcher.match_file_name("etcd"), Some("etcd"));
         assert_eq!(matcher.match_file_name("etcdctl"), None);
-        assert_eq!(matcher.match_file_name("containerd-shim-runc-v2"), Some("containerd-shim"));
+        assert_eq!(
+            matcher.match_file_name("containerd-shim-runc-v2"),
+            Some("containerd-shim")
+        );
         assert_eq!(matcher.match_file_name("containerd"), Some("containerd"));
         assert_eq!(matcher.match_file_name("runc.amd64"), None);
     }
@@ -220,19 +245,34 @@ mod tests {
         let keys = default_matcher().comm_keys();
         assert!(keys.contains(&comm_key("kube-controller")));
         assert!(keys.contains(&comm_key("containerd-shim")));
-        assert_eq!(&comm_key("kube-controller-manager")[..], b"kube-controller\0");
+        assert_eq!(
+            &comm_key("kube-controller-manager")[..],
+            b"kube-controller\0"
+        );
     }
 
     #[test]
     fn bad_names_are_rejected() {
-        assert!(matches!(TargetMatcher::new(["a/b"]), Err(TargetNameError::Invalid(_))));
-        assert!(matches!(TargetMatcher::new([""]), Err(TargetNameError::Invalid(_))));
-        assert!(matches!(TargetMatcher::new(["kube*"]), Err(TargetNameError::ShortPrefix(_))));
+        assert!(matches!(
+            TargetMatcher::new(["a/b"]),
+            Err(TargetNameError::Invalid(_))
+        ));
+        assert!(matches!(
+            TargetMatcher::new([""]),
+            Err(TargetNameError::Invalid(_))
+        ));
+        assert!(matches!(
+            TargetMatcher::new(["kube*"]),
+            Err(TargetNameError::ShortPrefix(_))
+        ));
     }
 
     #[test]
     fn stat_with_parentheses_in_comm() {
-        assert_eq!(parse_stat("42 (a) b) c) S 7 42 42 0"), Some(("a) b) c".to_owned(), 7)));
+        assert_eq!(
+            parse_stat("42 (a) b) c) S 7 42 42 0"),
+            Some(("a) b) c".to_owned(), 7))
+        );
         assert_eq!(parse_stat("42 (runc) R 1 0"), Some(("runc".to_owned(), 1)));
         assert_eq!(parse_stat("garbage"), None);
     }
@@ -256,10 +296,15 @@ mod tests {
             std::os::unix::fs::symlink(exe, dir.join("exe")).unwrap();
         }
         let found = scan_proc(&root, &default_matcher(), 1, 0);
-        let summary: Vec<(u32, u8, TargetReason)> = found.iter().map(|t| (t.tgid, t.depth, t.reason)).collect();
+        let summary: Vec<(u32, u8, TargetReason)> =
+            found.iter().map(|t| (t.tgid, t.depth, t.reason)).collect();
         assert_eq!(
             summary,
-            [(10, 0, TargetReason::Discovered), (20, 0, TargetReason::Discovered), (30, 1, TargetReason::Descendant)]
+            [
+                (10, 0, TargetReason::Discovered),
+                (20, 0, TargetReason::Discovered),
+                (30, 1, TargetReason::Descendant)
+            ]
         );
         fs::remove_dir_all(&root).unwrap();
     }

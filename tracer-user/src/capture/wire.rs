@@ -94,7 +94,11 @@ impl ExitStatus {
     /// number (plus 0x80 for a core dump) when killed.
     pub fn from_wait_status(raw: u32) -> ExitStatus {
         let signal = (raw & 0x7f) as u8;
-        if signal == 0 { ExitStatus::Code(((raw >> 8) & 0xff) as u8) } else { ExitStatus::Signal(signal) }
+        if signal == 0 {
+            ExitStatus::Code(((raw >> 8) & 0xff) as u8)
+        } else {
+            ExitStatus::Signal(signal)
+        }
     }
 
     /// Whether the process ended with exit code 0.
@@ -155,7 +159,11 @@ pub enum WireError {
 fn read_record<T: aya::Pod>(kind: &'static str, bytes: &[u8]) -> Result<T, WireError> {
     let need = size_of::<T>();
     if bytes.len() < need {
-        return Err(WireError::Truncated { kind, len: bytes.len(), need });
+        return Err(WireError::Truncated {
+            kind,
+            len: bytes.len(),
+            need,
+        });
     }
     // SAFETY: `bytes` holds at least size_of::<T>() bytes, `read_unaligned`
     // has no alignment requirement, and `T: Pod` is valid for any bit pattern.
@@ -166,7 +174,11 @@ fn read_record<T: aya::Pod>(kind: &'static str, bytes: &[u8]) -> Result<T, WireE
 pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
     let header: EventHeader = read_record("header", bytes)?;
     let kind = EventKind::try_from(header.kind).map_err(WireError::UnknownKind)?;
-    let ids = ProcessIds { ts_ns: header.ts_ns, tgid: header.tgid, tid: header.tid };
+    let ids = ProcessIds {
+        ts_ns: header.ts_ns,
+        tgid: header.tgid,
+        tid: header.tid,
+    };
     match kind {
         EventKind::Exec => {
             let event: ExecEvent = read_record("exec", bytes)?;
@@ -202,7 +214,12 @@ fn parse_exec(ids: ProcessIds, event: &ExecEvent) -> Result<ExecRecord, WireErro
     let filename = event
         .filename
         .get(..usize::from(event.filename_len))
-        .ok_or_else(|| malformed(format!("filename_len {} > {FILENAME_BYTES}", event.filename_len)))?;
+        .ok_or_else(|| {
+            malformed(format!(
+                "filename_len {} > {FILENAME_BYTES}",
+                event.filename_len
+            ))
+        })?;
     let args = event
         .args
         .get(..usize::from(event.args_len))
@@ -227,7 +244,9 @@ fn split_args(area: &[u8]) -> Vec<String> {
     if area.is_empty() {
         return Vec::new();
     }
-    area.split(|&b| b == 0).map(|arg| String::from_utf8_lossy(arg).into_owned()).collect()
+    area.split(|&b| b == 0)
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect()
 }
 
 fn comm_string(comm: &[u8; COMM_BYTES]) -> String {
@@ -247,7 +266,13 @@ mod tests {
 
     fn exec_event(args: &[u8], flags: u16) -> ExecEvent {
         let mut event = ExecEvent {
-            header: EventHeader { ts_ns: 42, kind: EventKind::Exec as u32, tgid: 100, tid: 100, _pad: 0 },
+            header: EventHeader {
+                ts_ns: 42,
+                kind: EventKind::Exec as u32,
+                tgid: 100,
+                tid: 100,
+                _pad: 0,
+            },
             cgroup_id: 7,
             ppid: 1,
             target_reason: TargetReason::Named as u8,
@@ -269,19 +294,34 @@ mod tests {
     #[test]
     fn exec_record_reads_only_the_valid_bytes() {
         let record = parse_record(&bytes_of(&exec_event(b"runc\0--root\0/run/runc\0", 0))).unwrap();
-        let RawEvent::Exec(exec) = record else { panic!("not an exec: {record:?}") };
+        let RawEvent::Exec(exec) = record else {
+            panic!("not an exec: {record:?}")
+        };
         assert_eq!(exec.comm, "runc");
         assert_eq!(exec.filename, "/bin/runc");
         assert_eq!(exec.argv, ["runc", "--root", "/run/runc"]);
         assert_eq!(exec.target, TargetReason::Named);
         assert!(!exec.argv_truncated && !exec.filename_truncated);
-        assert_eq!(exec.ids, ProcessIds { ts_ns: 42, tgid: 100, tid: 100 });
+        assert_eq!(
+            exec.ids,
+            ProcessIds {
+                ts_ns: 42,
+                tgid: 100,
+                tid: 100
+            }
+        );
     }
 
     #[test]
     fn truncated_args_keep_the_partial_last_string() {
-        let record = parse_record(&bytes_of(&exec_event(b"sh\0-c\0sleep 10; ec", EXEC_ARGS_TRUNCATED))).unwrap();
-        let RawEvent::Exec(exec) = record else { panic!("not an exec: {record:?}") };
+        let record = parse_record(&bytes_of(&exec_event(
+            b"sh\0-c\0sleep 10; ec",
+            EXEC_ARGS_TRUNCATED,
+        )))
+        .unwrap();
+        let RawEvent::Exec(exec) = record else {
+            panic!("not an exec: {record:?}")
+        };
         assert_eq!(exec.argv, ["sh", "-c", "sleep 10; ec"]);
         assert!(exec.argv_truncated);
     }
@@ -289,7 +329,9 @@ mod tests {
     #[test]
     fn empty_argument_area_gives_no_argv() {
         let record = parse_record(&bytes_of(&exec_event(b"", 0))).unwrap();
-        let RawEvent::Exec(exec) = record else { panic!("not an exec: {record:?}") };
+        let RawEvent::Exec(exec) = record else {
+            panic!("not an exec: {record:?}")
+        };
         assert!(exec.argv.is_empty());
     }
 
@@ -297,25 +339,44 @@ mod tests {
     fn record_shorter_than_its_kind_is_an_error() {
         let bytes = bytes_of(&exec_event(b"x\0", 0));
         let err = parse_record(&bytes[..100]).unwrap_err();
-        assert_eq!(err, WireError::Truncated { kind: "exec", len: 100, need: size_of::<ExecEvent>() });
-        assert!(matches!(parse_record(&[1, 2, 3]), Err(WireError::Truncated { kind: "header", .. })));
+        assert_eq!(
+            err,
+            WireError::Truncated {
+                kind: "exec",
+                len: 100,
+                need: size_of::<ExecEvent>()
+            }
+        );
+        assert!(matches!(
+            parse_record(&[1, 2, 3]),
+            Err(WireError::Truncated { kind: "header", .. })
+        ));
     }
 
     #[test]
     fn unknown_kind_is_an_error() {
         let mut event = exec_event(b"", 0);
         event.header.kind = 99;
-        assert_eq!(parse_record(&bytes_of(&event)), Err(WireError::UnknownKind(99)));
+        assert_eq!(
+            parse_record(&bytes_of(&event)),
+            Err(WireError::UnknownKind(99))
+        );
     }
 
     #[test]
     fn out_of_range_lengths_are_malformed() {
         let mut event = exec_event(b"", 0);
         event.args_len = ARGS_BYTES as u16 + 1;
-        assert!(matches!(parse_record(&bytes_of(&event)), Err(WireError::Malformed { .. })));
+        assert!(matches!(
+            parse_record(&bytes_of(&event)),
+            Err(WireError::Malformed { .. })
+        ));
         let mut event = exec_event(b"", 0);
         event.target_reason = 9;
-        assert!(matches!(parse_record(&bytes_of(&event)), Err(WireError::Malformed { .. })));
+        assert!(matches!(
+            parse_record(&bytes_of(&event)),
+            Err(WireError::Malformed { .. })
+        ));
     }
 
     #[test]
@@ -323,6 +384,9 @@ mod tests {
         assert_eq!(ExitStatus::from_wait_status(0), ExitStatus::Code(0));
         assert_eq!(ExitStatus::from_wait_status(3 << 8), ExitStatus::Code(3));
         assert_eq!(ExitStatus::from_wait_status(9), ExitStatus::Signal(9));
-        assert_eq!(ExitStatus::from_wait_status(0x80 | 11), ExitStatus::Signal(11));
+        assert_eq!(
+            ExitStatus::from_wait_status(0x80 | 11),
+            ExitStatus::Signal(11)
+        );
     }
 }

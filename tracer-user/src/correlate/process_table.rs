@@ -3,10 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::{
-    capture::clock::WallClock,
-    decode::Message,
-};
+use crate::{capture::clock::WallClock, decode::Message};
 
 /// Default bound on tracked processes. Entries leave when their process exits.
 pub const DEFAULT_PROCESS_CAPACITY: usize = 65_536;
@@ -45,7 +42,12 @@ pub struct ProcessTable {
 impl ProcessTable {
     /// An empty table holding at most `capacity` processes.
     pub fn new(clock: WallClock, capacity: usize) -> Self {
-        Self { clock, processes: HashMap::new(), capacity, full_drops: 0 }
+        Self {
+            clock,
+            processes: HashMap::new(),
+            capacity,
+            full_drops: 0,
+        }
     }
 
     /// Number of processes tracked.
@@ -76,12 +78,26 @@ impl ProcessTable {
             Message::Fork(fork) => {
                 let parent_name = self.name_of(fork.parent_tgid);
                 let name = parent_name.clone().unwrap_or_else(|| fork.comm.clone());
-                self.insert(fork.ids.tgid, ProcessEntry { name, started_ns: fork.ids.ts_ns });
+                self.insert(
+                    fork.ids.tgid,
+                    ProcessEntry {
+                        name,
+                        started_ns: fork.ids.ts_ns,
+                    },
+                );
                 (fork.ids.ts_ns, parent_name, None)
             }
             Message::Exec(exec) => {
-                let name = exec.filename.rsplit('/').next().unwrap_or(&exec.filename).to_owned();
-                let started_ns = self.processes.get(&exec.ids.tgid).map_or(exec.ids.ts_ns, |entry| entry.started_ns);
+                let name = exec
+                    .filename
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or(&exec.filename)
+                    .to_owned();
+                let started_ns = self
+                    .processes
+                    .get(&exec.ids.tgid)
+                    .map_or(exec.ids.ts_ns, |entry| entry.started_ns);
                 self.insert(exec.ids.tgid, ProcessEntry { name, started_ns });
                 (exec.ids.ts_ns, self.name_of(exec.ppid), None)
             }
@@ -91,7 +107,12 @@ impl ProcessTable {
                 (exit.ids.ts_ns, None, lifetime)
             }
         };
-        ProcessActivity { time_unix_ns: self.clock.unix_ns(ts_ns), message, parent_name, lifetime_ns }
+        ProcessActivity {
+            time_unix_ns: self.clock.unix_ns(ts_ns),
+            message,
+            parent_name,
+            lifetime_ns,
+        }
     }
 }
 
@@ -103,7 +124,11 @@ mod tests {
     use crate::capture::{ExecRecord, ExitRecord, ExitStatus, ForkRecord, ProcessIds};
 
     fn ids(ts_ns: u64, tgid: u32) -> ProcessIds {
-        ProcessIds { ts_ns, tgid, tid: tgid }
+        ProcessIds {
+            ts_ns,
+            tgid,
+            tid: tgid,
+        }
     }
 
     fn exec(ts_ns: u64, tgid: u32, ppid: u32, filename: &str) -> Message {

@@ -6,7 +6,14 @@
 //! replaces the value of any flag whose name suggests a secret.
 
 /// Substrings of flag names whose values are never shown.
-const SECRET_FLAG_WORDS: [&str; 6] = ["token", "password", "passwd", "secret", "credential", "auth-key"];
+const SECRET_FLAG_WORDS: [&str; 6] = [
+    "token",
+    "password",
+    "passwd",
+    "secret",
+    "credential",
+    "auth-key",
+];
 
 /// Replacement for a redacted value.
 pub const REDACTED: &str = "[redacted]";
@@ -47,21 +54,50 @@ mod tests {
     #[test]
     fn secret_flag_values_are_redacted_in_both_forms() {
         assert_eq!(
-            redacted(&["kubelet", "--token=abc", "--bootstrap-Token", "xyz", "--v=2"]),
-            ["kubelet", "--token=[redacted]", "--bootstrap-Token", "[redacted]", "--v=2"]
+            redacted(&[
+                "kubelet",
+                "--token=abc",
+                "--bootstrap-Token",
+                "xyz",
+                "--v=2"
+            ]),
+            [
+                "kubelet",
+                "--token=[redacted]",
+                "--bootstrap-Token",
+                "[redacted]",
+                "--v=2"
+            ]
         );
-        assert_eq!(redacted(&["etcd", "--password", "pw", "--name", "n1"]), ["etcd", "--password", "[redacted]", "--name", "n1"]);
+        assert_eq!(
+            redacted(&["etcd", "--password", "pw", "--name", "n1"]),
+            ["etcd", "--password", "[redacted]", "--name", "n1"]
+        );
     }
 
     #[test]
     fn runc_arguments_are_kept() {
-        let args = ["runc", "--root", "/run/containerd/runc/k8s.io", "create", "--bundle", "/b", "abc123"];
+        let args = [
+            "runc",
+            "--root",
+            "/run/containerd/runc/k8s.io",
+            "create",
+            "--bundle",
+            "/b",
+            "abc123",
+        ];
         assert_eq!(redacted(&args), args);
     }
 
     #[test]
     fn positional_words_are_not_flags() {
-        assert_eq!(redacted(&["sh", "-c", "echo token"]), ["sh", "-c", "echo token"]);
-        assert_eq!(redacted(&["tool", "token", "value"]), ["tool", "token", "value"]);
+        assert_eq!(
+            redacted(&["sh", "-c", "echo token"]),
+            ["sh", "-c", "echo token"]
+        );
+        assert_eq!(
+            redacted(&["tool", "token", "value"]),
+            ["tool", "token", "value"]
+        );
     }
 }

@@ -2,11 +2,7 @@
 
 use std::io::{self, Write};
 
-use crate::{
-    capture::ExitStatus,
-    correlate::ProcessActivity,
-    decode::Message,
-};
+use crate::{capture::ExitStatus, correlate::ProcessActivity, decode::Message};
 
 /// Formats `activity` as one line (no trailing newline).
 pub fn format_activity(activity: &ProcessActivity) -> String {
@@ -17,7 +13,12 @@ pub fn format_activity(activity: &ProcessActivity) -> String {
     };
     match &activity.message {
         Message::Exec(exec) => {
-            let argv = exec.argv.iter().map(|arg| quote(arg)).collect::<Vec<_>>().join(" ");
+            let argv = exec
+                .argv
+                .iter()
+                .map(|arg| quote(arg))
+                .collect::<Vec<_>>()
+                .join(" ");
             let cut = if exec.argv_truncated { " …" } else { "" };
             format!(
                 "{time}  exec  {comm}[{pid}] ← {parent}  {file}  argv: {argv}{cut}  ({reason:?}, depth {depth}, cgroup {cgroup})",
@@ -46,7 +47,11 @@ pub fn format_activity(activity: &ProcessActivity) -> String {
                 .lifetime_ns
                 .map(|ns| format!(" after {:.3}s", ns as f64 / 1e9))
                 .unwrap_or_default();
-            format!("{time}  exit  {comm}[{pid}]  {status}{lived}", comm = exit.comm, pid = exit.ids.tgid)
+            format!(
+                "{time}  exit  {comm}[{pid}]  {status}{lived}",
+                comm = exit.comm,
+                pid = exit.ids.tgid
+            )
         }
     }
 }
@@ -75,7 +80,12 @@ fn format_time(unix_ns: u64) -> String {
     let secs = unix_ns / 1_000_000_000;
     let micros = (unix_ns % 1_000_000_000) / 1_000;
     let day_secs = secs % 86_400;
-    format!("{:02}:{:02}:{:02}.{micros:06}", day_secs / 3600, (day_secs / 60) % 60, day_secs % 60)
+    format!(
+        "{:02}:{:02}:{:02}.{micros:06}",
+        day_secs / 3600,
+        (day_secs / 60) % 60,
+        day_secs % 60
+    )
 }
 
 /// Quotes an argument when it has spaces or is empty, so argv reads unambiguously.
@@ -98,7 +108,11 @@ mod tests {
     fn exec_line_shows_parent_file_and_quoted_argv() {
         let activity = ProcessActivity {
             message: Message::Exec(ExecRecord {
-                ids: ProcessIds { ts_ns: 0, tgid: 42, tid: 42 },
+                ids: ProcessIds {
+                    ts_ns: 0,
+                    tgid: 42,
+                    tid: 42,
+                },
                 ppid: 7,
                 cgroup_id: 99,
                 target: TargetReason::Descendant,
@@ -123,7 +137,11 @@ mod tests {
     fn exit_line_shows_signal_and_lifetime() {
         let activity = ProcessActivity {
             message: Message::Exit(ExitRecord {
-                ids: ProcessIds { ts_ns: 0, tgid: 42, tid: 43 },
+                ids: ProcessIds {
+                    ts_ns: 0,
+                    tgid: 42,
+                    tid: 43,
+                },
                 cgroup_id: 1,
                 status: ExitStatus::Signal(9),
                 comm: "sleep".into(),
@@ -132,6 +150,9 @@ mod tests {
             parent_name: None,
             lifetime_ns: Some(1_500_000_000),
         };
-        assert_eq!(format_activity(&activity), "00:00:00.000000  exit  sleep[42]  killed by signal 9 after 1.500s");
+        assert_eq!(
+            format_activity(&activity),
+            "00:00:00.000000  exit  sleep[42]  killed by signal 9 after 1.500s"
+        );
     }
 }
