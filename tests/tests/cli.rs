@@ -1,4 +1,9 @@
 //! Live: the `podtrace` binary as an operator runs it.
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test helpers: a failed step fails the test"
+)]
 
 use std::{
     io::{BufRead, BufReader},

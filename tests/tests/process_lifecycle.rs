@@ -3,6 +3,11 @@
 //! The tree's root is a copy of /bin/sh under a target name; its children and
 //! grandchildren become targets by descent. Assertions are on the real pids,
 //! parent links, filenames, argv and exit codes the kernel reported.
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test helpers: a failed step fails the test"
+)]
 
 use std::{path::Path, process::Command, time::Duration};
 

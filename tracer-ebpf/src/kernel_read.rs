@@ -94,7 +94,7 @@ pub(crate) fn binprm_filename(bprm: u64, offsets: &KernelOffsets) -> Result<u64,
 fn read_kernel<T: Copy>(base: u64, offset: u32) -> Result<T, i32> {
     let ptr = base.wrapping_add(u64::from(offset)) as *const T;
     // SAFETY: bpf_probe_read_kernel validates the address and fails on a bad one.
-    unsafe { bpf_probe_read_kernel(ptr) }.map_err(|err| err as i32)
+    unsafe { bpf_probe_read_kernel(ptr) }
 }
 
 /// Copies the NUL-terminated kernel string at `src` into `dst`. Returns the

@@ -121,7 +121,7 @@ fn try_fork(ctx: &RawTracePointContext) -> Result<(), DropReason> {
         _pad: [0; 2],
     };
     TARGETS
-        .insert(&child_tgid, &info, 0)
+        .insert(child_tgid, info, 0)
         .map_err(|_| DropReason::TargetMapFull)?;
 
     let mut entry = EVENTS
@@ -149,7 +149,7 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
     let ts_ns = now_ns();
     let comm = current_comm();
     // SAFETY: only tests presence; no reference is kept.
-    let named = unsafe { TARGET_COMMS.get(&comm) }.is_some();
+    let named = unsafe { TARGET_COMMS.get(comm) }.is_some();
     let info = if named {
         // A target binary: (re)start counting descendants from here, so that
         // e.g. `runc init` under a deep shim is followed like a fresh runc.
@@ -159,7 +159,7 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
             _pad: [0; 2],
         };
         TARGETS
-            .insert(&tgid, &info, 0)
+            .insert(tgid, info, 0)
             .map_err(|_| DropReason::TargetMapFull)?;
         info
     } else if let Some(info) = target_of(tgid) {
@@ -277,7 +277,7 @@ fn try_exit() -> Result<(), DropReason> {
         return Ok(());
     }
     // The process is gone: stop following its tgid (pids are reused).
-    let _ = TARGETS.remove(&tgid);
+    let _ = TARGETS.remove(tgid);
     let exit_code = task
         .exit_code(&offsets)
         .map_err(|_| DropReason::ReadFailed)?;

@@ -47,7 +47,7 @@ pub(crate) fn config() -> Config {
 pub(crate) fn target_of(tgid: u32) -> Option<TargetInfo> {
     // SAFETY: the value is copied out immediately; a concurrent delete of the
     // entry cannot free memory the copy still points to.
-    unsafe { TARGETS.get(&tgid).copied() }
+    unsafe { TARGETS.get(tgid).copied() }
 }
 
 /// Adds one to the per-CPU counter of `reason`.
