@@ -236,3 +236,40 @@ async fn long_argv_is_cut_and_flagged_without_reading_the_environment() {
     );
     assert!(exec.argv[3].chars().all(|c| c == 'a') && exec.argv[3].len() < long_arg.len());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn target_running_before_start_is_found_in_proc_and_followed() {
+    if !live_test_can_run("target_running_before_start_is_found_in_proc_and_followed") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root_sh = copy_executable(Path::new("/bin/sh"), dir.path(), "pt-seeded-root");
+    // Started before the programs are loaded: only the /proc scan can find it.
+    let root = Command::new(&root_sh)
+        .args(["-c", "sleep 2; /bin/true seeded-child; exit 4"])
+        .spawn()
+        .unwrap();
+    let root_pid = root.id();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let mut capture = LiveCapture::start(&["pt-seeded-root"], 2);
+    let events = capture
+        .collect_until(
+            TIMEOUT,
+            |event| matches!(event, RawEvent::Exit(exit) if exit.ids.tgid == root_pid),
+        )
+        .await;
+    capture.stop().await;
+    assert_eq!(root.wait_with_output().unwrap().status.code(), Some(4));
+
+    let child = execs(&events)
+        .into_iter()
+        .find(|exec| exec.argv == ["/bin/true", "seeded-child"])
+        .expect("child exec");
+    assert_eq!(
+        (child.ppid, child.depth, child.target),
+        (root_pid, 1, TargetReason::Descendant)
+    );
+    assert_eq!(exit_of(&events, child.ids.tgid), Some(ExitStatus::Code(0)));
+    assert_eq!(exit_of(&events, root_pid), Some(ExitStatus::Code(4)));
+}
