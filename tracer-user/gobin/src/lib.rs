@@ -316,6 +316,8 @@ impl GoBinary {
     /// it under that name too, so both tables answer the same question the same
     /// way. The ABI0 twin is the one flagged as assembly, else the later one —
     /// the compiler emits ABI wrappers after the functions of their package.
+    /// Other repeated names (generic instantiations whose shapes print alike)
+    /// resolve to the first, lowest-addressed function.
     fn index_names(&self) -> HashMap<Box<str>, u32> {
         let mut index: HashMap<Box<str>, u32> = HashMap::with_capacity(self.pclntab.nfunc as usize);
         let is_asm = |i: u32| {
@@ -330,6 +332,11 @@ impl GoBinary {
             let Ok(name) = std::str::from_utf8(raw.name) else {
                 continue;
             };
+            // `.symtab` spells `·` (in compiler-generated names like
+            // `type:.eq.T·1`) as `.`; answer to that spelling too.
+            if name.contains('·') {
+                index.entry(name.replace('·', ".").into()).or_insert(i);
+            }
             let Some(&first) = index.get(name) else {
                 index.insert(name.into(), i);
                 continue;

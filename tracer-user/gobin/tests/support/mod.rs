@@ -1,0 +1,127 @@
+//! Shared by the integration tests: Go toolchains and fixture builds, cached
+//! on disk under cargo's per-target temporary directory, and an independent
+//! reading of `.symtab` (with the `object` crate directly, not through the
+//! code under test).
+
+// Each test file uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{Mutex, OnceLock},
+    time::SystemTime,
+};
+
+use object::{Object as _, ObjectSymbol as _, SymbolKind};
+use tracer_gobin::fixture::{self, GoToolchain, Variant};
+
+/// The toolchain of Go 1.`minor`, or `None` after printing why the test skips.
+pub fn toolchain(minor: u32, test: &str) -> Option<GoToolchain> {
+    let found = toolchains()
+        .iter()
+        .find(|t| {
+            tracer_gobin::GoRelease::parse(&t.version)
+                .is_some_and(|r| r.major == 1 && r.minor == minor)
+        })
+        .cloned();
+    if found.is_none() {
+        println!(
+            "SKIP {test}: no Go 1.{minor} toolchain under {}/.tools/go/*/go or PODTRACE_GO_ROOTS (run `cargo xtask setup`)",
+            fixture::workspace_root().display()
+        );
+    }
+    found
+}
+
+pub fn toolchains() -> &'static [GoToolchain] {
+    static FOUND: OnceLock<Vec<GoToolchain>> = OnceLock::new();
+    FOUND.get_or_init(fixture::toolchains)
+}
+
+/// The fixture built by `toolchain` as `variant`. Builds are serialised (two
+/// cores; the Go build is parallel itself) and reused across test runs while
+/// newer than the fixture source and the toolchain.
+pub fn build(toolchain: &GoToolchain, variant: Variant) -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|poison| poison.into_inner());
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let out_dir = tmp.join("gobin-fixtures").join(&toolchain.version);
+    let out = out_dir.join(variant.to_string());
+    if modified(&out) > newest_input(toolchain) {
+        return out;
+    }
+    std::fs::create_dir_all(&out_dir).unwrap();
+    fixture::build(toolchain, variant, &out_dir, &tmp.join("gobin-gocache")).unwrap()
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+fn newest_input(toolchain: &GoToolchain) -> Option<SystemTime> {
+    let sources = std::fs::read_dir(fixture::fixture_source()).unwrap();
+    sources
+        .filter_map(|e| modified(&e.ok()?.path()))
+        .chain(modified(&toolchain.go))
+        .max()
+}
+
+/// FUNC symbols of `.symtab`: name → address (names given to one address
+/// only; generic instantiations can share a printed name), and address → names.
+pub struct Symtab {
+    pub by_name: HashMap<String, u64>,
+    pub by_addr: HashMap<u64, Vec<String>>,
+}
+
+pub fn symtab(path: &Path) -> Symtab {
+    let bytes = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    let mut table = Symtab {
+        by_name: HashMap::new(),
+        by_addr: HashMap::new(),
+    };
+    let mut ambiguous = Vec::new();
+    for sym in file.symbols() {
+        if sym.kind() != SymbolKind::Text || sym.address() == 0 {
+            continue;
+        }
+        let name = sym.name().unwrap().to_owned();
+        if let Some(previous) = table.by_name.insert(name.clone(), sym.address()) {
+            if previous != sym.address() {
+                ambiguous.push(name.clone());
+            }
+        }
+        table.by_addr.entry(sym.address()).or_default().push(name);
+    }
+    for name in ambiguous {
+        table.by_name.remove(&name);
+    }
+    table
+}
+
+pub fn symbol_address(path: &Path, name: &str) -> Option<u64> {
+    let bytes = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    file.symbols()
+        .find(|s| s.name() == Ok(name))
+        .map(|s| s.address())
+}
+
+/// What `go version -m` prints for `path`, minus the leading `path: `.
+pub fn go_version_m(toolchain: &GoToolchain, path: &Path) -> String {
+    let out = std::process::Command::new(&toolchain.go)
+        .args(["version", "-m"])
+        .arg(path)
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let prefix = format!("{}: ", path.display());
+    text.strip_prefix(&prefix).unwrap_or(&text).to_owned()
+}
