@@ -4,6 +4,9 @@
 //! `.symtab` gives it (and vice versa), every RET offset is a RET, and the
 //! build info reads as `go version -m` prints it.
 
+// Helpers shared by the scenario tests below fail the test loudly.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 mod support;
 
 use std::path::Path;

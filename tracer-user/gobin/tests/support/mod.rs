@@ -3,8 +3,9 @@
 //! reading of `.symtab` (with the `object` crate directly, not through the
 //! code under test).
 
-// Each test file uses a different subset of these helpers.
-#![allow(dead_code)]
+// Each test file uses a different subset of these helpers; they are test
+// code, where failing loudly is the point.
+#![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
 use std::{
     collections::HashMap,
@@ -17,7 +18,7 @@ use object::{Object as _, ObjectSymbol as _, SymbolKind};
 use tracer_gobin::fixture::{self, GoToolchain, Variant};
 
 /// The toolchain of Go 1.`minor`, or `None` after printing why the test skips.
-pub fn toolchain(minor: u32, test: &str) -> Option<GoToolchain> {
+pub(crate) fn toolchain(minor: u32, test: &str) -> Option<GoToolchain> {
     let found = toolchains()
         .iter()
         .find(|t| {
@@ -34,7 +35,7 @@ pub fn toolchain(minor: u32, test: &str) -> Option<GoToolchain> {
     found
 }
 
-pub fn toolchains() -> &'static [GoToolchain] {
+pub(crate) fn toolchains() -> &'static [GoToolchain] {
     static FOUND: OnceLock<Vec<GoToolchain>> = OnceLock::new();
     FOUND.get_or_init(fixture::toolchains)
 }
@@ -42,7 +43,7 @@ pub fn toolchains() -> &'static [GoToolchain] {
 /// The fixture built by `toolchain` as `variant`. Builds are serialised (two
 /// cores; the Go build is parallel itself) and reused across test runs while
 /// newer than the fixture source and the toolchain.
-pub fn build(toolchain: &GoToolchain, variant: Variant) -> PathBuf {
+pub(crate) fn build(toolchain: &GoToolchain, variant: Variant) -> PathBuf {
     static LOCK: Mutex<()> = Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|poison| poison.into_inner());
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
@@ -69,12 +70,12 @@ fn newest_input(toolchain: &GoToolchain) -> Option<SystemTime> {
 
 /// FUNC symbols of `.symtab`: name → address (names given to one address
 /// only; generic instantiations can share a printed name), and address → names.
-pub struct Symtab {
-    pub by_name: HashMap<String, u64>,
-    pub by_addr: HashMap<u64, Vec<String>>,
+pub(crate) struct Symtab {
+    pub(crate) by_name: HashMap<String, u64>,
+    pub(crate) by_addr: HashMap<u64, Vec<String>>,
 }
 
-pub fn symtab(path: &Path) -> Symtab {
+pub(crate) fn symtab(path: &Path) -> Symtab {
     let bytes = std::fs::read(path).unwrap();
     let file = object::File::parse(&*bytes).unwrap();
     let mut table = Symtab {
@@ -100,7 +101,7 @@ pub fn symtab(path: &Path) -> Symtab {
     table
 }
 
-pub fn symbol_address(path: &Path, name: &str) -> Option<u64> {
+pub(crate) fn symbol_address(path: &Path, name: &str) -> Option<u64> {
     let bytes = std::fs::read(path).unwrap();
     let file = object::File::parse(&*bytes).unwrap();
     file.symbols()
@@ -109,7 +110,7 @@ pub fn symbol_address(path: &Path, name: &str) -> Option<u64> {
 }
 
 /// What `go version -m` prints for `path`, minus the leading `path: `.
-pub fn go_version_m(toolchain: &GoToolchain, path: &Path) -> String {
+pub(crate) fn go_version_m(toolchain: &GoToolchain, path: &Path) -> String {
     let out = std::process::Command::new(&toolchain.go)
         .args(["version", "-m"])
         .arg(path)
