@@ -179,9 +179,10 @@ fn debian_containerd_resolves_twenty_functions_quickly() {
     let inspection = bin.inspect(names).unwrap();
     let elapsed = start.elapsed();
     println!(
-        "containerd: opened and resolved {} of {} functions with RETs in {elapsed:?} (missing: {:?})",
+        "containerd: opened and resolved {} of {} functions with RETs in {elapsed:?} ({} functions in pclntab; missing: {:?})",
         inspection.functions.len(),
         names.len(),
+        bin.functions().count(),
         inspection.missing
     );
     assert!(inspection.functions.len() >= 18, "{:?}", inspection.missing);
