@@ -51,22 +51,46 @@ pub enum Variant {
     PieStripped,
     Cgo,
     CgoStripped,
+    /// CGo and PIE: externally linked position-independent executable.
+    CgoPie,
+    CgoPieStripped,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 6] = [
+    pub const ALL: [Variant; 8] = [
         Variant::Plain,
         Variant::Stripped,
         Variant::Pie,
         Variant::PieStripped,
         Variant::Cgo,
         Variant::CgoStripped,
+        Variant::CgoPie,
+        Variant::CgoPieStripped,
     ];
 
     pub fn is_stripped(self) -> bool {
         matches!(
             self,
-            Variant::Stripped | Variant::PieStripped | Variant::CgoStripped
+            Variant::Stripped
+                | Variant::PieStripped
+                | Variant::CgoStripped
+                | Variant::CgoPieStripped
+        )
+    }
+
+    /// Built with CGO_ENABLED=1 (and the fixture's C function): externally linked.
+    pub fn is_cgo(self) -> bool {
+        matches!(
+            self,
+            Variant::Cgo | Variant::CgoStripped | Variant::CgoPie | Variant::CgoPieStripped
+        )
+    }
+
+    /// Built with `-buildmode=pie`.
+    pub fn is_pie(self) -> bool {
+        matches!(
+            self,
+            Variant::Pie | Variant::PieStripped | Variant::CgoPie | Variant::CgoPieStripped
         )
     }
 
@@ -76,6 +100,7 @@ impl Variant {
             Variant::Plain | Variant::Stripped => Variant::Plain,
             Variant::Pie | Variant::PieStripped => Variant::Pie,
             Variant::Cgo | Variant::CgoStripped => Variant::Cgo,
+            Variant::CgoPie | Variant::CgoPieStripped => Variant::CgoPie,
         }
     }
 
@@ -87,6 +112,8 @@ impl Variant {
             Variant::PieStripped => "pie-stripped",
             Variant::Cgo => "cgo",
             Variant::CgoStripped => "cgo-stripped",
+            Variant::CgoPie => "cgo-pie",
+            Variant::CgoPieStripped => "cgo-pie-stripped",
         }
     }
 }
@@ -161,17 +188,10 @@ pub fn build(
         .env("GOCACHE", gocache)
         .env("GOPATH", gocache.join("gopath"))
         .env_remove("GOROOT")
-        .env(
-            "CGO_ENABLED",
-            if matches!(variant, Variant::Cgo | Variant::CgoStripped) {
-                "1"
-            } else {
-                "0"
-            },
-        )
+        .env("CGO_ENABLED", if variant.is_cgo() { "1" } else { "0" })
         .args(["build", "-trimpath", "-buildvcs=false", "-o"])
         .arg(&out);
-    if matches!(variant, Variant::Pie | Variant::PieStripped) {
+    if variant.is_pie() {
         cmd.arg("-buildmode=pie");
     }
     if variant.is_stripped() {

@@ -113,7 +113,7 @@ fn check_against_symtab(minor: u32, variant: Variant, test: &str) {
     assert_eq!(info.go_version, toolchain.version, "{test}");
     assert_eq!(info.path, "podtrace.test/gobinfixture", "{test}");
     assert_eq!(info.main.path, "podtrace.test/gobinfixture", "{test}");
-    let cgo = matches!(variant, Variant::Cgo | Variant::CgoStripped);
+    let cgo = variant.is_cgo();
     assert_eq!(
         info.setting("CGO_ENABLED"),
         Some(if cgo { "1" } else { "0" }),
@@ -146,6 +146,7 @@ against_symtab! {
     stripped_pie_go121_matches_symtab: 21 PieStripped;
     cgo_go121_matches_symtab: 21 Cgo;
     stripped_cgo_go121_matches_symtab: 21 CgoStripped;
+    stripped_cgo_pie_go121_matches_symtab: 21 CgoPieStripped;
     plain_go122_matches_symtab: 22 Plain;
     stripped_go122_matches_symtab: 22 Stripped;
     stripped_pie_go122_matches_symtab: 22 PieStripped;
@@ -166,18 +167,21 @@ against_symtab! {
     stripped_pie_go125_matches_symtab: 25 PieStripped;
     cgo_go125_matches_symtab: 25 Cgo;
     stripped_cgo_go125_matches_symtab: 25 CgoStripped;
+    stripped_cgo_pie_go125_matches_symtab: 25 CgoPieStripped;
     plain_go126_matches_symtab: 26 Plain;
     stripped_go126_matches_symtab: 26 Stripped;
     pie_go126_matches_symtab: 26 Pie;
     stripped_pie_go126_matches_symtab: 26 PieStripped;
     cgo_go126_matches_symtab: 26 Cgo;
     stripped_cgo_go126_matches_symtab: 26 CgoStripped;
+    stripped_cgo_pie_go126_matches_symtab: 26 CgoPieStripped;
     plain_go127_matches_symtab: 27 Plain;
     stripped_go127_matches_symtab: 27 Stripped;
     pie_go127_matches_symtab: 27 Pie;
     stripped_pie_go127_matches_symtab: 27 PieStripped;
     cgo_go127_matches_symtab: 27 Cgo;
     stripped_cgo_go127_matches_symtab: 27 CgoStripped;
+    stripped_cgo_pie_go127_matches_symtab: 27 CgoPieStripped;
 }
 
 /// The raw pcHeader.textStart word (offset 24) of a binary's `.gopclntab`.
@@ -201,6 +205,7 @@ fn check_text_start_zero(minor: u32, test: &str) {
         (Variant::Stripped, TextStartSource::ModuledataScan),
         (Variant::PieStripped, TextStartSource::ModuledataScan),
         (Variant::CgoStripped, TextStartSource::ModuledataScan),
+        (Variant::CgoPieStripped, TextStartSource::ModuledataScan),
     ] {
         let path = support::build(&toolchain, variant);
         assert_eq!(
