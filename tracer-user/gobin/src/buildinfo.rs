@@ -300,4 +300,69 @@ mod tests {
         assert_eq!(strip_sentinels(&framed), b"qpath\tp\n");
         assert_eq!(strip_sentinels(b"short"), b"short");
     }
+
+    /// A minimal ELF64 with one RW PT_LOAD at 0x10000 holding a Go < 1.18 build
+    /// info blob: pointers to Go string headers instead of inline strings.
+    fn elf_with_pointer_format_blob(modinfo: &[u8]) -> Vec<u8> {
+        const BASE: u64 = 0x10000;
+        let mut elf = vec![0u8; 0x110];
+        elf[..8].copy_from_slice(b"\x7fELF\x02\x01\x01\x00");
+        let put16 =
+            |b: &mut Vec<u8>, at: usize, v: u16| b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+        let put32 =
+            |b: &mut Vec<u8>, at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        let put64 =
+            |b: &mut Vec<u8>, at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        put16(&mut elf, 0x10, 2); // ET_EXEC
+        put16(&mut elf, 0x12, 62); // EM_X86_64
+        put32(&mut elf, 0x14, 1);
+        put64(&mut elf, 0x20, 64); // e_phoff
+        put16(&mut elf, 0x34, 64); // e_ehsize
+        put16(&mut elf, 0x36, 56); // e_phentsize
+        put16(&mut elf, 0x38, 1); // e_phnum
+        // The blob at file 0x80, its string headers at 0xc0 and 0xd0, strings from 0x100.
+        elf[0x80..0x80 + 14].copy_from_slice(MAGIC);
+        elf[0x80 + 14] = 8;
+        put64(&mut elf, 0x90, BASE + 0xc0);
+        put64(&mut elf, 0x98, BASE + 0xd0);
+        put64(&mut elf, 0xc0, BASE + 0x100);
+        put64(&mut elf, 0xc8, 8);
+        put64(&mut elf, 0xd0, BASE + 0x108);
+        put64(&mut elf, 0xd8, modinfo.len() as u64);
+        elf[0x100..0x108].copy_from_slice(b"go1.17.3");
+        elf.truncate(0x108);
+        elf.extend_from_slice(modinfo);
+        let len = elf.len() as u64;
+        // PT_LOAD, RW, whole file at BASE.
+        put32(&mut elf, 64, 1);
+        put32(&mut elf, 68, 6);
+        put64(&mut elf, 64 + 16, BASE);
+        put64(&mut elf, 64 + 32, len);
+        put64(&mut elf, 64 + 40, len);
+        elf
+    }
+
+    #[test]
+    fn pre_go118_pointer_format_is_read() {
+        let mut modinfo = vec![0x30; 16];
+        modinfo.extend_from_slice(b"path\texample.com/cmd\nmod\texample.com\tv1.2.3\th1:x=\n");
+        modinfo.extend_from_slice(&[0xf9; 16]);
+        let elf = elf_with_pointer_format_blob(&modinfo);
+        let layout = ElfLayout::parse(&elf).unwrap();
+        let info = BuildInfo::read(&layout, &elf).unwrap();
+        assert_eq!(info.go_version, "go1.17.3");
+        assert_eq!(info.path, "example.com/cmd");
+        assert_eq!(info.main.version, "v1.2.3");
+    }
+
+    #[test]
+    fn pre_go118_pointer_format_with_bad_pointers_is_corrupt() {
+        let mut elf = elf_with_pointer_format_blob(b"");
+        elf[0x90..0x98].copy_from_slice(&0xdead_0000_u64.to_le_bytes());
+        let layout = ElfLayout::parse(&elf).unwrap();
+        assert!(matches!(
+            BuildInfo::read(&layout, &elf),
+            Err(GoBinError::CorruptBuildInfo(_))
+        ));
+    }
 }

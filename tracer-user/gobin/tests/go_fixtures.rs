@@ -309,3 +309,55 @@ fn abi0_twin_resolves_like_symtab_in_stripped_go126() {
     }
     assert!(both >= 10, "only {both} ABI pairs");
 }
+
+/// The committed table is what the generator makes from today's toolchains,
+/// and every fixture's build info selects its row.
+#[test]
+fn struct_offsets_table_matches_dwarf_of_fixtures() {
+    let toolchains = support::toolchains();
+    if toolchains.is_empty() {
+        println!("SKIP struct_offsets_table_matches_dwarf_of_fixtures: no Go toolchain");
+        return;
+    }
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gen-offsets"));
+    for toolchain in toolchains {
+        let plain = support::build(toolchain, Variant::Plain);
+        let bin = GoBinary::open(&plain).unwrap();
+        tracer_gobin::StructOffsets::for_binary(bin.build_info()).unwrap();
+        cmd.arg("--binary").arg(plain);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = String::from_utf8(out.stdout).unwrap();
+    let committed =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/offsets_table.rs"))
+            .unwrap();
+    let committed_releases = tracer_gobin::StructOffsets::known_releases().count();
+    if toolchains.len() == committed_releases {
+        assert_eq!(
+            generated, committed,
+            "src/offsets_table.rs is stale: run `cargo xtask offsets`"
+        );
+    } else {
+        println!(
+            "struct_offsets_table_matches_dwarf_of_fixtures: {} toolchains for {committed_releases} table rows; comparing rows only",
+            toolchains.len()
+        );
+        let body = |text: &str| {
+            text.split("TableEntry {")
+                .skip(1)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        for row in body(&generated) {
+            assert!(
+                committed.contains(row.trim_end_matches("];\n")),
+                "stale row: {row}"
+            );
+        }
+    }
+}
