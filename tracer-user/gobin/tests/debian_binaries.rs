@@ -12,7 +12,7 @@
 
 mod support;
 
-use std::{path::Path, time::Instant};
+use std::path::Path;
 
 use tracer_gobin::{FunctionSource, GoBinary, PclntabVersion, TextStartSource};
 
@@ -24,8 +24,9 @@ const GRPC_SERVER: &[&str] = &[
 
 fn open(path: &str, test: &str) -> Option<GoBinary> {
     if !Path::new(path).exists() {
-        println!(
-            "SKIP {test}: {path} is not installed (apt-get install -y etcd-server containerd runc)"
+        support::skip(
+            test,
+            &format!("{path} is not installed (apt-get install -y etcd-server containerd runc)"),
         );
         return None;
     }
@@ -142,13 +143,14 @@ fn debian_runc_resolves_its_functions() {
 }
 
 /// Opening containerd (48 MB) and resolving ~20 probe functions with their
-/// RETs; the release-build figure is what the issue's < 300 ms budget is about.
+/// RETs. How long that takes is measured by `cargo xtask bench`, not here.
 #[test]
-fn debian_containerd_resolves_twenty_functions_quickly() {
+fn debian_containerd_resolves_twenty_functions() {
     let path = "/usr/bin/containerd";
     if !Path::new(path).exists() {
-        println!(
-            "SKIP debian_containerd_resolves_twenty_functions_quickly: {path} is not installed"
+        support::skip(
+            "debian_containerd_resolves_twenty_functions",
+            &format!("{path} is not installed"),
         );
         return;
     }
@@ -174,18 +176,13 @@ fn debian_containerd_resolves_twenty_functions_quickly() {
         "runtime.newproc1",
         "runtime.goexit1",
     ];
-    let start = Instant::now();
     let bin = GoBinary::open(path).unwrap();
     let inspection = bin.inspect(names).unwrap();
-    let elapsed = start.elapsed();
-    println!(
-        "containerd: opened and resolved {} of {} functions with RETs in {elapsed:?} ({} functions in pclntab; missing: {:?})",
-        inspection.functions.len(),
-        names.len(),
-        bin.functions().count(),
-        inspection.missing
-    );
     assert!(inspection.functions.len() >= 18, "{:?}", inspection.missing);
-    // Generous for unoptimised test builds on a loaded CI machine; see the README for release figures.
-    assert!(elapsed.as_millis() < 3000, "{elapsed:?}");
+    for (name, function) in &inspection.functions {
+        assert!(
+            function.entry < function.end && !function.ret_offsets.is_empty(),
+            "{name}: {function:?}"
+        );
+    }
 }

@@ -316,7 +316,10 @@ fn abi0_twin_resolves_like_symtab_in_stripped_go126() {
 fn struct_offsets_table_matches_dwarf_of_fixtures() {
     let toolchains = support::toolchains();
     if toolchains.is_empty() {
-        println!("SKIP struct_offsets_table_matches_dwarf_of_fixtures: no Go toolchain");
+        support::skip(
+            "struct_offsets_table_matches_dwarf_of_fixtures",
+            "no Go toolchain",
+        );
         return;
     }
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gen-offsets"));

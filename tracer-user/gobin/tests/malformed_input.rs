@@ -26,7 +26,7 @@ fn go_binary(test: &str) -> Option<PathBuf> {
     if debian.exists() {
         return Some(debian);
     }
-    println!("SKIP {test}: no Go toolchain and no Debian Go binary");
+    support::skip(test, "no Go toolchain and no Debian Go binary");
     None
 }
 
