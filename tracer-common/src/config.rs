@@ -113,6 +113,8 @@ const _: () = assert!(size_of::<TargetInfo>() == 4);
 pub const MAX_TARGETS: u32 = 16_384;
 /// Capacity of the `TARGET_COMMS` map.
 pub const MAX_TARGET_COMMS: u32 = 64;
+/// Slots of the `PROBE_HITS` map: one per attached uprobe (entry or RET).
+pub const MAX_PROBE_SLOTS: u32 = 4096;
 /// Length of a task's comm, NUL included (`TASK_COMM_LEN`).
 pub const COMM_BYTES: usize = 16;
 /// Default ring buffer size; must be a power of two and a multiple of the page size.

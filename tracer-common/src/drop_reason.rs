@@ -19,17 +19,20 @@ pub enum DropReason {
     ArgsTruncated = 4,
     /// An exec's filename was longer than `FILENAME_BYTES` and was cut.
     FilenameTruncated = 5,
+    /// A uprobe fired with an attach cookie outside `PROBE_HITS` (a loader bug).
+    ProbeSlotOutOfRange = 6,
 }
 
 impl DropReason {
     /// Every reason, in index order.
-    pub const ALL: [DropReason; 6] = [
+    pub const ALL: [DropReason; 7] = [
         DropReason::RingBufFull,
         DropReason::TargetMapFull,
         DropReason::DescendantDepthLimit,
         DropReason::ReadFailed,
         DropReason::ArgsTruncated,
         DropReason::FilenameTruncated,
+        DropReason::ProbeSlotOutOfRange,
     ];
     /// Number of slots in the `DROPS` array.
     pub const COUNT: u32 = Self::ALL.len() as u32;
@@ -43,6 +46,7 @@ impl DropReason {
             DropReason::ReadFailed => "read_failed",
             DropReason::ArgsTruncated => "args_truncated",
             DropReason::FilenameTruncated => "filename_truncated",
+            DropReason::ProbeSlotOutOfRange => "probe_slot_out_of_range",
         }
     }
 

@@ -10,6 +10,10 @@ pub const MAP_TARGETS: &str = "TARGETS";
 /// Hash map comm (16 bytes, NUL padded) → 1: executable names that make a
 /// process a target when it execs.
 pub const MAP_TARGET_COMMS: &str = "TARGET_COMMS";
+/// Per-CPU `u64` hit counters of uprobes, indexed by the probe's attach cookie.
+pub const MAP_PROBE_HITS: &str = "PROBE_HITS";
+/// The uprobe program that only counts hits (`podtrace probe-check`).
+pub const PROGRAM_GO_PROBE_HIT: &str = "go_probe_hit";
 /// Read-only global holding [`crate::config::Config`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 

@@ -16,6 +16,7 @@
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod go_probes;
 mod kernel_read;
 mod lifecycle;
 mod maps;

@@ -7,7 +7,8 @@ use aya_ebpf::{
 };
 use tracer_common::{
     config::{
-        COMM_BYTES, Config, DEFAULT_RING_BUFFER_BYTES, MAX_TARGET_COMMS, MAX_TARGETS, TargetInfo,
+        COMM_BYTES, Config, DEFAULT_RING_BUFFER_BYTES, MAX_PROBE_SLOTS, MAX_TARGET_COMMS,
+        MAX_TARGETS, TargetInfo,
     },
     drop_reason::DropReason,
 };
@@ -28,6 +29,10 @@ pub(crate) static TARGETS: HashMap<u32, TargetInfo> = HashMap::with_max_entries(
 #[map]
 pub(crate) static TARGET_COMMS: HashMap<[u8; COMM_BYTES], u8> =
     HashMap::with_max_entries(MAX_TARGET_COMMS, 0);
+
+/// Hits per attached uprobe, indexed by its attach cookie.
+#[map]
+pub(crate) static PROBE_HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_PROBE_SLOTS, 0);
 
 /// Set by user space before load (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]

@@ -5,7 +5,8 @@
 //! (`RawEvent` → `Message`) → [`correlate`] (`Message` → process activity,
 //! later spans and traces) → [`export`] (terminal today; OTLP next).
 //! [`pipeline`] wires the stages as tokio tasks; [`check`] reports whether the
-//! host has the kernel features podtrace needs. `main.rs` only parses the
+//! host has the kernel features podtrace needs; [`inspect`] reports
+//! what podtrace finds in a Go binary. `main.rs` only parses the
 //! command line.
 
 pub mod capture;
@@ -13,4 +14,5 @@ pub mod check;
 pub mod correlate;
 pub mod decode;
 pub mod export;
+pub mod inspect;
 pub mod pipeline;

@@ -1,7 +1,7 @@
 //! `podtrace`: command line of the agent. Parses arguments, sets up logging,
 //! and hands over to the library.
 
-use std::process::ExitCode;
+use std::{io::Write as _, num::NonZeroU32, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -10,8 +10,9 @@ use tokio_util::sync::CancellationToken;
 use tracer_common::config::{DEFAULT_MAX_DESCENDANT_DEPTH, DEFAULT_RING_BUFFER_BYTES};
 use tracer_user::{
     capture::{
-        CaptureOptions, Probes,
+        CaptureOptions, Probes, go_probes,
         targets::{DEFAULT_TARGET_NAMES, TargetMatcher},
+        uprobes::CallCounter,
     },
     check::run_checks,
     pipeline,
@@ -34,6 +35,37 @@ enum Command {
     Run(RunArgs),
     /// Report the kernel features podtrace needs; exit 0 only if all are present.
     Check,
+    /// Show a Go binary's version, modules, and where podtrace's probes go.
+    Inspect(InspectArgs),
+    /// Attach podtrace's probes to a Go binary for a while and count their hits.
+    ProbeCheck(ProbeCheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct InspectArgs {
+    /// The Go ELF executable.
+    binary: PathBuf,
+    /// Also resolve this function (full Go name; repeatable).
+    #[arg(long = "func", value_name = "NAME")]
+    functions: Vec<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ProbeCheckArgs {
+    /// The Go ELF executable.
+    binary: PathBuf,
+    /// Also probe this function (full Go name; repeatable).
+    #[arg(long = "func", value_name = "NAME")]
+    functions: Vec<String>,
+    /// Count only calls made by this process (default: every process running the binary).
+    #[arg(long)]
+    pid: Option<NonZeroU32>,
+    /// How long to count.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -65,6 +97,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check => Ok(check()),
         Command::Run(args) => run(args),
+        Command::Inspect(args) => inspect(args),
+        Command::ProbeCheck(args) => probe_check(args),
     };
     match result {
         Ok(code) => code,
@@ -87,6 +121,44 @@ fn check() -> ExitCode {
     } else {
         println!("podtrace cannot run on this host: {missing} required feature(s) missing");
         ExitCode::FAILURE
+    }
+}
+
+fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    let inspection = go_probes::inspect(&args.binary, &args.functions)
+        .with_context(|| format!("inspecting {}", args.binary.display()))?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&inspection)? + "\n"
+    } else {
+        tracer_user::inspect::render_text(&inspection)
+    };
+    write_stdout(&text)
+}
+
+fn probe_check(args: ProbeCheckArgs) -> anyhow::Result<ExitCode> {
+    let inspection = go_probes::inspect(&args.binary, &args.functions)
+        .with_context(|| format!("inspecting {}", args.binary.display()))?;
+    let functions: Vec<_> = inspection.functions.into_values().collect();
+    let counter = CallCounter::attach(&args.binary, &functions, args.pid)?;
+    eprintln!(
+        "podtrace: counting calls of {} functions in {} for {} s",
+        functions.len(),
+        args.binary.display(),
+        args.seconds
+    );
+    std::thread::sleep(Duration::from_secs(args.seconds));
+    write_stdout(&tracer_user::inspect::render_hits(&counter.hits()?))
+}
+
+/// Writes a report to stdout; a reader that went away (`| head`) is not an error.
+fn write_stdout(text: &str) -> anyhow::Result<ExitCode> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => Err(err.into()),
+        _ => Ok(ExitCode::SUCCESS),
     }
 }
 

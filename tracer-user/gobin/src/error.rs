@@ -9,20 +9,20 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum GoBinError {
     /// The file could not be opened or mapped.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
     /// The bytes are not an ELF file (this includes empty files).
-    #[error("not an ELF file: {0}")]
+    #[error("not an ELF file")]
     NotElf(#[source] object::Error),
     /// An ELF file this crate does not handle (32-bit, big-endian, another architecture).
     #[error("unsupported ELF file: {0}")]
     UnsupportedElf(String),
     /// The ELF headers or a table they point to are truncated or inconsistent.
-    #[error("malformed ELF ({context}): {source}")]
+    #[error("malformed ELF ({context})")]
     MalformedElf {
         context: &'static str,
         #[source]

@@ -61,7 +61,7 @@ pub enum CaptureError {
     #[error("the eBPF object has no map {0}")]
     MissingMap(&'static str),
     /// A program the agent needs is missing from the object.
-    #[error("the eBPF object has no raw tracepoint program {0}")]
+    #[error("the eBPF object has no program {0} of the expected type")]
     MissingProgram(&'static str),
     /// A map operation failed.
     #[error("map {name}: {source}")]
@@ -79,6 +79,9 @@ pub enum CaptureError {
         /// Why (with the verifier log for load failures).
         source: ProgramError,
     },
+    /// More uprobe attachments than `PROBE_HITS` has slots.
+    #[error("more than {0} uprobe attachments")]
+    TooManyProbes(u32),
     /// The ring buffer size is not usable.
     #[error("ring buffer size {0} must be a power of two and at least 4096")]
     RingBufferSize(u32),
@@ -94,23 +97,20 @@ pub struct Probes {
 impl Probes {
     /// Loads, attaches, and seeds targets from /proc.
     pub fn load(options: &CaptureOptions) -> Result<Self, CaptureError> {
-        if EBPF_OBJECT.is_empty() {
-            return Err(CaptureError::NoObject);
-        }
         let size = options.ring_buffer_bytes;
         if !size.is_power_of_two() || size < 4096 {
             return Err(CaptureError::RingBufferSize(size));
         }
-        raise_memlock_limit();
         let config = Config {
             offsets: kernel_offsets(Path::new(VMLINUX_BTF))?,
             max_descendant_depth: options.max_descendant_depth,
             agent_tgid: std::process::id(),
         };
-        let mut ebpf = EbpfLoader::new()
-            .override_global(GLOBAL_CONFIG, &config, true)
-            .map_max_entries(MAP_EVENTS, size)
-            .load(EBPF_OBJECT)?;
+        let mut ebpf = load_object(
+            EbpfLoader::new()
+                .override_global(GLOBAL_CONFIG, &config, true)
+                .map_max_entries(MAP_EVENTS, size),
+        )?;
 
         let mut comms: HashMap<_, [u8; COMM_BYTES], u8> = map_mut(&mut ebpf, MAP_TARGET_COMMS)?;
         for key in options.targets.comm_keys() {
@@ -204,6 +204,16 @@ impl Probes {
         }
         Ok(counts)
     }
+}
+
+/// Loads the embedded object with `loader`; programs are loaded and attached
+/// by the caller, so only the ones it uses reach the verifier.
+pub(crate) fn load_object(loader: &mut EbpfLoader<'_>) -> Result<Ebpf, CaptureError> {
+    if EBPF_OBJECT.is_empty() {
+        return Err(CaptureError::NoObject);
+    }
+    raise_memlock_limit();
+    Ok(loader.load(EBPF_OBJECT)?)
 }
 
 /// Kernel-side drop counters by reason.

@@ -5,10 +5,12 @@
 //! what a process is doing; that is for `decode` and `correlate`.
 
 pub mod clock;
+pub mod go_probes;
 pub mod kernel_btf;
 pub mod loader;
 pub mod ring;
 pub mod targets;
+pub mod uprobes;
 pub mod wire;
 
 pub use loader::{CaptureError, CaptureOptions, DropCounts, Probes};

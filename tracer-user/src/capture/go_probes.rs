@@ -1,0 +1,200 @@
+//! The Go functions podtrace probes, and where they are in a given binary.
+//!
+//! One table ([`GO_PROBES`]) names each function by its canonical import path.
+//! A binary may hold several copies of one function: the standard library
+//! vendors golang.org/x/net (`vendor/golang.org/x/net/http2/hpack…`), and
+//! module or GOPATH builds vendor it again under their own paths. A name
+//! matches when it is the canonical name or ends with `/` + the canonical
+//! name, so every copy is found and probed.
+
+use std::path::Path;
+
+use serde::Serialize;
+use tracer_gobin::{GoBinError, GoBinary, Module};
+
+/// What a probed function is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GoProbeRole {
+    /// Plaintext about to be encrypted (entry: the buffer).
+    TlsConnWrite,
+    /// Plaintext just decrypted (entry: the buffer; RETs: bytes read).
+    TlsConnRead,
+    /// An outgoing HTTP/2 header field (name, value), before HPACK encoding.
+    HpackEncoderWriteField,
+    /// An incoming HTTP/2 header field after HPACK decoding.
+    HpackDecoderCallEmit,
+}
+
+/// One function podtrace probes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GoProbeSpec {
+    /// What the probe is for.
+    pub role: GoProbeRole,
+    /// Canonical full Go name.
+    pub function: &'static str,
+    /// Whether its RETs are probed too (for results: bytes read, errors).
+    pub returns: bool,
+}
+
+/// Every Go function podtrace probes.
+pub const GO_PROBES: [GoProbeSpec; 4] = [
+    GoProbeSpec {
+        role: GoProbeRole::TlsConnWrite,
+        function: "crypto/tls.(*Conn).Write",
+        returns: false,
+    },
+    GoProbeSpec {
+        role: GoProbeRole::TlsConnRead,
+        function: "crypto/tls.(*Conn).Read",
+        returns: true,
+    },
+    GoProbeSpec {
+        role: GoProbeRole::HpackEncoderWriteField,
+        function: "golang.org/x/net/http2/hpack.(*Encoder).WriteField",
+        returns: false,
+    },
+    GoProbeSpec {
+        role: GoProbeRole::HpackDecoderCallEmit,
+        function: "golang.org/x/net/http2/hpack.(*Decoder).callEmit",
+        returns: false,
+    },
+];
+
+/// Whether `name` is `canonical` or a vendored copy of it.
+pub fn is_copy_of(name: &str, canonical: &str) -> bool {
+    name.strip_suffix(canonical)
+        .is_some_and(|prefix| prefix.is_empty() || prefix.ends_with('/'))
+}
+
+/// A function found in a binary, ready for attach by file offset.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ResolvedFunction {
+    /// Full name as the binary has it.
+    #[serde(skip)]
+    pub name: String,
+    /// Virtual address of the entry.
+    pub entry: u64,
+    /// Virtual address just past the end.
+    pub end: u64,
+    /// File offset of the entry: where a uprobe attaches.
+    pub file_offset: u64,
+    /// RET instructions, relative to the entry.
+    pub ret_offsets: Vec<u64>,
+}
+
+/// What podtrace knows of a Go binary.
+#[derive(Clone, Debug, Serialize)]
+pub struct GoInspection {
+    /// Go version the binary was built with (`go1.26.6`).
+    pub go_version: String,
+    /// Main module.
+    pub main: ModuleVersion,
+    /// Dependencies.
+    pub modules: Vec<ModuleVersion>,
+    /// Functions by full name.
+    pub functions: std::collections::BTreeMap<String, ResolvedFunction>,
+    /// Requested names found nowhere in the binary.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+}
+
+/// A module path and version, as `go version -m` prints them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ModuleVersion {
+    /// Module path.
+    pub path: String,
+    /// Version (`(devel)` for a main module built from a checkout).
+    pub version: String,
+}
+
+impl From<&Module> for ModuleVersion {
+    fn from(module: &Module) -> Self {
+        Self {
+            path: module.path.clone(),
+            version: module.version.clone(),
+        }
+    }
+}
+
+/// Resolves every copy of every probed function, and the `extra` names
+/// exactly, with their RETs.
+pub fn inspect(path: &Path, extra: &[String]) -> Result<GoInspection, GoBinError> {
+    let binary = GoBinary::open(path)?;
+    let mut functions = std::collections::BTreeMap::new();
+    let mut found_probe = [false; GO_PROBES.len()];
+    for function in binary.functions() {
+        let function = function?;
+        let Some(index) = GO_PROBES
+            .iter()
+            .position(|spec| is_copy_of(&function.name, spec.function))
+        else {
+            continue;
+        };
+        found_probe[index] = true;
+        functions.insert(function.name.clone(), resolve(&binary, function)?);
+    }
+    let mut missing: Vec<String> = GO_PROBES
+        .iter()
+        .zip(found_probe)
+        .filter(|(_, found)| !found)
+        .map(|(spec, _)| spec.function.to_owned())
+        .collect();
+    for name in extra {
+        match binary.function(name)? {
+            Some(function) => {
+                functions.insert(function.name.clone(), resolve(&binary, function)?);
+            }
+            None => missing.push(name.clone()),
+        }
+    }
+    let info = binary.build_info();
+    Ok(GoInspection {
+        go_version: info.go_version.clone(),
+        main: ModuleVersion::from(&info.main),
+        modules: info.deps.iter().map(ModuleVersion::from).collect(),
+        functions,
+        missing,
+    })
+}
+
+fn resolve(
+    binary: &GoBinary,
+    function: tracer_gobin::Function,
+) -> Result<ResolvedFunction, GoBinError> {
+    let ret_offsets = binary.ret_offsets(&function)?;
+    Ok(ResolvedFunction {
+        name: function.name,
+        entry: function.entry,
+        end: function.end,
+        file_offset: function.file_offset,
+        ret_offsets,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vendored_copies_match_and_lookalikes_do_not() {
+        let hpack = "golang.org/x/net/http2/hpack.(*Encoder).WriteField";
+        assert!(is_copy_of(hpack, hpack));
+        assert!(is_copy_of(
+            "vendor/golang.org/x/net/http2/hpack.(*Encoder).WriteField",
+            hpack
+        ));
+        assert!(is_copy_of(
+            "k8s.io/kubernetes/vendor/golang.org/x/net/http2/hpack.(*Encoder).WriteField",
+            hpack
+        ));
+        assert!(!is_copy_of(
+            "mygolang.org/x/net/http2/hpack.(*Encoder).WriteField",
+            hpack
+        ));
+        assert!(!is_copy_of(
+            "crypto/tls.(*Conn).Writer",
+            "crypto/tls.(*Conn).Write"
+        ));
+    }
+}
