@@ -32,9 +32,10 @@ pub fn render_text(inspection: &GoInspection) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "function    {name}\n            entry {:#x}  file offset {:#x}  size {}  RETs {}",
+            "function    {name}\n            entry {:#x}  file offset {:#x}  entry probe +{:#x}  size {}  RETs {}",
             function.entry,
             function.file_offset,
+            function.entry_probe_offset,
             function.end.saturating_sub(function.entry),
             if rets.is_empty() {
                 "none".to_owned()

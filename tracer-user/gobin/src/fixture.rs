@@ -178,9 +178,21 @@ pub fn build(
     out_dir: &Path,
     gocache: &Path,
 ) -> Result<PathBuf, FixtureError> {
+    build_source(toolchain, variant, &fixture_source(), out_dir, gocache)
+}
+
+/// Builds the Go main package in `source` (stdlib only; builds are offline)
+/// like [`build`] builds this crate's fixture.
+pub fn build_source(
+    toolchain: &GoToolchain,
+    variant: Variant,
+    source: &Path,
+    out_dir: &Path,
+    gocache: &Path,
+) -> Result<PathBuf, FixtureError> {
     let out = out_dir.join(variant.name());
     let mut cmd = Command::new(&toolchain.go);
-    cmd.current_dir(fixture_source())
+    cmd.current_dir(source)
         .env("GOFLAGS", "-mod=mod")
         .env("GOPROXY", "off")
         .env("GOTOOLCHAIN", "local")

@@ -236,20 +236,30 @@ impl GoBinary {
 
     /// Offsets, relative to the entry, of every near RET between `f.entry` and `f.end`.
     pub fn ret_offsets(&self, f: &Function) -> Result<Vec<u64>> {
+        Ok(ret::ret_offsets(self.function_code(f)?, f.entry))
+    }
+
+    /// The machine code of `f` (amd64 only).
+    fn function_code(&self, f: &Function) -> Result<&[u8]> {
         if self.layout.machine != object::elf::EM_X86_64 {
             return Err(GoBinError::UnsupportedArchitecture {
                 machine: elf::machine_name(self.layout.machine),
             });
         }
         let len = f.end.saturating_sub(f.entry);
-        let code =
-            self.layout
-                .bytes_at(&self.data, f.entry, len)
-                .ok_or(GoBinError::AddressNotMapped {
-                    what: "function code",
-                    addr: f.entry,
-                })?;
-        Ok(ret::ret_offsets(code, f.entry))
+        self.layout
+            .bytes_at(&self.data, f.entry, len)
+            .ok_or(GoBinError::AddressNotMapped {
+                what: "function code",
+                addr: f.entry,
+            })
+    }
+
+    /// Where an entry uprobe on `f` should attach, relative to its entry: past
+    /// Go's stack-growth check, so that a call which grows the stack (and so
+    /// runs the prologue twice) is seen once. 0 when there is no check.
+    pub fn entry_probe_offset(&self, f: &Function) -> Result<u64> {
+        Ok(ret::after_stack_check(self.function_code(f)?, f.entry))
     }
 
     /// The data `podtrace inspect` prints for these function names; names that

@@ -77,8 +77,11 @@ pub struct ResolvedFunction {
     pub entry: u64,
     /// Virtual address just past the end.
     pub end: u64,
-    /// File offset of the entry: where a uprobe attaches.
+    /// File offset of the entry.
     pub file_offset: u64,
+    /// Where the entry probe attaches, relative to the entry: past Go's
+    /// stack-growth check, which re-runs the prologue after growing the stack.
+    pub entry_probe_offset: u64,
     /// RET instructions, relative to the entry.
     pub ret_offsets: Vec<u64>,
 }
@@ -162,13 +165,13 @@ fn resolve(
     binary: &GoBinary,
     function: tracer_gobin::Function,
 ) -> Result<ResolvedFunction, GoBinError> {
-    let ret_offsets = binary.ret_offsets(&function)?;
     Ok(ResolvedFunction {
+        entry_probe_offset: binary.entry_probe_offset(&function)?,
+        ret_offsets: binary.ret_offsets(&function)?,
         name: function.name,
         entry: function.entry,
         end: function.end,
         file_offset: function.file_offset,
-        ret_offsets,
     })
 }
 

@@ -26,7 +26,7 @@ use super::{CaptureError, go_probes::ResolvedFunction, loader::load_object};
 /// Where in a function an attachment sits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbePoint {
-    /// The function's first instruction.
+    /// The function's entry, past its stack-growth check.
     Entry,
     /// A RET instruction, this many bytes after the entry.
     Ret(u64),
@@ -80,7 +80,7 @@ impl CallCounter {
                     return Err(CaptureError::TooManyProbes(MAX_PROBE_SLOTS));
                 }
                 let offset = match point {
-                    ProbePoint::Entry => function.file_offset,
+                    ProbePoint::Entry => function.file_offset + function.entry_probe_offset,
                     ProbePoint::Ret(ret) => function.file_offset + ret,
                 };
                 let attach_point = UProbeAttachPoint {
