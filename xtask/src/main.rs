@@ -36,6 +36,10 @@ enum Task {
     },
     /// Check formatting and lints only.
     Lint,
+    /// Regenerate the Go struct offsets table from the DWARF of fixture builds.
+    Offsets,
+    /// Run the benchmarks (each reports a ratio against a baseline measured in the same run).
+    Bench,
 }
 
 fn main() -> ExitCode {
@@ -93,6 +97,42 @@ fn run(task: Task) -> anyhow::Result<()> {
             run_command(command)
         }
         Task::Lint => lint(&root),
+        Task::Offsets => {
+            setup::setup(&root)?;
+            cargo(
+                &root,
+                &[
+                    "run",
+                    "--release",
+                    "-p",
+                    "tracer-gobin",
+                    "--bin",
+                    "gen-offsets",
+                    "--",
+                    "--out",
+                    "tracer-user/gobin/src/offsets_table.rs",
+                ],
+            )
+        }
+        Task::Bench => {
+            setup::setup(&root)?;
+            let mut binaries = vec![setup::bench_dockerd(&root)?];
+            binaries.extend(["/usr/bin/containerd", "/usr/bin/etcd"].map(PathBuf::from));
+            let joined =
+                std::env::join_paths(&binaries).context("joining benchmark binary paths")?;
+            let mut command = cargo_command(
+                &root,
+                &[
+                    "bench",
+                    "-p",
+                    "tracer-user",
+                    "--bench",
+                    "resolve_go_functions",
+                ],
+            );
+            command.env("PODTRACE_BENCH_BINARIES", joined);
+            run_command(command)
+        }
     }
 }
 

@@ -213,6 +213,36 @@ fn go_toolchains(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Debian's dockerd (75 MB, stripped Go): a large real Go binary for the
+/// resolution benchmark, unpacked from the package without installing it (no
+/// daemon is configured or started).
+pub(crate) fn bench_dockerd(root: &Path) -> anyhow::Result<PathBuf> {
+    let dir = root.join(".tools/bench");
+    let dockerd = dir.join("dockerd");
+    if dockerd.exists() {
+        return Ok(dockerd);
+    }
+    println!("setup: → apt-get download docker.io (for dockerd, benchmark input)");
+    let work = dir.join("download");
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(&work)?;
+    run(Command::new("apt-get")
+        .args(["download", "-q", "docker.io"])
+        .current_dir(&work))?;
+    let deb = fs::read_dir(&work)?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "deb"))
+        .context("apt-get download docker.io left no .deb")?;
+    run(Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&deb)
+        .arg(work.join("root")))?;
+    fs::rename(work.join("root/usr/sbin/dockerd"), &dockerd)?;
+    fs::remove_dir_all(&work)?;
+    Ok(dockerd)
+}
+
 fn tracefs() -> anyhow::Result<()> {
     if Path::new("/sys/kernel/tracing/events").is_dir() {
         println!("setup: ✓ tracefs mounted");
