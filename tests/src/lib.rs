@@ -10,6 +10,8 @@
     reason = "test harness: a failed step fails the test that called it"
 )]
 
+pub mod components;
+
 use std::{
     fs,
     path::{Path, PathBuf},

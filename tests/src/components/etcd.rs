@@ -1,0 +1,415 @@
+//! A real etcd (Debian's `/usr/bin/etcd`, 3.4) on loopback, for live tests
+//! and the demo.
+//!
+//! In: [`EtcdOptions`] (TLS with client certificates, authentication).
+//! Out: a running single-member etcd with its own temporary data directory
+//! and free client and peer ports, an [`Etcd::etcdctl`] command preconfigured
+//! to reach it as `root`, and long-lived watch clients ([`EtcdWatch`]).
+//! Dropping the [`Etcd`] stops the process and removes its directory.
+//!
+//! With `tls`, clients must present a certificate signed by the generated CA
+//! (`--client-cert-auth`) and peers talk TLS too. With `auth`, user `root`
+//! gets a random password and `etcdctl auth enable` runs, as etcd's
+//! production guidance recommends; the password is never printed.
+
+use std::{
+    fmt,
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use tempfile::TempDir;
+
+use super::{
+    certs::{CertFiles, Pki},
+    process::{Supervised, free_loopback_port, random_hex, wait_until},
+};
+
+const ETCD: &str = "/usr/bin/etcd";
+const ETCDCTL: &str = "/usr/bin/etcdctl";
+/// How long etcd gets to report healthy.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// The client identities in the generated PKI: `root` is what
+/// [`Etcd::etcdctl`] presents; `kube-apiserver` is what an apiserver (or the
+/// demo playing one) presents.
+pub const CLIENT_NAMES: [&str; 2] = ["root", "kube-apiserver"];
+
+/// How to start etcd.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EtcdOptions {
+    /// Serve clients and peers over TLS and require client certificates.
+    pub tls: bool,
+    /// Create user `root` with a random password and enable authentication.
+    pub auth: bool,
+}
+
+/// A running etcd; stopped and its directory removed on drop.
+pub struct Etcd {
+    // Declared before `dir` so that the process stops before its data
+    // directory is removed.
+    process: Supervised,
+    options: EtcdOptions,
+    endpoint: String,
+    pki: Option<Pki>,
+    /// The `root` client certificate of `pki`.
+    root_client: Option<CertFiles>,
+    root_password: Option<String>,
+    dir: TempDir,
+}
+
+impl fmt::Debug for Etcd {
+    // By hand: the derived form would print the root password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Etcd")
+            .field("pid", &self.process.pid())
+            .field("endpoint", &self.endpoint)
+            .field("options", &self.options)
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Etcd {
+    /// Starts etcd and waits until it is healthy (and, with `auth`,
+    /// authentication is enabled).
+    ///
+    /// Call it from a thread that outlives the returned value: the process is
+    /// killed by the kernel when the starting thread exits.
+    pub fn start(options: EtcdOptions) -> anyhow::Result<Self> {
+        let started = Instant::now();
+        let dir = tempfile::Builder::new()
+            .prefix("podtrace-etcd-")
+            .tempdir()
+            .context("creating etcd's temporary directory")?;
+        let pki = if options.tls {
+            Some(Pki::generate(&dir.path().join("pki"), &CLIENT_NAMES)?)
+        } else {
+            None
+        };
+        let root_client = match &pki {
+            Some(pki) => Some(pki.client("root")?.clone()),
+            None => None,
+        };
+        let scheme = if options.tls { "https" } else { "http" };
+        let client_port = free_loopback_port()?;
+        let peer_port = free_loopback_port()?;
+        let endpoint = format!("{scheme}://127.0.0.1:{client_port}");
+        let peer_url = format!("{scheme}://127.0.0.1:{peer_port}");
+        let name = "podtrace";
+
+        let mut command = Command::new(ETCD);
+        command
+            .arg(format!("--name={name}"))
+            .arg(format!("--data-dir={}", dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls={endpoint}"))
+            .arg(format!("--advertise-client-urls={endpoint}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster={name}={peer_url}"))
+            .arg("--initial-cluster-state=new")
+            .args(["--logger=zap", "--log-outputs=stderr"]);
+        if let Some(pki) = &pki {
+            let server = pki.server();
+            command
+                .arg(format!("--cert-file={}", server.cert.display()))
+                .arg(format!("--key-file={}", server.key.display()))
+                .arg(format!("--trusted-ca-file={}", pki.ca_cert().display()))
+                .arg("--client-cert-auth")
+                .arg(format!("--peer-cert-file={}", server.cert.display()))
+                .arg(format!("--peer-key-file={}", server.key.display()))
+                .arg(format!(
+                    "--peer-trusted-ca-file={}",
+                    pki.ca_cert().display()
+                ))
+                .arg("--peer-client-cert-auth");
+        }
+        let process = Supervised::spawn("etcd", &mut command, &dir.path().join("etcd.log"))?;
+        let mut etcd = Self {
+            process,
+            options,
+            endpoint,
+            pki,
+            root_client,
+            root_password: None,
+            dir,
+        };
+        etcd.wait_healthy()?;
+        if options.auth {
+            etcd.enable_auth()?;
+        }
+        eprintln!(
+            "etcd (pid {}) serving {} (tls: {}, auth: {}), ready after {:?}",
+            etcd.pid(),
+            etcd.endpoint,
+            options.tls,
+            options.auth,
+            started.elapsed()
+        );
+        Ok(etcd)
+    }
+
+    fn wait_healthy(&mut self) -> anyhow::Result<()> {
+        let what = format!("etcd at {} to report healthy", self.endpoint);
+        wait_until(&what, STARTUP_TIMEOUT, Duration::from_millis(100), || {
+            self.process.ensure_running()?;
+            let output = self
+                .etcdctl()
+                .args(["endpoint", "health"])
+                .output()
+                .context("running etcdctl endpoint health")?;
+            Ok(if output.status.success() {
+                Ok(())
+            } else {
+                Err(String::from_utf8_lossy(&output.stderr).trim().to_owned())
+            })
+        })
+        .with_context(|| format!("etcd's log ends with:\n{}", self.process.log_tail()))
+    }
+
+    /// Creates user `root` with a random password and enables authentication.
+    fn enable_auth(&mut self) -> anyhow::Result<()> {
+        let password = random_hex(16)?;
+        // `--interactive=false` takes the password from the argument instead
+        // of a terminal prompt; the command line is not logged anywhere.
+        run_etcdctl(
+            self.etcdctl()
+                .args(["--interactive=false", "user", "add"])
+                .arg(format!("root:{password}")),
+            "user add root",
+        )?;
+        run_etcdctl(self.etcdctl().args(["auth", "enable"]), "auth enable")?;
+        self.root_password = Some(password);
+        // From here on, etcdctl() authenticates as root with the password.
+        run_etcdctl(self.etcdctl().args(["auth", "status"]), "auth status")?;
+        Ok(())
+    }
+
+    /// The client URL, `http(s)://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The client port.
+    pub fn client_port(&self) -> u16 {
+        self.endpoint
+            .rsplit(':')
+            .next()
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_default()
+    }
+
+    /// etcd's data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Where etcd writes its `*.wal` files.
+    pub fn wal_dir(&self) -> PathBuf {
+        self.data_dir().join("member").join("wal")
+    }
+
+    /// The etcd process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// The options it was started with.
+    pub fn options(&self) -> EtcdOptions {
+        self.options
+    }
+
+    /// The generated certificates (with `tls`).
+    pub fn pki(&self) -> Option<&Pki> {
+        self.pki.as_ref()
+    }
+
+    /// The root user's password (with `auth`). Do not print it.
+    pub fn root_password(&self) -> Option<&str> {
+        self.root_password.as_deref()
+    }
+
+    /// `etcdctl` (v3 API) reaching this etcd and trusting its CA, with no
+    /// client identity: add `--cert`/`--key` and `--user` yourself, or use
+    /// [`Etcd::etcdctl`].
+    pub fn etcdctl_anonymous(&self) -> Command {
+        let mut command = Command::new(ETCDCTL);
+        command
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoint))
+            .args(["--dial-timeout=2s", "--command-timeout=10s"]);
+        if let Some(pki) = &self.pki {
+            command.arg(format!("--cacert={}", pki.ca_cert().display()));
+        }
+        command
+    }
+
+    /// `etcdctl` (v3 API) as `root`: with the `root` client certificate when
+    /// TLS is on and `--user root:PASSWORD` once authentication is on.
+    pub fn etcdctl(&self) -> Command {
+        let mut command = self.etcdctl_anonymous();
+        if let Some(root) = &self.root_client {
+            command
+                .arg(format!("--cert={}", root.cert.display()))
+                .arg(format!("--key={}", root.key.display()));
+        }
+        if let Some(password) = &self.root_password {
+            command.arg(format!("--user=root:{password}"));
+        }
+        command
+    }
+
+    /// The store's current revision.
+    pub fn revision(&self) -> anyhow::Result<i64> {
+        // A read of a key nobody writes: only the response header matters.
+        let output = run_etcdctl(
+            self.etcdctl()
+                .args(["get", "--write-out=json", "/podtrace/revision-probe"]),
+            "get (revision)",
+        )?;
+        let response: serde_json::Value =
+            serde_json::from_slice(&output.stdout).context("parsing etcdctl's JSON response")?;
+        response["header"]["revision"]
+            .as_i64()
+            .with_context(|| format!("no header.revision in etcdctl's response {response}"))
+    }
+
+    /// Starts `etcdctl watch --prefix KEY_PREFIX` as root and returns once
+    /// its connection to etcd is established: a long-lived gRPC client
+    /// connection, for tests that attach podtrace after it exists. Every
+    /// change made after this returns is reported, even one made before the
+    /// watch request itself reaches etcd (it starts at the next revision).
+    pub fn watch(&self, key_prefix: &str) -> anyhow::Result<EtcdWatch> {
+        let next_revision = self.revision()? + 1;
+        let mut command = self.etcdctl();
+        command
+            .arg("watch")
+            .arg(format!("--rev={next_revision}"))
+            .args(["--prefix", key_prefix]);
+        let log = self
+            .dir
+            .path()
+            .join(format!("watch-{}.log", random_hex(4)?));
+        let (mut process, stdout) = Supervised::spawn_piped("etcdctl watch", &mut command, &log)?;
+        let (tx, lines) = mpsc::channel();
+        // A reader thread, so that waiting for output can be bounded; it ends
+        // when the watch process closes its stdout.
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let pid = process.pid();
+        let port = self.client_port();
+        wait_until(
+            &format!("etcdctl watch (pid {pid}) to connect to port {port}"),
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || {
+                process.ensure_running()?;
+                Ok(if has_established_connection(pid, port)? {
+                    Ok(())
+                } else {
+                    Err("no established connection yet".to_owned())
+                })
+            },
+        )?;
+        Ok(EtcdWatch { process, lines })
+    }
+}
+
+fn run_etcdctl(command: &mut Command, what: &str) -> anyhow::Result<Output> {
+    let output = command
+        .output()
+        .with_context(|| format!("running etcdctl {what}"))?;
+    if !output.status.success() {
+        bail!(
+            "etcdctl {what} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(output)
+}
+
+/// A running `etcdctl watch`, stopped on drop.
+#[derive(Debug)]
+pub struct EtcdWatch {
+    process: Supervised,
+    lines: mpsc::Receiver<String>,
+}
+
+impl EtcdWatch {
+    /// The etcdctl process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// Waits up to `timeout` for an output line (event type, key or value,
+    /// one per line) for which `wanted` is true; returns it.
+    pub fn wait_for_line(
+        &self,
+        timeout: Duration,
+        mut wanted: impl FnMut(&str) -> bool,
+    ) -> anyhow::Result<String> {
+        let deadline = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if wanted(&line) => return Ok(line),
+                Ok(line) => seen.push(line),
+                Err(mpsc::RecvTimeoutError::Timeout) => bail!(
+                    "no wanted line from etcdctl watch in {timeout:?}; saw {seen:?}; \
+                     its log ends with:\n{}",
+                    self.process.log_tail()
+                ),
+                Err(mpsc::RecvTimeoutError::Disconnected) => bail!(
+                    "etcdctl watch closed its output; saw {seen:?}; its log ends with:\n{}",
+                    self.process.log_tail()
+                ),
+            }
+        }
+    }
+}
+
+/// Whether process `pid` holds an established TCP connection to
+/// 127.0.0.1:`port`: matches the socket inodes of its descriptors with
+/// /proc/net/tcp (IPv4; etcd's endpoint here is always 127.0.0.1).
+fn has_established_connection(pid: u32, port: u16) -> anyhow::Result<bool> {
+    const ESTABLISHED: &str = "01";
+    let remote = format!("0100007F:{port:04X}");
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp"))
+        .with_context(|| format!("reading /proc/{pid}/net/tcp"))?;
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.get(2) == Some(&remote.as_str()) && fields.get(3) == Some(&ESTABLISHED))
+                .then(|| fields.get(9).map(|inode| format!("socket:[{inode}]")))
+                .flatten()
+        })
+        .collect();
+    if inodes.is_empty() {
+        return Ok(false);
+    }
+    let fd_dir = Path::new("/proc").join(pid.to_string()).join("fd");
+    let entries =
+        std::fs::read_dir(&fd_dir).with_context(|| format!("listing {}", fd_dir.display()))?;
+    Ok(entries.flatten().any(|entry| {
+        std::fs::read_link(entry.path()).is_ok_and(|target| {
+            inodes
+                .iter()
+                .any(|inode| target.as_os_str() == inode.as_str())
+        })
+    }))
+}

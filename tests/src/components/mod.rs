@@ -1,0 +1,16 @@
+//! Real components started by live tests and by `cargo xtask demo`: etcd,
+//! containerd with runc and the CRI, the certificates and images they need,
+//! and a CRI client playing the kubelet.
+//!
+//! Everything runs on this machine as root, from Debian's packages (see
+//! `cargo xtask setup`), on loopback ports and in temporary directories.
+//! Every process started here is stopped when its owner is dropped — also
+//! when a test panics — and the kernel kills it if the starting thread dies
+//! without dropping it.
+
+pub mod certs;
+pub mod etcd;
+mod process;
+
+pub use certs::{CertFiles, Pki};
+pub use etcd::{Etcd, EtcdOptions, EtcdWatch};
