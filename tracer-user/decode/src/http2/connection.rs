@@ -1,0 +1,626 @@
+//! Per-connection HTTP/2 state: frame sync per direction, HPACK tables,
+//! per-stream reassembly and request/response pairing by stream id.
+//!
+//! In: the [`Chunk`]s of one connection in capture order (either direction),
+//! plus header fields that capture recovered elsewhere
+//! ([`Http2Connection::supply_headers`]). Out: [`Exchange`]s, one per stream,
+//! when the stream ends or is reset, and every incomplete one at
+//! [`Http2Connection::finish`]. Problems are [`Http2Error`]s collected on the
+//! connection; none of them stops decoding.
+
+use std::collections::BTreeMap;
+
+use super::frame::{self, CLIENT_PREFACE, Frame, FrameError};
+use super::hpack::{HeaderBlockDecoder, HeaderBlockError, HeaderList};
+use crate::{Chunk, Decoded, Direction};
+
+/// Memory bounds for one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Streams tracked at once; past it the oldest is handed out incomplete.
+    pub max_open_streams: usize,
+    /// Body bytes kept per stream and direction; the rest is counted, not kept.
+    pub max_body_bytes: usize,
+    /// Bytes of a header block kept while waiting for CONTINUATION frames.
+    pub max_header_block_bytes: usize,
+    /// Problems kept in [`Http2Connection::errors`]; later ones are only counted.
+    pub max_errors: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_open_streams: 256,
+            // etcd's default request limit is 1.5 MiB; a Pod rarely nears it.
+            max_body_bytes: 2 << 20,
+            max_header_block_bytes: 64 << 10,
+            max_errors: 64,
+        }
+    }
+}
+
+/// Something that went wrong on a connection. Every variant names what was
+/// lost; the connection itself always keeps decoding.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Http2Error {
+    /// A frame could not be parsed.
+    #[error("{direction:?}: {error}")]
+    Frame {
+        direction: Direction,
+        error: FrameError,
+    },
+    /// A header block could not be fully decoded.
+    #[error("{direction:?} stream {stream_id}: {error}")]
+    HeaderBlock {
+        direction: Direction,
+        stream_id: u32,
+        error: HeaderBlockError,
+    },
+    /// Bytes were skipped to find a frame boundary (capture started
+    /// mid-connection, or lost bytes).
+    #[error("{direction:?}: skipped {skipped_bytes} bytes to find a frame boundary")]
+    Resynchronised {
+        direction: Direction,
+        skipped_bytes: usize,
+    },
+    /// A truncated chunk: the rest of that write is missing, so the frame it
+    /// cut is lost and the HPACK table of that direction is reset.
+    #[error("{direction:?}: capture truncated a chunk; {dropped_bytes} buffered bytes dropped")]
+    BytesLost {
+        direction: Direction,
+        dropped_bytes: usize,
+    },
+    /// A CONTINUATION that does not continue the pending header block.
+    #[error("{direction:?} stream {stream_id}: CONTINUATION without a matching HEADERS")]
+    UnexpectedContinuation {
+        direction: Direction,
+        stream_id: u32,
+    },
+    /// A header block outgrew [`Limits::max_header_block_bytes`]; the table is reset.
+    #[error("{direction:?} stream {stream_id}: header block over the size limit")]
+    HeaderBlockTooLarge {
+        direction: Direction,
+        stream_id: u32,
+    },
+}
+
+impl Http2Error {
+    /// Whether the affected stream can still yield a useful exchange. The
+    /// connection goes on either way.
+    pub fn stream_can_continue(&self) -> bool {
+        match self {
+            Http2Error::Frame { error, .. } => error.can_continue(),
+            Http2Error::HeaderBlock { .. } | Http2Error::Resynchronised { .. } => true,
+            Http2Error::BytesLost { .. }
+            | Http2Error::UnexpectedContinuation { .. }
+            | Http2Error::HeaderBlockTooLarge { .. } => false,
+        }
+    }
+}
+
+/// Where a header field came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderSource {
+    /// Decoded from the HPACK block on the wire.
+    Wire,
+    /// Supplied by capture from another source (e.g. uprobes on Go's hpack
+    /// encoder), for blocks whose dynamic entries predate the capture.
+    External,
+}
+
+/// What one side of a stream sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HalfStream {
+    /// The first header block, if captured.
+    pub headers: Option<HeaderList>,
+    /// Fields supplied from outside the byte stream.
+    pub external_headers: Vec<(String, String)>,
+    /// A header block after DATA (gRPC status lives here).
+    pub trailers: Option<HeaderList>,
+    /// Concatenated DATA payloads, up to [`Limits::max_body_bytes`].
+    pub body: Vec<u8>,
+    /// Body bytes seen but not kept (over the limit).
+    pub body_bytes_dropped: usize,
+    /// DATA frames seen.
+    pub data_frames: usize,
+    /// Capture lost bytes of this side: body or headers may be incomplete.
+    pub lossy: bool,
+    /// END_STREAM seen.
+    pub ended: bool,
+    /// Time of the first and last chunk that carried this side's frames.
+    pub first_ts_ns: Option<u64>,
+    /// See `first_ts_ns`.
+    pub last_ts_ns: Option<u64>,
+}
+
+impl HalfStream {
+    /// A header value: the wire's first, else one supplied from outside.
+    pub fn header(&self, name: &str) -> Option<(&str, HeaderSource)> {
+        if let Some(value) = self.headers.as_ref().and_then(|h| h.get(name)) {
+            return Some((value, HeaderSource::Wire));
+        }
+        self.external_headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| (v.as_str(), HeaderSource::External))
+    }
+
+    /// A trailer value (gRPC's `grpc-status`, `grpc-message`).
+    pub fn trailer(&self, name: &str) -> Option<&str> {
+        self.trailers.as_ref().and_then(|t| t.get(name))
+    }
+
+    fn touch(&mut self, ts_ns: u64) {
+        self.first_ts_ns.get_or_insert(ts_ns);
+        self.last_ts_ns = Some(ts_ns);
+    }
+}
+
+/// A stream's request and response, paired by stream id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exchange {
+    /// The HTTP/2 stream id.
+    pub stream_id: u32,
+    /// Client to server.
+    pub request: HalfStream,
+    /// Server to client.
+    pub response: HalfStream,
+    /// RST_STREAM error code, if the stream was reset.
+    pub reset_code: Option<u32>,
+    /// Both sides ended (or the stream was reset). False for streams handed
+    /// out by [`Http2Connection::finish`] or evicted by the stream limit.
+    pub complete: bool,
+}
+
+impl Exchange {
+    fn new(stream_id: u32) -> Self {
+        Self {
+            stream_id,
+            request: HalfStream::default(),
+            response: HalfStream::default(),
+            reset_code: None,
+            complete: false,
+        }
+    }
+
+    /// The request's `:path`, from the wire or supplied.
+    pub fn path(&self) -> Option<&str> {
+        self.request.header(":path").map(|(v, _)| v)
+    }
+
+    fn half_mut(&mut self, direction: Direction) -> &mut HalfStream {
+        match direction {
+            Direction::ClientToServer => &mut self.request,
+            Direction::ServerToClient => &mut self.response,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sync {
+    /// No frame boundary known yet: check for the preface, then frames, then search.
+    Searching,
+    /// The buffer starts at a frame boundary.
+    InFrames,
+}
+
+#[derive(Debug)]
+struct PendingBlock {
+    stream_id: u32,
+    end_stream: bool,
+    block: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct DirectionState {
+    direction: Direction,
+    buf: Vec<u8>,
+    sync: Sync,
+    hpack: HeaderBlockDecoder,
+    pending: Option<PendingBlock>,
+}
+
+impl DirectionState {
+    fn new(direction: Direction) -> Self {
+        Self {
+            direction,
+            buf: Vec::new(),
+            sync: Sync::Searching,
+            hpack: HeaderBlockDecoder::default(),
+            pending: None,
+        }
+    }
+}
+
+/// Decoder state of one HTTP/2 connection.
+#[derive(Debug)]
+pub struct Http2Connection {
+    limits: Limits,
+    client: DirectionState,
+    server: DirectionState,
+    streams: BTreeMap<u32, Exchange>,
+    done: Vec<Exchange>,
+    errors: Vec<Http2Error>,
+    errors_dropped: usize,
+    goaway: Option<(u32, u32)>,
+}
+
+impl Default for Http2Connection {
+    fn default() -> Self {
+        Self::new(Limits::default())
+    }
+}
+
+impl Http2Connection {
+    /// A connection with nothing seen yet. Whether capture starts at the
+    /// connection preface or mid-connection is found out from the bytes.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            client: DirectionState::new(Direction::ClientToServer),
+            server: DirectionState::new(Direction::ServerToClient),
+            streams: BTreeMap::new(),
+            done: Vec::new(),
+            errors: Vec::new(),
+            errors_dropped: 0,
+            goaway: None,
+        }
+    }
+
+    /// Feeds one captured chunk.
+    pub fn push(&mut self, chunk: &Chunk) {
+        let state = match chunk.direction {
+            Direction::ClientToServer => &mut self.client,
+            Direction::ServerToClient => &mut self.server,
+        };
+        state.buf.extend_from_slice(&chunk.bytes);
+        let mut frames = Vec::new();
+        let mut errors = Vec::new();
+        drain_frames(state, &mut frames, &mut errors);
+        if chunk.truncated {
+            // The rest of this write was never captured: whatever frame is
+            // partially buffered cannot be completed, and a lost header block
+            // would make every later HPACK index wrong.
+            errors.push(Http2Error::BytesLost {
+                direction: state.direction,
+                dropped_bytes: state.buf.len(),
+            });
+            state.buf.clear();
+            state.sync = Sync::Searching;
+            state.pending = None;
+            state.hpack.reset();
+        }
+        let direction = chunk.direction;
+        for frame in frames {
+            self.apply(direction, chunk.ts_ns, frame, &mut errors);
+        }
+        if chunk.truncated {
+            // Streams with data in flight in this direction may have lost bytes.
+            for exchange in self.streams.values_mut() {
+                let half = exchange.half_mut(direction);
+                if !half.ended {
+                    half.lossy = true;
+                }
+            }
+        }
+        for error in errors {
+            self.record(error);
+        }
+    }
+
+    /// Adds header fields for a stream that capture recovered outside the
+    /// byte stream (Go hpack uprobes). They fill in what the wire could not
+    /// resolve; wire values win where both exist.
+    pub fn supply_headers(
+        &mut self,
+        direction: Direction,
+        stream_id: u32,
+        fields: Vec<(String, String)>,
+    ) {
+        // Capture's header events can arrive after the stream's last frame:
+        // a finished exchange not yet taken is filled in too.
+        let exchange = match self
+            .done
+            .iter_mut()
+            .rev()
+            .find(|e| e.stream_id == stream_id)
+        {
+            Some(exchange) => exchange,
+            None => self.stream(stream_id),
+        };
+        exchange.half_mut(direction).external_headers.extend(fields);
+    }
+
+    /// Exchanges finished since the last call, in the order they finished.
+    pub fn take_exchanges(&mut self) -> Vec<Exchange> {
+        std::mem::take(&mut self.done)
+    }
+
+    /// Ends the connection: the remaining finished exchanges, then every
+    /// open stream as incomplete, by stream id.
+    pub fn finish(mut self) -> Vec<Exchange> {
+        let mut out = std::mem::take(&mut self.done);
+        out.extend(std::mem::take(&mut self.streams).into_values());
+        out
+    }
+
+    /// Problems seen so far (bounded by [`Limits::max_errors`]).
+    pub fn errors(&self) -> &[Http2Error] {
+        &self.errors
+    }
+
+    /// Problems seen but not kept because of the bound.
+    pub fn errors_dropped(&self) -> usize {
+        self.errors_dropped
+    }
+
+    /// The last GOAWAY seen: (last stream id, error code).
+    pub fn goaway(&self) -> Option<(u32, u32)> {
+        self.goaway
+    }
+
+    fn record(&mut self, error: Http2Error) {
+        if self.errors.len() < self.limits.max_errors {
+            self.errors.push(error);
+        } else {
+            self.errors_dropped += 1;
+        }
+    }
+
+    fn stream(&mut self, stream_id: u32) -> &mut Exchange {
+        if !self.streams.contains_key(&stream_id)
+            && self.streams.len() >= self.limits.max_open_streams
+        {
+            if let Some((_, oldest)) = self.streams.pop_first() {
+                self.done.push(oldest);
+            }
+        }
+        self.streams
+            .entry(stream_id)
+            .or_insert_with(|| Exchange::new(stream_id))
+    }
+
+    fn apply(
+        &mut self,
+        direction: Direction,
+        ts_ns: u64,
+        frame: Frame,
+        errors: &mut Vec<Http2Error>,
+    ) {
+        match frame {
+            Frame::Data {
+                stream_id,
+                end_stream,
+                data,
+            } => {
+                let max_body_bytes = self.limits.max_body_bytes;
+                let half = self.stream(stream_id).half_mut(direction);
+                half.touch(ts_ns);
+                half.data_frames += 1;
+                let room = max_body_bytes.saturating_sub(half.body.len());
+                let kept = data.len().min(room);
+                half.body.extend_from_slice(&data[..kept]);
+                half.body_bytes_dropped += data.len() - kept;
+                if end_stream {
+                    self.end_half(direction, stream_id);
+                }
+            }
+            Frame::Headers {
+                stream_id,
+                end_stream,
+                end_headers,
+                fragment,
+                ..
+            } => {
+                let state = self.state_mut(direction);
+                if let Some(pending) = state.pending.take() {
+                    errors.push(Http2Error::UnexpectedContinuation {
+                        direction,
+                        stream_id: pending.stream_id,
+                    });
+                }
+                state.pending = Some(PendingBlock {
+                    stream_id,
+                    end_stream,
+                    block: fragment,
+                });
+                self.stream(stream_id).half_mut(direction).touch(ts_ns);
+                if end_headers {
+                    self.finish_block(direction, errors);
+                } else {
+                    self.check_block_size(direction, errors);
+                }
+            }
+            Frame::Continuation {
+                stream_id,
+                end_headers,
+                fragment,
+            } => {
+                let state = self.state_mut(direction);
+                match state.pending.as_mut() {
+                    Some(pending) if pending.stream_id == stream_id => {
+                        pending.block.extend_from_slice(&fragment);
+                    }
+                    _ => {
+                        // A block we cannot finish may have changed the table.
+                        state.pending = None;
+                        state.hpack.reset();
+                        errors.push(Http2Error::UnexpectedContinuation {
+                            direction,
+                            stream_id,
+                        });
+                        return;
+                    }
+                }
+                if end_headers {
+                    self.finish_block(direction, errors);
+                } else {
+                    self.check_block_size(direction, errors);
+                }
+            }
+            Frame::RstStream {
+                stream_id,
+                error_code,
+            } => {
+                if let Some(mut exchange) = self.streams.remove(&stream_id) {
+                    exchange.half_mut(direction).touch(ts_ns);
+                    exchange.reset_code = Some(error_code);
+                    exchange.complete = true;
+                    self.done.push(exchange);
+                }
+            }
+            Frame::GoAway {
+                last_stream_id,
+                error_code,
+            } => self.goaway = Some((last_stream_id, error_code)),
+            Frame::PushPromise {
+                fragment,
+                end_headers,
+                ..
+            } => {
+                // Servers podtrace follows (etcd, containerd, apiserver) never
+                // push; the promised block still goes through HPACK to keep
+                // the table in step.
+                if end_headers {
+                    let _ = self.state_mut(direction).hpack.decode(&fragment);
+                }
+            }
+            Frame::Settings { .. }
+            | Frame::Ping { .. }
+            | Frame::WindowUpdate { .. }
+            | Frame::Priority { .. }
+            | Frame::Unknown { .. } => {}
+        }
+    }
+
+    fn state_mut(&mut self, direction: Direction) -> &mut DirectionState {
+        match direction {
+            Direction::ClientToServer => &mut self.client,
+            Direction::ServerToClient => &mut self.server,
+        }
+    }
+
+    fn check_block_size(&mut self, direction: Direction, errors: &mut Vec<Http2Error>) {
+        let limit = self.limits.max_header_block_bytes;
+        let state = self.state_mut(direction);
+        if let Some(pending) = state.pending.as_ref().filter(|p| p.block.len() > limit) {
+            errors.push(Http2Error::HeaderBlockTooLarge {
+                direction,
+                stream_id: pending.stream_id,
+            });
+            state.pending = None;
+            state.hpack.reset();
+        }
+    }
+
+    fn finish_block(&mut self, direction: Direction, errors: &mut Vec<Http2Error>) {
+        let state = self.state_mut(direction);
+        let Some(pending) = state.pending.take() else {
+            return;
+        };
+        let list = match state.hpack.decode(&pending.block) {
+            Ok(list) => list,
+            Err(error) => {
+                let partial = error.partial.clone();
+                errors.push(Http2Error::HeaderBlock {
+                    direction,
+                    stream_id: pending.stream_id,
+                    error,
+                });
+                partial
+            }
+        };
+        let half = self.stream(pending.stream_id).half_mut(direction);
+        if half.headers.is_none() && half.data_frames == 0 {
+            half.headers = Some(list);
+        } else {
+            half.trailers = Some(list);
+        }
+        if pending.end_stream {
+            self.end_half(direction, pending.stream_id);
+        }
+    }
+
+    fn end_half(&mut self, direction: Direction, stream_id: u32) {
+        let Some(exchange) = self.streams.get_mut(&stream_id) else {
+            return;
+        };
+        exchange.half_mut(direction).ended = true;
+        // A response that ends closes the stream even if we never saw the
+        // request end (capture started after it).
+        let closed = exchange.response.ended
+            && (exchange.request.ended || direction == Direction::ServerToClient);
+        if closed {
+            if let Some(mut exchange) = self.streams.remove(&stream_id) {
+                exchange.complete = exchange.request.ended;
+                self.done.push(exchange);
+            }
+        }
+    }
+}
+
+/// Parses every complete frame buffered in `state`.
+fn drain_frames(state: &mut DirectionState, frames: &mut Vec<Frame>, errors: &mut Vec<Http2Error>) {
+    let mut at = 0;
+    loop {
+        let rest = &state.buf[at..];
+        if state.sync == Sync::Searching {
+            if state.direction == Direction::ClientToServer
+                && rest.len() < CLIENT_PREFACE.len()
+                && CLIENT_PREFACE.starts_with(rest)
+            {
+                break;
+            }
+            if rest.starts_with(CLIENT_PREFACE) {
+                at += CLIENT_PREFACE.len();
+                state.sync = Sync::InFrames;
+                continue;
+            }
+            match frame::find_frame_boundary(rest) {
+                Some(skipped_bytes) => {
+                    if skipped_bytes > 0 {
+                        errors.push(Http2Error::Resynchronised {
+                            direction: state.direction,
+                            skipped_bytes,
+                        });
+                    }
+                    at += skipped_bytes;
+                    state.sync = Sync::InFrames;
+                }
+                None => {
+                    // Keep a possible frame header start for the next chunk.
+                    let keep = rest.len().min(8);
+                    at = state.buf.len() - keep;
+                    break;
+                }
+            }
+        }
+        match frame::parse_frame(&state.buf[at..]) {
+            Ok(Decoded::Message { msg, consumed }) => {
+                at += consumed;
+                frames.push(msg);
+            }
+            Ok(Decoded::Incomplete | Decoded::NotMine) => break,
+            Err(error) if error.can_continue() => {
+                at += error.frame_len_bytes();
+                errors.push(Http2Error::Frame {
+                    direction: state.direction,
+                    error,
+                });
+            }
+            Err(error) => {
+                errors.push(Http2Error::Frame {
+                    direction: state.direction,
+                    error,
+                });
+                // Lost sync: skip one byte and search again; the table may
+                // be out of step from here on.
+                at += 1;
+                state.sync = Sync::Searching;
+                state.pending = None;
+                state.hpack.reset();
+            }
+        }
+    }
+    state.buf.drain(..at);
+}

@@ -1,0 +1,182 @@
+//! HTTP/2 on recorded etcdctl connections (testdata/README.md).
+
+use super::*;
+use crate::testdata;
+use crate::{Chunk, Direction};
+
+fn decode(chunks: &[Chunk]) -> (Vec<Exchange>, Vec<Http2Error>) {
+    let mut connection = Http2Connection::default();
+    for chunk in chunks {
+        connection.push(chunk);
+    }
+    let errors = connection.errors().to_vec();
+    (connection.finish(), errors)
+}
+
+#[test]
+fn etcdctl_put_is_one_complete_exchange() {
+    let (exchanges, errors) = decode(&testdata::chunks("etcdctl-put.rec"));
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(exchanges.len(), 1, "{exchanges:#?}");
+    let put = &exchanges[0];
+    assert!(put.complete);
+    assert_eq!(put.path(), Some("/etcdserverpb.KV/Put"));
+    assert_eq!(
+        put.request.header(":method"),
+        Some(("POST", HeaderSource::Wire))
+    );
+    assert_eq!(
+        put.request.header("content-type"),
+        Some(("application/grpc", HeaderSource::Wire))
+    );
+    assert_eq!(
+        put.response.header(":status"),
+        Some(("200", HeaderSource::Wire))
+    );
+    assert_eq!(put.response.trailer("grpc-status"), Some("0"));
+    assert!(
+        put.request
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.unresolved.is_empty())
+    );
+}
+
+#[test]
+fn long_lived_connection_pairs_every_stream() {
+    // etcdctl 3.4 lock: lease grant and keep-alive, Txn to take the lock,
+    // DeleteRange to release it, all on one connection.
+    let (exchanges, errors) = decode(&testdata::chunks("etcdctl-lock.rec"));
+    assert!(errors.is_empty(), "{errors:?}");
+    let paths: Vec<_> = exchanges.iter().map(|e| e.path().unwrap_or("?")).collect();
+    assert!(
+        paths.contains(&"/etcdserverpb.Lease/LeaseGrant"),
+        "{paths:?}"
+    );
+    assert!(paths.contains(&"/etcdserverpb.KV/Txn"), "{paths:?}");
+    assert!(paths.contains(&"/etcdserverpb.KV/DeleteRange"), "{paths:?}");
+    assert!(exchanges.iter().all(|e| {
+        e.request
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.unresolved.is_empty())
+    }));
+}
+
+/// The recording with every chunk of each direction before the first
+/// `skip_per_direction` chunks that carry HEADERS removed, as if capture had
+/// started later.
+fn cut_after_first_headers(chunks: &[Chunk]) -> Vec<Chunk> {
+    let mut seen_headers = [false, false];
+    let mut out = Vec::new();
+    for chunk in chunks {
+        let side = usize::from(chunk.direction == Direction::ServerToClient);
+        if seen_headers[side] {
+            out.push(chunk.clone());
+        } else if chunk_has_headers(&chunk.bytes) {
+            seen_headers[side] = true;
+        }
+    }
+    out
+}
+
+fn chunk_has_headers(bytes: &[u8]) -> bool {
+    let mut at = bytes
+        .strip_prefix(frame::CLIENT_PREFACE)
+        .map_or(0, |_| frame::CLIENT_PREFACE.len());
+    while let Ok(crate::Decoded::Message { msg, consumed }) = frame::parse_frame(&bytes[at..]) {
+        if matches!(msg, frame::Frame::Headers { .. }) {
+            return true;
+        }
+        at += consumed;
+    }
+    false
+}
+
+#[test]
+fn starts_mid_connection() {
+    let chunks = testdata::chunks("etcdctl-lock.rec");
+    let (full, _) = decode(&chunks);
+    let (late, errors) = decode(&cut_after_first_headers(&chunks));
+    assert!(
+        errors.iter().all(Http2Error::stream_can_continue),
+        "{errors:?}"
+    );
+    // Every stream that started after the cut is still paired and complete.
+    let first_late = late.iter().map(|e| e.stream_id).min().unwrap_or(0);
+    assert!(late.len() >= 3, "{late:#?}");
+    for exchange in late.iter().filter(|e| e.stream_id > first_late) {
+        let original = full
+            .iter()
+            .find(|e| e.stream_id == exchange.stream_id)
+            .expect("stream in full decode");
+        assert_eq!(exchange.request.body, original.request.body);
+        assert_eq!(exchange.response.body, original.response.body);
+        // :path is a literal with an indexed static name, so it survives;
+        // fields that reuse entries from the missed first block do not.
+        assert_eq!(exchange.path(), original.path());
+    }
+    let degraded = late
+        .iter()
+        .filter_map(|e| e.request.headers.as_ref())
+        .filter(|h| !h.unresolved.is_empty())
+        .count();
+    assert!(
+        degraded > 0,
+        "no request referred to a missed dynamic entry: {late:#?}"
+    );
+}
+
+#[test]
+fn supplied_headers_fill_in_unresolved_path() {
+    let chunks = testdata::chunks("etcdctl-put.rec");
+    // Only the server's response: the request never reached the decoder.
+    let responses: Vec<Chunk> = chunks
+        .iter()
+        .filter(|c| c.direction == Direction::ServerToClient)
+        .cloned()
+        .collect();
+    let mut connection = Http2Connection::default();
+    for chunk in &responses {
+        connection.push(chunk);
+    }
+    connection.supply_headers(
+        Direction::ClientToServer,
+        1,
+        vec![(":path".into(), "/etcdserverpb.KV/Put".into())],
+    );
+    let exchanges = connection.finish();
+    let put = exchanges
+        .iter()
+        .find(|e| e.stream_id == 1)
+        .expect("stream 1");
+    assert_eq!(
+        put.request.header(":path"),
+        Some(("/etcdserverpb.KV/Put", HeaderSource::External))
+    );
+    assert!(!put.complete, "request end never seen");
+}
+
+#[test]
+fn truncated_chunk_marks_streams_lossy_and_recovers() {
+    let mut chunks = testdata::chunks("etcdctl-put-40k.rec");
+    let big = chunks
+        .iter_mut()
+        .find(|c| c.direction == Direction::ClientToServer && c.bytes.len() > 8000)
+        .expect("a large client chunk");
+    big.bytes.truncate(4000);
+    big.truncated = true;
+    let (exchanges, errors) = decode(&chunks);
+    assert!(
+        errors
+            .iter()
+            .any(|e| matches!(e, Http2Error::BytesLost { .. })),
+        "{errors:?}"
+    );
+    let put = exchanges
+        .iter()
+        .find(|e| e.stream_id == 1)
+        .expect("stream 1");
+    assert!(put.request.lossy);
+    assert_eq!(put.response.trailer("grpc-status"), Some("0"));
+}

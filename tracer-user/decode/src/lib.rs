@@ -1,0 +1,40 @@
+//! podtrace's protocol decoders: pure functions and state machines from
+//! captured bytes to typed messages.
+//!
+//! In: [`Chunk`]s of one connection, each tagged with its [`Direction`] and a
+//! timestamp, possibly starting mid-connection and possibly cut short
+//! (`truncated`). Out: typed records per protocol. No kernel, no async runtime,
+//! deterministic: the same chunks always decode to the same records.
+
+pub mod recording;
+
+/// Which way a chunk travelled on its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// From the side that opened the connection.
+    ClientToServer,
+    /// From the side that accepted it.
+    ServerToClient,
+}
+
+/// Bytes captured from one read or write on one connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    /// Which way the bytes went.
+    pub direction: Direction,
+    /// Monotonic capture time in nanoseconds.
+    pub ts_ns: u64,
+    /// The captured bytes.
+    pub bytes: Vec<u8>,
+    /// The capture kept only a prefix of what was sent: bytes are missing
+    /// between the end of `bytes` and the next chunk of this direction.
+    pub truncated: bool,
+}
+
+mod decoded;
+pub mod http2;
+
+pub use decoded::Decoded;
+
+#[cfg(test)]
+mod testdata;
