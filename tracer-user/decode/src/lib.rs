@@ -32,7 +32,10 @@ pub struct Chunk {
 }
 
 mod decoded;
+pub mod etcd;
+pub mod grpc;
 pub mod http2;
+pub mod pb;
 
 pub use decoded::Decoded;
 

@@ -160,7 +160,9 @@ fn check_header(h: &FrameHeader) -> Result<(), FrameError> {
         0x0 | 0x1 | 0x9 if !on_stream => "needs a stream id",
         0x2 if !on_stream || h.len_bytes != 5 => "PRIORITY needs a stream and 5 bytes",
         0x3 if !on_stream || h.len_bytes != 4 => "RST_STREAM needs a stream and 4 bytes",
-        0x4 if on_stream || !h.len_bytes.is_multiple_of(6) => "SETTINGS needs stream 0 and 6-byte entries",
+        0x4 if on_stream || !h.len_bytes.is_multiple_of(6) => {
+            "SETTINGS needs stream 0 and 6-byte entries"
+        }
         0x4 if h.flags & FLAG_ACK != 0 && h.len_bytes != 0 => "SETTINGS ack must be empty",
         0x5 if !on_stream || h.len_bytes < 4 => "PUSH_PROMISE needs a stream and 4 bytes",
         0x6 if on_stream || h.len_bytes != 8 => "PING needs stream 0 and 8 bytes",

@@ -1,0 +1,246 @@
+//! etcd's `etcdserverpb.KV` service: Range, Put, DeleteRange, Txn, Compact.
+//!
+//! In: a [`GrpcCall`] (or method name and message bytes). Out: [`KvRequest`]
+//! and [`KvResponse`] holding the prost messages, plus metadata accessors
+//! (keys, revision, operation summary) that never expose values. Values can be
+//! Secrets: callers that need more than metadata go through
+//! [`crate::kube`] for Pods, which keeps only identity fields.
+
+use prost::Message;
+
+use crate::grpc::GrpcCall;
+use crate::pb::etcdserverpb as pb;
+
+/// The gRPC service name of etcd's KV API.
+pub const KV_SERVICE: &str = "etcdserverpb.KV";
+
+/// A decoded KV request.
+#[derive(Clone, PartialEq)]
+pub enum KvRequest {
+    /// `/etcdserverpb.KV/Range`.
+    Range(pb::RangeRequest),
+    /// `/etcdserverpb.KV/Put`.
+    Put(pb::PutRequest),
+    /// `/etcdserverpb.KV/DeleteRange`.
+    DeleteRange(pb::DeleteRangeRequest),
+    /// `/etcdserverpb.KV/Txn`.
+    Txn(pb::TxnRequest),
+    /// `/etcdserverpb.KV/Compact`.
+    Compact(pb::CompactionRequest),
+}
+
+/// A decoded KV response.
+#[derive(Clone, PartialEq)]
+pub enum KvResponse {
+    /// Range result.
+    Range(pb::RangeResponse),
+    /// Put result.
+    Put(pb::PutResponse),
+    /// DeleteRange result.
+    DeleteRange(pb::DeleteRangeResponse),
+    /// Txn result.
+    Txn(pb::TxnResponse),
+    /// Compact result.
+    Compact(pb::CompactionResponse),
+}
+
+/// Why KV bytes did not decode. Each message stands alone, so the
+/// connection and later calls are unaffected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EtcdError {
+    /// The method is not one of the KV service's.
+    #[error("/{KV_SERVICE}/{method} is not a KV method")]
+    UnknownMethod { method: String },
+    /// The bytes are not a valid message of the method's type.
+    #[error("{method} {what}: {reason}")]
+    Protobuf {
+        method: String,
+        what: &'static str,
+        reason: String,
+    },
+}
+
+impl EtcdError {
+    /// Always true: a bad message costs only itself.
+    pub fn can_continue(&self) -> bool {
+        true
+    }
+}
+
+fn decode<M: Message + Default>(
+    method: &str,
+    what: &'static str,
+    bytes: &[u8],
+) -> Result<M, EtcdError> {
+    M::decode(bytes).map_err(|e| EtcdError::Protobuf {
+        method: method.into(),
+        what,
+        reason: e.to_string(),
+    })
+}
+
+impl KvRequest {
+    /// Decodes a request of `method` (`Put`, `Txn`, …).
+    pub fn decode(method: &str, bytes: &[u8]) -> Result<Self, EtcdError> {
+        Ok(match method {
+            "Range" => Self::Range(decode(method, "request", bytes)?),
+            "Put" => Self::Put(decode(method, "request", bytes)?),
+            "DeleteRange" => Self::DeleteRange(decode(method, "request", bytes)?),
+            "Txn" => Self::Txn(decode(method, "request", bytes)?),
+            "Compact" => Self::Compact(decode(method, "request", bytes)?),
+            _ => {
+                return Err(EtcdError::UnknownMethod {
+                    method: method.into(),
+                });
+            }
+        })
+    }
+
+    /// Every key the request reads or writes, including a Txn's compares and
+    /// all its branches' operations, in order.
+    pub fn keys(&self) -> Vec<&[u8]> {
+        let mut keys = Vec::new();
+        match self {
+            Self::Range(r) => keys.push(r.key.as_slice()),
+            Self::Put(p) => keys.push(p.key.as_slice()),
+            Self::DeleteRange(d) => keys.push(d.key.as_slice()),
+            Self::Txn(t) => txn_keys(t, &mut keys),
+            Self::Compact(_) => {}
+        }
+        keys
+    }
+
+    /// Values written by Put operations (top level or inside a Txn), with their keys.
+    pub fn puts(&self) -> Vec<&pb::PutRequest> {
+        let mut puts = Vec::new();
+        match self {
+            Self::Put(p) => puts.push(p),
+            Self::Txn(t) => txn_puts(t, &mut puts),
+            Self::Range(_) | Self::DeleteRange(_) | Self::Compact(_) => {}
+        }
+        puts
+    }
+
+    /// The method name.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Self::Range(_) => "Range",
+            Self::Put(_) => "Put",
+            Self::DeleteRange(_) => "DeleteRange",
+            Self::Txn(_) => "Txn",
+            Self::Compact(_) => "Compact",
+        }
+    }
+}
+
+fn txn_keys<'a>(txn: &'a pb::TxnRequest, keys: &mut Vec<&'a [u8]>) {
+    keys.extend(txn.compare.iter().map(|c| c.key.as_slice()));
+    for op in txn.success.iter().chain(&txn.failure) {
+        match &op.request {
+            Some(pb::request_op::Request::RequestRange(r)) => keys.push(&r.key),
+            Some(pb::request_op::Request::RequestPut(p)) => keys.push(&p.key),
+            Some(pb::request_op::Request::RequestDeleteRange(d)) => keys.push(&d.key),
+            Some(pb::request_op::Request::RequestTxn(t)) => txn_keys(t, keys),
+            None => {}
+        }
+    }
+}
+
+fn txn_puts<'a>(txn: &'a pb::TxnRequest, puts: &mut Vec<&'a pb::PutRequest>) {
+    for op in txn.success.iter().chain(&txn.failure) {
+        match &op.request {
+            Some(pb::request_op::Request::RequestPut(p)) => puts.push(p),
+            Some(pb::request_op::Request::RequestTxn(t)) => txn_puts(t, puts),
+            _ => {}
+        }
+    }
+}
+
+impl KvResponse {
+    /// Decodes a response of `method`.
+    pub fn decode(method: &str, bytes: &[u8]) -> Result<Self, EtcdError> {
+        Ok(match method {
+            "Range" => Self::Range(decode(method, "response", bytes)?),
+            "Put" => Self::Put(decode(method, "response", bytes)?),
+            "DeleteRange" => Self::DeleteRange(decode(method, "response", bytes)?),
+            "Txn" => Self::Txn(decode(method, "response", bytes)?),
+            "Compact" => Self::Compact(decode(method, "response", bytes)?),
+            _ => {
+                return Err(EtcdError::UnknownMethod {
+                    method: method.into(),
+                });
+            }
+        })
+    }
+
+    /// The store revision in the response header (after the write, for writes).
+    pub fn revision(&self) -> Option<i64> {
+        let header = match self {
+            Self::Range(r) => r.header.as_ref(),
+            Self::Put(p) => p.header.as_ref(),
+            Self::DeleteRange(d) => d.header.as_ref(),
+            Self::Txn(t) => t.header.as_ref(),
+            Self::Compact(c) => c.header.as_ref(),
+        };
+        header.map(|h| h.revision)
+    }
+
+    /// For a Txn: whether the compares held (the success branch ran).
+    pub fn txn_succeeded(&self) -> Option<bool> {
+        match self {
+            Self::Txn(t) => Some(t.succeeded),
+            _ => None,
+        }
+    }
+}
+
+// Requests and responses carry values: Debug prints metadata only.
+impl std::fmt::Debug for KvRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: Vec<_> = self
+            .keys()
+            .into_iter()
+            .map(String::from_utf8_lossy)
+            .collect();
+        f.debug_struct("KvRequest")
+            .field("method", &self.method())
+            .field("keys", &keys)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for KvResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvResponse")
+            .field("revision", &self.revision())
+            .field("txn_succeeded", &self.txn_succeeded())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An etcd KV call: what a gRPC call to `etcdserverpb.KV` decodes to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvCall {
+    /// The request, if captured and decodable.
+    pub request: Option<Result<KvRequest, EtcdError>>,
+    /// The response, if captured and decodable.
+    pub response: Option<Result<KvResponse, EtcdError>>,
+}
+
+impl KvCall {
+    /// Decodes a gRPC call to the KV service; `None` for other services or
+    /// calls whose method is unknown.
+    pub fn from_grpc(call: &GrpcCall) -> Option<KvCall> {
+        if call.service.as_deref() != Some(KV_SERVICE) {
+            return None;
+        }
+        let method = call.method.as_deref()?;
+        Some(KvCall {
+            request: call.request_bytes().map(|b| KvRequest::decode(method, b)),
+            response: call.response_bytes().map(|b| KvResponse::decode(method, b)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,125 @@
+use super::*;
+use crate::grpc::GrpcCall;
+use crate::http2::Http2Connection;
+use crate::testdata;
+
+fn kv_calls(name: &str) -> Vec<KvCall> {
+    let mut connection = Http2Connection::default();
+    for chunk in testdata::chunks(name) {
+        connection.push(&chunk);
+    }
+    connection
+        .finish()
+        .iter()
+        .filter_map(GrpcCall::from_exchange)
+        .filter_map(|c| KvCall::from_grpc(&c))
+        .collect()
+}
+
+#[test]
+fn etcdctl_put_decodes_key_and_revision() {
+    let calls = kv_calls("etcdctl-put.rec");
+    let [
+        KvCall {
+            request: Some(Ok(KvRequest::Put(put))),
+            response: Some(Ok(response)),
+        },
+    ] = calls.as_slice()
+    else {
+        panic!("{calls:?}")
+    };
+    assert_eq!(put.key, b"/registry/pods/default/x");
+    assert_eq!(put.value, b"hello");
+    assert_eq!(response.revision(), Some(2));
+}
+
+#[test]
+fn txn_create_pod_has_compare_put_and_revision() {
+    let calls = kv_calls("etcdctl-txn-create-pod.rec");
+    let [
+        KvCall {
+            request: Some(Ok(request @ KvRequest::Txn(txn))),
+            response: Some(Ok(response)),
+        },
+    ] = calls.as_slice()
+    else {
+        panic!("{calls:?}")
+    };
+    let key: &[u8] = b"/registry/pods/default/web-7d4b9";
+    assert_eq!(request.keys(), vec![key, key]);
+    assert_eq!(
+        txn.compare[0].target,
+        pb::compare::CompareTarget::Mod as i32
+    );
+    assert_eq!(
+        request.puts()[0].value,
+        testdata::bytes("pod-web-7d4b9.k8spb")
+    );
+    assert_eq!(response.txn_succeeded(), Some(true));
+    assert_eq!(response.revision(), Some(3));
+}
+
+#[test]
+fn range_and_delete_range() {
+    let range = kv_calls("etcdctl-get-pod.rec");
+    let [
+        KvCall {
+            request: Some(Ok(KvRequest::Range(r))),
+            response: Some(Ok(KvResponse::Range(resp))),
+        },
+    ] = range.as_slice()
+    else {
+        panic!("{range:?}")
+    };
+    assert_eq!(r.key, b"/registry/pods/default/web-7d4b9");
+    assert_eq!(resp.kvs.len(), 1);
+    let del = kv_calls("etcdctl-del.rec");
+    let [
+        KvCall {
+            request: Some(Ok(KvRequest::DeleteRange(d))),
+            response: Some(Ok(KvResponse::DeleteRange(resp))),
+        },
+    ] = del.as_slice()
+    else {
+        panic!("{del:?}")
+    };
+    assert_eq!(d.key, b"/registry/pods/default/x");
+    assert_eq!(resp.deleted, 1);
+}
+
+#[test]
+fn debug_output_never_shows_values() {
+    let calls = kv_calls("etcdctl-put.rec");
+    let text = format!("{calls:?}");
+    assert!(
+        text.contains("/registry/pods/default/x") && !text.contains("hello"),
+        "{text}"
+    );
+}
+
+#[test]
+fn mid_connection_txn_still_decodes() {
+    // etcdctl lock's Txn comes after the first request's HEADERS were missed.
+    let chunks = testdata::chunks("etcdctl-lock.rec");
+    let first_c2s_headers = chunks
+        .iter()
+        .position(|c| c.direction == crate::Direction::ClientToServer && c.bytes.len() > 24);
+    let late: Vec<_> = chunks
+        .into_iter()
+        .skip(first_c2s_headers.map_or(0, |i| i + 1))
+        .collect();
+    let mut connection = Http2Connection::default();
+    for chunk in &late {
+        connection.push(chunk);
+    }
+    let calls: Vec<_> = connection
+        .finish()
+        .iter()
+        .filter_map(GrpcCall::from_exchange)
+        .filter_map(|c| KvCall::from_grpc(&c))
+        .collect();
+    assert!(
+        calls.iter().any(|c| matches!(&c.request, Some(Ok(r @ KvRequest::Txn(_))) if r.keys().iter().any(|k| k.starts_with(b"podtrace-lock/")))),
+        "{calls:?}"
+    );
+}
