@@ -12,7 +12,10 @@
 use std::{process::Output, time::Duration};
 
 use podtrace_tests::{
-    components::{Etcd, EtcdOptions},
+    components::{
+        Containerd, ContainerdOptions, Etcd, EtcdOptions, cri::api, images::WORKLOAD_IMAGE,
+        leftovers,
+    },
     live_test_can_run,
 };
 
@@ -151,5 +154,108 @@ fn etcd_watch_keeps_a_connection_open() {
     assert!(
         !std::path::Path::new(&format!("/proc/{watch_pid}")).exists(),
         "etcdctl watch (pid {watch_pid}) outlived its handle"
+    );
+}
+
+/// The pid of a running container, from containerd's verbose status.
+fn container_pid(status: &api::ContainerStatusResponse) -> u32 {
+    let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
+    info["pid"].as_u64().unwrap() as u32
+}
+
+fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|&b| b == 0)
+        .filter(|arg| !arg.is_empty())
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_runs_a_pod_and_leaves_nothing_behind() {
+    if !live_test_can_run("containerd_runs_a_pod_and_leaves_nothing_behind") {
+        return;
+    }
+    let containerd = Containerd::start(ContainerdOptions {
+        image_cache_dir: env!("CARGO_TARGET_TMPDIR").into(),
+    })
+    .unwrap();
+    let dir = containerd.dir().to_owned();
+    let socket = containerd.socket().display().to_string();
+    let cgroup_root = containerd.cgroup_root().to_owned();
+
+    let cri = containerd.cri().await.unwrap();
+    let version = cri.version().await.unwrap();
+    assert_eq!(version.runtime_name, "containerd");
+    assert_eq!(version.runtime_api_version, "v1");
+    // The images are local; the kubelet would skip the pull.
+    let image = cri.image_status(WORKLOAD_IMAGE).await.unwrap().unwrap();
+    assert_eq!(image.repo_tags, [WORKLOAD_IMAGE]);
+
+    let uid = "6f1d3c2e-0b7a-4e59-9a43-2c1f5b8d7e01";
+    let started = std::time::Instant::now();
+    let pod = cri.create_pod("web-0", "default", uid).await.unwrap();
+    eprintln!("create_pod took {:?}", started.elapsed());
+
+    let status = cri.container_status(&pod.container_id).await.unwrap();
+    let state = status.status.as_ref().unwrap().state;
+    assert_eq!(state, api::CONTAINER_RUNNING, "{status:?}");
+    let pid = container_pid(&status);
+    // busybox sh execs the last command of `-c` itself, so the container's
+    // process now runs `sleep 3600` (it ran the shell first).
+    assert_eq!(cmdline(pid), ["sleep", "3600"], "pid {pid}");
+    let log = status.status.as_ref().unwrap().log_path.clone();
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("stdout F started"), "container log: {log}");
+    // The container lives in the Pod's cgroup, as the kubelet arranges it.
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(
+        cgroup.contains(&format!("{cgroup_root}/kubepods/besteffort/pod{uid}/")),
+        "{cgroup}"
+    );
+    // A shim serves the sandbox; runc keeps its state in this instance's root.
+    assert!(
+        !leftovers::processes_mentioning(&socket).is_empty(),
+        "no shim mentions {socket}"
+    );
+    assert!(
+        containerd
+            .runc_root()
+            .join("k8s.io")
+            .join(&pod.container_id)
+            .exists()
+    );
+    let netns_before: Vec<_> = std::fs::read_dir("/var/run/netns")
+        .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+
+    drop(cri);
+    drop(containerd);
+
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || cmdline(pid) != ["sleep", "3600"],
+        "the container process {pid} outlived the teardown"
+    );
+    assert_eq!(
+        leftovers::processes_mentioning(&dir.display().to_string()),
+        vec![]
+    );
+    assert_eq!(
+        leftovers::mounts_under(&dir),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert_eq!(
+        leftovers::cgroup_dirs(&cgroup_root),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert!(!dir.exists(), "{} still exists", dir.display());
+    let netns_after: Vec<_> = std::fs::read_dir("/var/run/netns")
+        .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        netns_after, netns_before,
+        "network namespaces in /var/run/netns changed"
     );
 }

@@ -9,8 +9,14 @@
 //! without dropping it.
 
 pub mod certs;
+pub mod containerd;
+pub mod cri;
 pub mod etcd;
+pub mod images;
+pub mod leftovers;
 mod process;
 
 pub use certs::{CertFiles, Pki};
+pub use containerd::{Containerd, ContainerdOptions};
+pub use cri::{CriClient, PodHandles, PodTemplate};
 pub use etcd::{Etcd, EtcdOptions, EtcdWatch};
