@@ -45,6 +45,13 @@ fn main() -> anyhow::Result<()> {
         .canonicalize()
         .context("locating tracer-ebpf")?;
     let ebpf_dir = ebpf_dir.to_str().context("tracer-ebpf path is not UTF-8")?;
+    // aya-build watches the eBPF crate; the object is also built from the
+    // shared wire types, which cargo does not count as a reason to rerun.
+    let common_dir = manifest_dir
+        .join("../tracer-common")
+        .canonicalize()
+        .context("locating tracer-common")?;
+    println!("cargo:rerun-if-changed={}", common_dir.display());
     aya_build::build_ebpf(
         [aya_build::Package {
             name: "tracer-ebpf",

@@ -83,6 +83,7 @@ impl LiveCapture {
             targets: TargetMatcher::new(target_names).unwrap(),
             max_descendant_depth,
             ring_buffer_bytes: 1 << 20,
+            data_bytes: tracer_common::io::DEFAULT_DATA_BYTES,
         };
         let mut probes =
             Probes::load(&options).unwrap_or_else(|err| panic!("loading the eBPF object: {err}"));

@@ -45,6 +45,10 @@ pub struct Config {
     pub max_descendant_depth: u32,
     /// The agent's own tgid, never followed (podtrace may exec helpers).
     pub agent_tgid: u32,
+    /// Payload bytes copied per syscall, at most `io::DATA_BYTES_MAX`.
+    pub data_bytes: u32,
+    /// Explicit padding, zero.
+    pub _pad: u32,
 }
 
 impl Config {
@@ -64,11 +68,13 @@ impl Config {
         },
         max_descendant_depth: 0,
         agent_tgid: 0,
+        data_bytes: 0,
+        _pad: 0,
     };
 }
 
 const _: () = assert!(size_of::<KernelOffsets>() == 40);
-const _: () = assert!(size_of::<Config>() == 48);
+const _: () = assert!(size_of::<Config>() == 56);
 
 /// Why a process is in the target map. Stored as `u8` in [`TargetInfo`].
 #[repr(u8)]
@@ -102,9 +108,15 @@ pub struct TargetInfo {
     pub depth: u8,
     /// A [`TargetReason`].
     pub reason: u8,
+    /// `TARGET_*` bits: what else is captured for this target.
+    pub flags: u8,
     /// Explicit padding, zero.
-    pub _pad: [u8; 2],
+    pub _pad: u8,
 }
+
+/// `TargetInfo::flags` bit, also the `TARGET_COMMS` value for such names:
+/// follow the process's write-ahead-log files (etcd).
+pub const TARGET_WAL: u8 = 1 << 0;
 
 const _: () = assert!(size_of::<TargetInfo>() == 4);
 

@@ -21,11 +21,17 @@ pub enum DropReason {
     FilenameTruncated = 5,
     /// A uprobe fired with an attach cookie outside `PROBE_HITS` (a loader bug).
     ProbeSlotOutOfRange = 6,
+    /// The `FDS` map is full: a socket or file could not be followed.
+    FdMapFull = 7,
+    /// The `ACTIVE_CALLS` map is full: a syscall's data was lost.
+    ActiveCallsFull = 8,
+    /// Payload bytes beyond the configured prefix were not copied.
+    DataTruncated = 9,
 }
 
 impl DropReason {
     /// Every reason, in index order.
-    pub const ALL: [DropReason; 7] = [
+    pub const ALL: [DropReason; 10] = [
         DropReason::RingBufFull,
         DropReason::TargetMapFull,
         DropReason::DescendantDepthLimit,
@@ -33,6 +39,9 @@ impl DropReason {
         DropReason::ArgsTruncated,
         DropReason::FilenameTruncated,
         DropReason::ProbeSlotOutOfRange,
+        DropReason::FdMapFull,
+        DropReason::ActiveCallsFull,
+        DropReason::DataTruncated,
     ];
     /// Number of slots in the `DROPS` array.
     pub const COUNT: u32 = Self::ALL.len() as u32;
@@ -47,13 +56,22 @@ impl DropReason {
             DropReason::ArgsTruncated => "args_truncated",
             DropReason::FilenameTruncated => "filename_truncated",
             DropReason::ProbeSlotOutOfRange => "probe_slot_out_of_range",
+            DropReason::FdMapFull => "fd_map_full",
+            DropReason::ActiveCallsFull => "active_calls_full",
+            DropReason::DataTruncated => "data_truncated",
         }
     }
 
     /// Whether this reason loses a whole event or target (as opposed to
     /// cutting a field short, or following a policy).
     pub const fn loses_events(self) -> bool {
-        matches!(self, DropReason::RingBufFull | DropReason::TargetMapFull)
+        matches!(
+            self,
+            DropReason::RingBufFull
+                | DropReason::TargetMapFull
+                | DropReason::FdMapFull
+                | DropReason::ActiveCallsFull
+        )
     }
 }
 

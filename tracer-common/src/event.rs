@@ -26,6 +26,14 @@ pub enum EventKind {
     Fork = 2,
     /// [`ExitEvent`]
     Exit = 3,
+    /// [`crate::io::DataEvent`] followed by its bytes.
+    Data = 4,
+    /// [`crate::io::ConnEvent`]
+    Conn = 5,
+    /// [`crate::io::FsyncEvent`]
+    Fsync = 6,
+    /// [`crate::io::FileOpenEvent`]
+    FileOpen = 7,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -35,6 +43,10 @@ impl TryFrom<u32> for EventKind {
             1 => Ok(EventKind::Exec),
             2 => Ok(EventKind::Fork),
             3 => Ok(EventKind::Exit),
+            4 => Ok(EventKind::Data),
+            5 => Ok(EventKind::Conn),
+            6 => Ok(EventKind::Fsync),
+            7 => Ok(EventKind::FileOpen),
             other => Err(other),
         }
     }

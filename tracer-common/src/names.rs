@@ -7,13 +7,17 @@ pub const MAP_EVENTS: &str = "EVENTS";
 pub const MAP_DROPS: &str = "DROPS";
 /// Hash map tgid → [`crate::config::TargetInfo`]: the processes podtrace follows.
 pub const MAP_TARGETS: &str = "TARGETS";
-/// Hash map comm (16 bytes, NUL padded) → 1: executable names that make a
-/// process a target when it execs.
+/// Hash map comm (16 bytes, NUL padded) → `TARGET_*` flags: executable names
+/// that make a process a target when it execs.
 pub const MAP_TARGET_COMMS: &str = "TARGET_COMMS";
 /// Per-CPU `u64` hit counters of uprobes, indexed by the probe's attach cookie.
 pub const MAP_PROBE_HITS: &str = "PROBE_HITS";
 /// The uprobe program that only counts hits (`podtrace probe-check`).
 pub const PROGRAM_GO_PROBE_HIT: &str = "go_probe_hit";
+/// Hash map `io::FdKey` → `io::FdInfo`: sockets and files followed.
+pub const MAP_FDS: &str = "FDS";
+/// Hash map pid_tgid → `io::ActiveCall`: syscalls between enter and exit.
+pub const MAP_ACTIVE_CALLS: &str = "ACTIVE_CALLS";
 /// Read-only global holding [`crate::config::Config`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 

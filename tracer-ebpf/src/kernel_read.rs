@@ -97,6 +97,46 @@ fn read_kernel<T: Copy>(base: u64, offset: u32) -> Result<T, i32> {
     unsafe { bpf_probe_read_kernel(ptr) }
 }
 
+/// Reads a `T` from user memory at `addr`.
+#[inline(always)]
+pub(crate) fn read_user<T: Copy>(addr: u64) -> Result<T, i32> {
+    // SAFETY: bpf_probe_read_user validates the address and fails on a bad one.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_user(addr as *const T) }
+}
+
+/// Copies `size` bytes of user memory at `src` to `dst`.
+///
+/// # Safety
+/// `dst` must point to at least `size` writable bytes, and the caller must
+/// have bounded `size` so the verifier can prove it.
+#[inline(always)]
+pub(crate) unsafe fn read_user_bytes(dst: *mut u8, size: u32, src: u64) -> Result<(), i32> {
+    // SAFETY: the caller guarantees dst has room for size bytes; the helper checks src.
+    let ret =
+        unsafe { generated::bpf_probe_read_user(dst.cast::<c_void>(), size, src as *const c_void) };
+    if ret < 0 { Err(ret as i32) } else { Ok(()) }
+}
+
+/// Copies the NUL-terminated user string at `src` into `dst`; returns the
+/// bytes copied including the NUL.
+#[inline(always)]
+pub(crate) fn read_user_str(dst: *mut [u8; FILENAME_BYTES], src: u64) -> Result<usize, i32> {
+    // SAFETY: dst points to FILENAME_BYTES writable bytes; the helper writes at
+    // most that many and checks src.
+    let copied = unsafe {
+        generated::bpf_probe_read_user_str(
+            dst.cast::<c_void>(),
+            FILENAME_BYTES as u32,
+            src as *const c_void,
+        )
+    };
+    if copied < 0 {
+        Err(copied as i32)
+    } else {
+        Ok(copied as usize)
+    }
+}
+
 /// Copies the NUL-terminated kernel string at `src` into `dst`. Returns the
 /// number of bytes copied including the NUL; a result of `dst.len()` means the
 /// string may have been cut.

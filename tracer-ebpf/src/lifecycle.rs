@@ -115,14 +115,7 @@ fn try_fork(ctx: &RawTracePointContext) -> Result<(), DropReason> {
     if depth > config().max_descendant_depth {
         return Err(DropReason::DescendantDepthLimit);
     }
-    let info = TargetInfo {
-        depth: depth as u8,
-        reason: TargetReason::Descendant as u8,
-        _pad: [0; 2],
-    };
-    TARGETS
-        .insert(child_tgid, info, 0)
-        .map_err(|_| DropReason::TargetMapFull)?;
+    set_target(child_tgid, depth as u8, TargetReason::Descendant, 0)?;
 
     let mut entry = EVENTS
         .reserve::<ForkEvent>(0)
@@ -148,24 +141,18 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
     }
     let ts_ns = now_ns();
     let comm = current_comm();
-    // SAFETY: only tests presence; no reference is kept.
-    let named = unsafe { TARGET_COMMS.get(comm) }.is_some();
-    let info = if named {
+    // SAFETY: the value is copied out at once; no reference is kept.
+    let named_flags = unsafe { TARGET_COMMS.get(comm) }.copied();
+    let info = match (named_flags, target_of(tgid)) {
         // A target binary: (re)start counting descendants from here, so that
         // e.g. `runc init` under a deep shim is followed like a fresh runc.
-        let info = TargetInfo {
-            depth: 0,
-            reason: TargetReason::Named as u8,
-            _pad: [0; 2],
-        };
-        TARGETS
-            .insert(tgid, info, 0)
-            .map_err(|_| DropReason::TargetMapFull)?;
-        info
-    } else if let Some(info) = target_of(tgid) {
-        info
-    } else {
-        return Ok(());
+        (Some(flags), _) => set_target(tgid, 0, TargetReason::Named, flags)?,
+        // A target became another program (runc init exec'ing the container's
+        // first process): still followed, but as a descendant, so that its
+        // sockets and files are not captured like a component's.
+        (None, Some(info)) if info.depth == 0 => set_target(tgid, 1, TargetReason::Descendant, 0)?,
+        (None, Some(info)) => info,
+        (None, None) => return Ok(()),
     };
 
     let mut entry = EVENTS
@@ -207,6 +194,26 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
     }
     entry.submit(0);
     Ok(())
+}
+
+/// Stores and returns the target entry of `tgid`.
+#[inline(always)]
+fn set_target(
+    tgid: u32,
+    depth: u8,
+    reason: TargetReason,
+    flags: u8,
+) -> Result<TargetInfo, DropReason> {
+    let info = TargetInfo {
+        depth,
+        reason: reason as u8,
+        flags,
+        _pad: 0,
+    };
+    TARGETS
+        .insert(tgid, info, 0)
+        .map_err(|_| DropReason::TargetMapFull)?;
+    Ok(info)
 }
 
 /// Reads `bprm->filename`; returns (length without NUL, cut short).

@@ -17,6 +17,7 @@
 #![cfg_attr(target_arch = "bpf", no_main)]
 
 mod go_probes;
+mod io;
 mod kernel_read;
 mod lifecycle;
 mod maps;

@@ -11,6 +11,7 @@ use tracer_common::{
         MAX_TARGETS, TargetInfo,
     },
     drop_reason::DropReason,
+    io::{ActiveCall, DATA_BYTES_MAX, DataEvent, FdInfo, FdKey, MAX_ACTIVE_CALLS, MAX_TRACKED_FDS},
 };
 
 /// Records for user space. User space may resize it before load.
@@ -33,6 +34,25 @@ pub(crate) static TARGET_COMMS: HashMap<[u8; COMM_BYTES], u8> =
 /// Hits per attached uprobe, indexed by its attach cookie.
 #[map]
 pub(crate) static PROBE_HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_PROBE_SLOTS, 0);
+
+/// Sockets and files of targets that podtrace follows.
+#[map]
+pub(crate) static FDS: HashMap<FdKey, FdInfo> = HashMap::with_max_entries(MAX_TRACKED_FDS, 0);
+
+/// Syscalls between enter and exit, by pid_tgid (one per thread at a time).
+#[map]
+pub(crate) static ACTIVE_CALLS: HashMap<u64, ActiveCall> =
+    HashMap::with_max_entries(MAX_ACTIVE_CALLS, 0);
+
+/// Bytes of a per-CPU scratch record: the fixed data header, then room for
+/// `DATA_BYTES_MAX` bytes written at any offset below `DATA_BYTES_MAX` (the
+/// verifier checks each copy against the buffer's end, not against the total).
+pub(crate) const SCRATCH_BYTES: usize = size_of::<DataEvent>() + 2 * DATA_BYTES_MAX;
+
+/// Where data records are assembled before `bpf_ringbuf_output`: too large
+/// for the 512-byte stack, and variable length, unlike a ring buffer reservation.
+#[map]
+pub(crate) static SCRATCH: PerCpuArray<[u8; SCRATCH_BYTES]> = PerCpuArray::with_max_entries(1, 0);
 
 /// Set by user space before load (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]

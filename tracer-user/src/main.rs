@@ -7,7 +7,10 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
-use tracer_common::config::{DEFAULT_MAX_DESCENDANT_DEPTH, DEFAULT_RING_BUFFER_BYTES};
+use tracer_common::{
+    config::{DEFAULT_MAX_DESCENDANT_DEPTH, DEFAULT_RING_BUFFER_BYTES},
+    io::{DATA_BYTES_MAX, DEFAULT_DATA_BYTES},
+};
 use tracer_user::{
     capture::{
         CaptureOptions, Probes, go_probes,
@@ -83,6 +86,9 @@ struct RunArgs {
     /// Ring buffer size in bytes (a power of two, at least 4096).
     #[arg(long, default_value_t = DEFAULT_RING_BUFFER_BYTES)]
     ring_buffer_bytes: u32,
+    /// Payload bytes kept per socket or WAL syscall (at most 8192).
+    #[arg(long, default_value_t = DEFAULT_DATA_BYTES, value_parser = clap::value_parser!(u32).range(0..=DATA_BYTES_MAX as i64))]
+    data_bytes: u32,
 }
 
 fn main() -> ExitCode {
@@ -176,6 +182,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         targets: TargetMatcher::new(names)?,
         max_descendant_depth: args.max_depth,
         ring_buffer_bytes: args.ring_buffer_bytes,
+        data_bytes: args.data_bytes,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -22,9 +22,9 @@ use crate::{
         clock::WallClock,
         ring::{ReaderStats, read_ring_buffer},
     },
-    correlate::{ProcessActivity, ProcessTable, process_table::DEFAULT_PROCESS_CAPACITY},
+    correlate::{Activity, Correlator},
     decode::{Message, decode},
-    export::terminal::TerminalPrinter,
+    export::terminal::{self, TerminalPrinter},
 };
 
 /// Capacity of each inter-stage channel, in items.
@@ -54,7 +54,21 @@ pub async fn run(mut probes: Probes, shutdown: CancellationToken) -> anyhow::Res
 
     let (raw_tx, mut raw_rx) = mpsc::channel::<RawEvent>(CHANNEL_CAPACITY);
     let (msg_tx, mut msg_rx) = mpsc::channel::<Message>(CHANNEL_CAPACITY);
-    let (out_tx, mut out_rx) = mpsc::channel::<ProcessActivity>(CHANNEL_CAPACITY);
+    let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
+
+    // What was open before start goes first, so the correlator knows the
+    // connections and files later events refer to.
+    for event in probes.initial_events() {
+        raw_tx.send(event).await?;
+    }
+    let seeded_names: Vec<(u32, String)> = probes
+        .seeded()
+        .iter()
+        .filter_map(|target| {
+            let name = target.exe.as_ref()?.file_name()?.to_str()?.to_owned();
+            Some((target.tgid, name))
+        })
+        .collect();
 
     let capture: JoinHandle<io::Result<()>> = tokio::spawn(read_ring_buffer(
         ring,
@@ -70,18 +84,30 @@ pub async fn run(mut probes: Probes, shutdown: CancellationToken) -> anyhow::Res
         }
     });
     let correlate_task = tokio::spawn(async move {
-        let mut table = ProcessTable::new(clock, DEFAULT_PROCESS_CAPACITY);
+        let mut correlator = Correlator::new(clock);
+        for (tgid, name) in seeded_names {
+            correlator.processes.seed(tgid, name);
+        }
         while let Some(message) = msg_rx.recv().await {
-            if out_tx.send(table.observe(message)).await.is_err() {
+            let Some(activity) = correlator.observe(message) else {
+                continue;
+            };
+            let tgid = match &activity {
+                Activity::Process(_) => None,
+                Activity::Conn(conn) => Some(conn.conn.tgid),
+                Activity::FileSync(sync) => Some(sync.sync.ids.tgid),
+            };
+            let name = tgid.and_then(|tgid| correlator.processes.name_of(tgid));
+            if out_tx.send((activity, name)).await.is_err() {
                 break;
             }
         }
-        table.full_drops
+        correlator.full_drops()
     });
     let export_task = tokio::spawn(async move {
         let mut printer = TerminalPrinter::new(io::stdout());
-        while let Some(activity) = out_rx.recv().await {
-            printer.print(&activity)?;
+        while let Some((activity, name)) = out_rx.recv().await {
+            printer.print(&terminal::format(&activity, |_| name.clone()))?;
         }
         io::Result::Ok(())
     });

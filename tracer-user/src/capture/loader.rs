@@ -11,19 +11,24 @@ use std::path::Path;
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
-    programs::{ProgramError, RawTracePoint},
+    programs::{ProgramError, RawTracePoint, TracePoint},
 };
 use tracer_common::{
-    config::{COMM_BYTES, Config, TargetInfo},
+    config::{COMM_BYTES, Config, TARGET_WAL, TargetInfo},
     drop_reason::DropReason,
+    io::{DATA_BYTES_MAX, FdInfo, FdKey, FdKind, IoSyscall, USER_CONN_ID_BIT},
     names::{
-        GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_TARGET_COMMS, MAP_TARGETS,
+        GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_TARGET_COMMS,
+        MAP_TARGETS,
     },
 };
 
 use super::{
+    clock::monotonic_now_ns,
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
+    proc_fds::{OpenFd, open_fds},
     targets::{FoundTarget, TargetMatcher, scan_proc},
+    wire::{ConnChange, ConnKey, ConnRecord, FileOpenRecord, ProcessIds, RawEvent},
 };
 
 /// `BPF_NOEXIST` map update flag (include/uapi/linux/bpf.h): insert only if absent.
@@ -41,6 +46,8 @@ pub struct CaptureOptions {
     pub max_descendant_depth: u32,
     /// Size of the ring buffer: a power of two, multiple of the page size.
     pub ring_buffer_bytes: u32,
+    /// Payload bytes copied per socket or file syscall (at most `DATA_BYTES_MAX`).
+    pub data_bytes: u32,
 }
 
 /// Failure to set up capture. Each variant says what to do about it.
@@ -60,6 +67,17 @@ pub enum CaptureError {
     /// A map the agent needs is missing from the object: agent and object do not match.
     #[error("the eBPF object has no map {0}")]
     MissingMap(&'static str),
+    /// A syscall program is missing from the object.
+    #[error("the eBPF object has no tracepoint program {0}")]
+    MissingSyscallProgram(String),
+    /// Loading or attaching a syscall program failed.
+    #[error("program {name}: {source}")]
+    SyscallProgram {
+        /// Program name.
+        name: String,
+        /// Why (with the verifier log for load failures).
+        source: ProgramError,
+    },
     /// A program the agent needs is missing from the object.
     #[error("the eBPF object has no program {0} of the expected type")]
     MissingProgram(&'static str),
@@ -92,6 +110,8 @@ pub enum CaptureError {
 pub struct Probes {
     ebpf: Ebpf,
     seeded: Vec<FoundTarget>,
+    /// Sockets and files open at start, with the ids given to them.
+    open_fds: Vec<(OpenFd, u64)>,
 }
 
 impl Probes {
@@ -105,6 +125,8 @@ impl Probes {
             offsets: kernel_offsets(Path::new(VMLINUX_BTF))?,
             max_descendant_depth: options.max_descendant_depth,
             agent_tgid: std::process::id(),
+            data_bytes: options.data_bytes.min(DATA_BYTES_MAX as u32),
+            _pad: 0,
         };
         let mut ebpf = load_object(
             EbpfLoader::new()
@@ -113,9 +135,9 @@ impl Probes {
         )?;
 
         let mut comms: HashMap<_, [u8; COMM_BYTES], u8> = map_mut(&mut ebpf, MAP_TARGET_COMMS)?;
-        for key in options.targets.comm_keys() {
+        for (key, flags) in options.targets.comm_keys() {
             comms
-                .insert(key, 1, 0)
+                .insert(key, flags, 0)
                 .map_err(|source| CaptureError::Map {
                     name: MAP_TARGET_COMMS,
                     source,
@@ -135,6 +157,25 @@ impl Probes {
             program.attach(spec.tracepoint).map_err(wrap)?;
         }
 
+        for syscall in IoSyscall::ALL {
+            for (phase, program_name) in [
+                ("enter", format!("sys_enter_{}", syscall.name())),
+                ("exit", format!("sys_exit_{}", syscall.name())),
+            ] {
+                let program: &mut TracePoint = ebpf
+                    .program_mut(&program_name)
+                    .and_then(|program| program.try_into().ok())
+                    .ok_or_else(|| CaptureError::MissingSyscallProgram(program_name.clone()))?;
+                let wrap = |source| CaptureError::SyscallProgram {
+                    name: program_name.clone(),
+                    source,
+                };
+                program.load().map_err(wrap)?;
+                program.attach("syscalls", &program_name).map_err(wrap)?;
+                tracing::trace!(syscall = syscall.name(), phase, "attached");
+            }
+        }
+
         let seeded = scan_proc(
             Path::new("/proc"),
             &options.targets,
@@ -146,7 +187,8 @@ impl Probes {
             let info = TargetInfo {
                 depth: found.depth,
                 reason: found.reason as u8,
-                _pad: [0; 2],
+                flags: found.flags,
+                _pad: 0,
             };
             // BPF_NOEXIST: a process the kernel side already picked up keeps its entry.
             match targets.insert(found.tgid, info, BPF_NOEXIST) {
@@ -161,7 +203,51 @@ impl Probes {
                 }
             }
         }
-        Ok(Self { ebpf, seeded })
+        let open_fds = seed_open_fds(&mut ebpf, &seeded)?;
+        Ok(Self {
+            ebpf,
+            seeded,
+            open_fds,
+        })
+    }
+
+    /// Events describing what was already open at start (connections found
+    /// in /proc, WAL files), stamped with the current time, for the pipeline
+    /// to see before any kernel event about them.
+    pub fn initial_events(&self) -> Vec<RawEvent> {
+        let ts_ns = monotonic_now_ns();
+        self.open_fds
+            .iter()
+            .map(|(open, conn_id)| {
+                let ids = ProcessIds {
+                    ts_ns,
+                    tgid: open.tgid,
+                    tid: open.tgid,
+                };
+                let conn = ConnKey {
+                    tgid: open.tgid,
+                    conn_id: *conn_id,
+                };
+                match (&open.kind, &open.path) {
+                    (FdKind::WalFile, Some(path)) => RawEvent::FileOpen(FileOpenRecord {
+                        ids,
+                        conn,
+                        fd: open.fd,
+                        fd_kind: open.kind,
+                        path: path.clone(),
+                    }),
+                    _ => RawEvent::Conn(ConnRecord {
+                        ids,
+                        conn,
+                        fd: open.fd,
+                        change: ConnChange::OpenAtStart,
+                        fd_kind: open.kind,
+                        ret: 0,
+                        peer: open.peer.clone(),
+                    }),
+                }
+            })
+            .collect()
     }
 
     /// The targets found in /proc at start.
@@ -204,6 +290,49 @@ impl Probes {
         }
         Ok(counts)
     }
+}
+
+/// Puts the sockets (and, for etcd, WAL files) that the targets found at start
+/// already have open into `FDS`, with user-space ids (`USER_CONN_ID_BIT`).
+fn seed_open_fds(
+    ebpf: &mut Ebpf,
+    targets: &[FoundTarget],
+) -> Result<Vec<(OpenFd, u64)>, CaptureError> {
+    let mut fds: HashMap<_, FdKey, FdInfo> = map_mut(ebpf, MAP_FDS)?;
+    let mut seeded = Vec::new();
+    // Only the components themselves: their descendants' (containers')
+    // traffic is not captured.
+    for target in targets.iter().filter(|target| target.depth == 0) {
+        for open in open_fds(
+            Path::new("/proc"),
+            target.tgid,
+            target.flags & TARGET_WAL != 0,
+        ) {
+            let conn_id = USER_CONN_ID_BIT | seeded.len() as u64;
+            let info = FdInfo {
+                conn_id,
+                kind: open.kind as u8,
+                _pad: [0; 7],
+            };
+            let key = FdKey {
+                tgid: open.tgid,
+                fd: open.fd,
+            };
+            match fds.insert(key, info, BPF_NOEXIST) {
+                Ok(()) => seeded.push((open, conn_id)),
+                // The kernel saw it connect or accept in the meantime.
+                Err(MapError::SyscallError(err))
+                    if err.io_error.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(source) => {
+                    return Err(CaptureError::Map {
+                        name: MAP_FDS,
+                        source,
+                    });
+                }
+            }
+        }
+    }
+    Ok(seeded)
 }
 
 /// Loads the embedded object with `loader`; programs are loaded and attached

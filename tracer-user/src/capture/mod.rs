@@ -8,10 +8,14 @@ pub mod clock;
 pub mod go_probes;
 pub mod kernel_btf;
 pub mod loader;
+pub mod proc_fds;
 pub mod ring;
 pub mod targets;
 pub mod uprobes;
 pub mod wire;
 
 pub use loader::{CaptureError, CaptureOptions, DropCounts, Probes};
-pub use wire::{ExecRecord, ExitRecord, ExitStatus, ForkRecord, ProcessIds, RawEvent};
+pub use wire::{
+    ConnChange, ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, ExitStatus,
+    FileOpenRecord, ForkRecord, FsyncRecord, Peer, ProcessIds, RawEvent,
+};

@@ -12,7 +12,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use tracer_common::config::{COMM_BYTES, TargetReason};
+use tracer_common::config::{COMM_BYTES, TARGET_WAL, TargetReason};
 
 /// Executables podtrace follows by default. `containerd-shim*` covers every
 /// shim (`containerd-shim-runc-v2`, …).
@@ -84,11 +84,15 @@ impl TargetMatcher {
         Ok(Self { names })
     }
 
-    /// The comm keys for the kernel's `TARGET_COMMS` map: each name cut to 15
-    /// bytes and NUL padded, as the kernel stores a task's comm.
-    pub fn comm_keys(&self) -> Vec<[u8; COMM_BYTES]> {
-        let mut keys: Vec<[u8; COMM_BYTES]> =
-            self.names.iter().map(|name| comm_key(&name.text)).collect();
+    /// The entries of the kernel's `TARGET_COMMS` map: each name cut to 15
+    /// bytes and NUL padded, as the kernel stores a task's comm, with the
+    /// `TARGET_*` flags of that name.
+    pub fn comm_keys(&self) -> Vec<([u8; COMM_BYTES], u8)> {
+        let mut keys: Vec<_> = self
+            .names
+            .iter()
+            .map(|name| (comm_key(&name.text), flags_for(&name.text)))
+            .collect();
         keys.dedup();
         keys
     }
@@ -114,6 +118,11 @@ impl TargetMatcher {
     }
 }
 
+/// What else is captured for a target name: etcd's WAL files.
+pub fn flags_for(name: &str) -> u8 {
+    if name == "etcd" { TARGET_WAL } else { 0 }
+}
+
 /// `name` as the kernel stores it in a comm: at most 15 bytes, NUL padded.
 pub fn comm_key(name: &str) -> [u8; COMM_BYTES] {
     let mut key = [0; COMM_BYTES];
@@ -131,6 +140,8 @@ pub struct FoundTarget {
     pub depth: u8,
     /// `Discovered` for a target, `Descendant` for one of its descendants.
     pub reason: TargetReason,
+    /// `TARGET_*` flags of the target's name (0 for descendants).
+    pub flags: u8,
     /// Its executable, as /proc/PID/exe shows it (a path in its own mount namespace).
     pub exe: Option<PathBuf>,
 }
@@ -162,12 +173,16 @@ pub fn scan_proc(
         .filter_map(|tgid| Some((tgid, read_proc_entry(&proc_root.join(tgid.to_string()))?)))
         .collect();
 
-    let is_target = |entry: &ProcEntry| match &entry.exe {
-        Some(exe) => exe
-            .file_name()
-            .and_then(|name| name.to_str())
-            .is_some_and(|name| matcher.match_file_name(name).is_some()),
-        None => matcher.match_comm(&entry.comm),
+    // The target name a process matches, by executable or (unreadable exe) comm.
+    let target_name = |entry: &ProcEntry| -> Option<String> {
+        match &entry.exe {
+            Some(exe) => exe
+                .file_name()
+                .and_then(|name| name.to_str())
+                .and_then(|name| matcher.match_file_name(name))
+                .map(str::to_owned),
+            None => matcher.match_comm(&entry.comm).then(|| entry.comm.clone()),
+        }
     };
 
     let mut found: Vec<FoundTarget> = processes
@@ -176,16 +191,17 @@ pub fn scan_proc(
             // Walk up at most max_depth generations to the nearest target.
             let mut current = entry;
             for depth in 0..=max_depth {
-                if is_target(current) {
-                    let reason = if depth == 0 {
-                        TargetReason::Discovered
+                if let Some(name) = target_name(current) {
+                    let (reason, flags) = if depth == 0 {
+                        (TargetReason::Discovered, flags_for(&name))
                     } else {
-                        TargetReason::Descendant
+                        (TargetReason::Descendant, 0)
                     };
                     return Some(FoundTarget {
                         tgid,
                         depth: depth as u8,
                         reason,
+                        flags,
                         exe: entry.exe.clone(),
                     });
                 }
@@ -243,8 +259,9 @@ mod tests {
     #[test]
     fn comm_keys_are_cut_to_fifteen_bytes() {
         let keys = default_matcher().comm_keys();
-        assert!(keys.contains(&comm_key("kube-controller")));
-        assert!(keys.contains(&comm_key("containerd-shim")));
+        assert!(keys.contains(&(comm_key("kube-controller"), 0)));
+        assert!(keys.contains(&(comm_key("containerd-shim"), 0)));
+        assert!(keys.contains(&(comm_key("etcd"), TARGET_WAL)));
         assert_eq!(
             &comm_key("kube-controller-manager")[..],
             b"kube-controller\0"

@@ -6,11 +6,17 @@
 //! malformed record becomes a [`WireError`], never a panic or an out-of-bounds
 //! read.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
 use tracer_common::{
     config::{COMM_BYTES, TargetReason},
     event::{
         ARGS_BYTES, EXEC_ARGS_TRUNCATED, EXEC_FILENAME_TRUNCATED, EventHeader, EventKind,
         ExecEvent, ExitEvent, FILENAME_BYTES, ForkEvent,
+    },
+    io::{
+        ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_TRUNCATED, DataEvent, Direction, FdKind,
+        FileOpenEvent, FsyncEvent, IoSyscall, UNIX_PATH_BYTES,
     },
 };
 
@@ -107,6 +113,142 @@ impl ExitStatus {
     }
 }
 
+/// Which socket or file of which process: stable across fd reuse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnKey {
+    /// Process id.
+    pub tgid: u32,
+    /// Identity of the connection or file (see `tracer_common::io::FdInfo`).
+    pub conn_id: u64,
+}
+
+/// Bytes a target moved through a followed socket or file.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DataRecord {
+    /// The thread and the syscall's exit time.
+    pub ids: ProcessIds,
+    /// Which connection or file.
+    pub conn: ConnKey,
+    /// File descriptor.
+    pub fd: u32,
+    /// The syscall.
+    pub syscall: IoSyscall,
+    /// Which way the bytes moved.
+    pub direction: Direction,
+    /// Socket or WAL file.
+    pub fd_kind: FdKind,
+    /// Bytes the syscall moved.
+    pub len: u64,
+    /// CLOCK_MONOTONIC ns when the syscall was entered.
+    pub enter_ts_ns: u64,
+    /// The first bytes (all of them unless `truncated`).
+    pub data: Vec<u8>,
+    /// `data` is shorter than `len`.
+    pub truncated: bool,
+}
+
+impl std::fmt::Debug for DataRecord {
+    // Payloads may hold secrets: Debug shows their size, never their bytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataRecord")
+            .field("ids", &self.ids)
+            .field("conn", &self.conn)
+            .field("fd", &self.fd)
+            .field("syscall", &self.syscall)
+            .field("direction", &self.direction)
+            .field("fd_kind", &self.fd_kind)
+            .field("len", &self.len)
+            .field("captured", &self.data.len())
+            .field("truncated", &self.truncated)
+            .finish()
+    }
+}
+
+/// The far end of a socket, as connect or accept saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// A TCP address.
+    Tcp(std::net::SocketAddr),
+    /// A unix socket path (abstract names start with `@`).
+    Unix(String),
+    /// Not reported (accept without an address buffer, or a close).
+    Unknown,
+}
+
+/// What happened to a followed socket or file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConnChange {
+    /// connect(2) succeeded or is in progress.
+    Connected,
+    /// accept(2) returned it.
+    Accepted,
+    /// close(2).
+    Closed,
+    /// It was open when podtrace started (found in /proc).
+    OpenAtStart,
+}
+
+impl From<ConnAction> for ConnChange {
+    fn from(action: ConnAction) -> Self {
+        match action {
+            ConnAction::Connected => ConnChange::Connected,
+            ConnAction::Accepted => ConnChange::Accepted,
+            ConnAction::Closed => ConnChange::Closed,
+        }
+    }
+}
+
+/// A followed socket was connected, accepted or closed (or a file closed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnRecord {
+    /// The thread and time.
+    pub ids: ProcessIds,
+    /// Which connection or file.
+    pub conn: ConnKey,
+    /// File descriptor.
+    pub fd: u32,
+    /// What happened.
+    pub change: ConnChange,
+    /// Socket or WAL file.
+    pub fd_kind: FdKind,
+    /// The syscall's result.
+    pub ret: i64,
+    /// The other end.
+    pub peer: Peer,
+}
+
+/// fsync/fdatasync of a followed file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsyncRecord {
+    /// The thread and the syscall's exit time.
+    pub ids: ProcessIds,
+    /// Which file.
+    pub conn: ConnKey,
+    /// File descriptor.
+    pub fd: u32,
+    /// fsync or fdatasync.
+    pub syscall: IoSyscall,
+    /// How long it took.
+    pub duration_ns: u64,
+    /// The syscall's result.
+    pub ret: i64,
+}
+
+/// A target opened a file podtrace follows (an etcd WAL segment).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileOpenRecord {
+    /// The thread and time.
+    pub ids: ProcessIds,
+    /// Which file.
+    pub conn: ConnKey,
+    /// File descriptor.
+    pub fd: u32,
+    /// What it is.
+    pub fd_kind: FdKind,
+    /// Path as given to openat.
+    pub path: String,
+}
+
 /// One event from the kernel, owned and validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RawEvent {
@@ -116,6 +258,14 @@ pub enum RawEvent {
     Fork(ForkRecord),
     /// See [`ExitRecord`].
     Exit(ExitRecord),
+    /// See [`DataRecord`].
+    Data(DataRecord),
+    /// See [`ConnRecord`].
+    Conn(ConnRecord),
+    /// See [`FsyncRecord`].
+    Fsync(FsyncRecord),
+    /// See [`FileOpenRecord`].
+    FileOpen(FileOpenRecord),
 }
 
 impl RawEvent {
@@ -125,6 +275,10 @@ impl RawEvent {
             RawEvent::Exec(exec) => &exec.ids,
             RawEvent::Fork(fork) => &fork.ids,
             RawEvent::Exit(exit) => &exit.ids,
+            RawEvent::Data(data) => &data.ids,
+            RawEvent::Conn(conn) => &conn.ids,
+            RawEvent::Fsync(fsync) => &fsync.ids,
+            RawEvent::FileOpen(open) => &open.ids,
         }
     }
 }
@@ -203,6 +357,134 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
                 status: ExitStatus::from_wait_status(event.exit_code),
                 comm: comm_string(&event.comm),
             }))
+        }
+        EventKind::Data => {
+            let event: DataEvent = read_record("data", bytes)?;
+            parse_data(ids, &event, &bytes[size_of::<DataEvent>()..]).map(RawEvent::Data)
+        }
+        EventKind::Conn => {
+            let event: ConnEvent = read_record("conn", bytes)?;
+            parse_conn(ids, &event).map(RawEvent::Conn)
+        }
+        EventKind::Fsync => {
+            let event: FsyncEvent = read_record("fsync", bytes)?;
+            Ok(RawEvent::Fsync(FsyncRecord {
+                conn: ConnKey {
+                    tgid: ids.tgid,
+                    conn_id: event.conn_id,
+                },
+                ids,
+                fd: event.fd,
+                syscall: enum_field("fsync", "syscall", event.syscall)?,
+                duration_ns: event.duration_ns,
+                ret: event.ret,
+            }))
+        }
+        EventKind::FileOpen => {
+            let event: FileOpenEvent = read_record("file open", bytes)?;
+            let path = event
+                .path
+                .get(..usize::from(event.path_len))
+                .ok_or_else(|| WireError::Malformed {
+                    kind: "file open",
+                    what: format!("path_len {} > {FILENAME_BYTES}", event.path_len),
+                })?;
+            Ok(RawEvent::FileOpen(FileOpenRecord {
+                conn: ConnKey {
+                    tgid: ids.tgid,
+                    conn_id: event.conn_id,
+                },
+                ids,
+                fd: event.fd,
+                fd_kind: enum_field("file open", "fd_kind", event.fd_kind)?,
+                path: String::from_utf8_lossy(path).into_owned(),
+            }))
+        }
+    }
+}
+
+/// Converts a wire enum byte, or says which field held an unknown value.
+fn enum_field<T: TryFrom<u8, Error = u8>>(
+    kind: &'static str,
+    field: &str,
+    value: u8,
+) -> Result<T, WireError> {
+    T::try_from(value).map_err(|value| WireError::Malformed {
+        kind,
+        what: format!("{field} {value}"),
+    })
+}
+
+fn parse_data(ids: ProcessIds, event: &DataEvent, payload: &[u8]) -> Result<DataRecord, WireError> {
+    let data_len = event.data_len as usize;
+    if data_len > DATA_BYTES_MAX {
+        return Err(WireError::Malformed {
+            kind: "data",
+            what: format!("data_len {data_len} > {DATA_BYTES_MAX}"),
+        });
+    }
+    let data = payload.get(..data_len).ok_or(WireError::Truncated {
+        kind: "data payload",
+        len: payload.len(),
+        need: data_len,
+    })?;
+    Ok(DataRecord {
+        conn: ConnKey {
+            tgid: ids.tgid,
+            conn_id: event.conn_id,
+        },
+        ids,
+        fd: event.fd,
+        syscall: enum_field("data", "syscall", event.syscall)?,
+        direction: enum_field("data", "direction", event.direction)?,
+        fd_kind: enum_field("data", "fd_kind", event.fd_kind)?,
+        len: u64::try_from(event.ret).unwrap_or(0),
+        enter_ts_ns: event.enter_ts_ns,
+        data: data.to_vec(),
+        truncated: event.flags & DATA_TRUNCATED != 0,
+    })
+}
+
+/// Address families of `ConnEvent::family` (include/linux/socket.h).
+const AF_UNIX: u16 = 1;
+const AF_INET: u16 = 2;
+const AF_INET6: u16 = 10;
+
+fn parse_conn(ids: ProcessIds, event: &ConnEvent) -> Result<ConnRecord, WireError> {
+    let peer = match event.family {
+        AF_INET => {
+            let [a, b, c, d, ..] = event.addr;
+            Peer::Tcp((IpAddr::V4(Ipv4Addr::new(a, b, c, d)), event.port).into())
+        }
+        AF_INET6 => Peer::Tcp((IpAddr::V6(Ipv6Addr::from(event.addr)), event.port).into()),
+        AF_UNIX => {
+            let len = usize::from(event.unix_path_len).min(UNIX_PATH_BYTES);
+            Peer::Unix(unix_path_string(&event.unix_path[..len]))
+        }
+        _ => Peer::Unknown,
+    };
+    Ok(ConnRecord {
+        conn: ConnKey {
+            tgid: ids.tgid,
+            conn_id: event.conn_id,
+        },
+        ids,
+        fd: event.fd,
+        change: enum_field::<ConnAction>("conn", "action", event.action)?.into(),
+        fd_kind: enum_field("conn", "fd_kind", event.fd_kind)?,
+        ret: event.ret,
+        peer,
+    })
+}
+
+/// A `sun_path` as text: cut at the first NUL, except that an abstract name
+/// (leading NUL) is shown with a leading `@`, as `ss` does.
+pub fn unix_path_string(path: &[u8]) -> String {
+    match path.split_first() {
+        Some((0, rest)) if !rest.is_empty() => format!("@{}", String::from_utf8_lossy(rest)),
+        _ => {
+            let end = path.iter().position(|&b| b == 0).unwrap_or(path.len());
+            String::from_utf8_lossy(&path[..end]).into_owned()
         }
     }
 }

@@ -3,7 +3,18 @@
 
 use std::collections::HashMap;
 
-use crate::{capture::clock::WallClock, decode::Message};
+use crate::capture::{ExecRecord, ExitRecord, ForkRecord, clock::WallClock};
+
+/// A process lifecycle event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProcessEvent {
+    /// A process replaced its image.
+    Exec(ExecRecord),
+    /// A process forked.
+    Fork(ForkRecord),
+    /// A process exited.
+    Exit(ExitRecord),
+}
 
 /// Default bound on tracked processes. Entries leave when their process exits.
 pub const DEFAULT_PROCESS_CAPACITY: usize = 65_536;
@@ -19,8 +30,8 @@ struct ProcessEntry {
 /// One process event with what the table knows around it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessActivity {
-    /// The decoded event.
-    pub message: Message,
+    /// The event.
+    pub event: ProcessEvent,
     /// Unix time of the event in nanoseconds.
     pub time_unix_ns: u64,
     /// Name of the parent, if the table knows it.
@@ -60,7 +71,20 @@ impl ProcessTable {
         self.processes.is_empty()
     }
 
-    fn name_of(&self, tgid: u32) -> Option<String> {
+    /// Records the name of a process that was running before podtrace
+    /// started (its start time is unknown, so no lifetime is reported).
+    pub fn seed(&mut self, tgid: u32, name: String) {
+        self.insert(
+            tgid,
+            ProcessEntry {
+                name,
+                started_ns: u64::MAX,
+            },
+        );
+    }
+
+    /// The name of a tracked process.
+    pub fn name_of(&self, tgid: u32) -> Option<String> {
         self.processes.get(&tgid).map(|entry| entry.name.clone())
     }
 
@@ -73,9 +97,9 @@ impl ProcessTable {
     }
 
     /// Updates the table with one message and returns it with its context.
-    pub fn observe(&mut self, message: Message) -> ProcessActivity {
-        let (ts_ns, parent_name, lifetime_ns) = match &message {
-            Message::Fork(fork) => {
+    pub fn observe(&mut self, event: ProcessEvent) -> ProcessActivity {
+        let (ts_ns, parent_name, lifetime_ns) = match &event {
+            ProcessEvent::Fork(fork) => {
                 let parent_name = self.name_of(fork.parent_tgid);
                 let name = parent_name.clone().unwrap_or_else(|| fork.comm.clone());
                 self.insert(
@@ -87,7 +111,7 @@ impl ProcessTable {
                 );
                 (fork.ids.ts_ns, parent_name, None)
             }
-            Message::Exec(exec) => {
+            ProcessEvent::Exec(exec) => {
                 let name = exec
                     .filename
                     .rsplit('/')
@@ -101,15 +125,17 @@ impl ProcessTable {
                 self.insert(exec.ids.tgid, ProcessEntry { name, started_ns });
                 (exec.ids.ts_ns, self.name_of(exec.ppid), None)
             }
-            Message::Exit(exit) => {
+            ProcessEvent::Exit(exit) => {
                 let entry = self.processes.remove(&exit.ids.tgid);
-                let lifetime = entry.map(|entry| exit.ids.ts_ns.saturating_sub(entry.started_ns));
+                let lifetime = entry
+                    .filter(|entry| entry.started_ns != u64::MAX)
+                    .map(|entry| exit.ids.ts_ns.saturating_sub(entry.started_ns));
                 (exit.ids.ts_ns, None, lifetime)
             }
         };
         ProcessActivity {
             time_unix_ns: self.clock.unix_ns(ts_ns),
-            message,
+            event,
             parent_name,
             lifetime_ns,
         }
@@ -121,7 +147,7 @@ mod tests {
     use tracer_common::config::TargetReason;
 
     use super::*;
-    use crate::capture::{ExecRecord, ExitRecord, ExitStatus, ForkRecord, ProcessIds};
+    use crate::capture::{ExitStatus, ProcessIds};
 
     fn ids(ts_ns: u64, tgid: u32) -> ProcessIds {
         ProcessIds {
@@ -131,8 +157,8 @@ mod tests {
         }
     }
 
-    fn exec(ts_ns: u64, tgid: u32, ppid: u32, filename: &str) -> Message {
-        Message::Exec(ExecRecord {
+    fn exec(ts_ns: u64, tgid: u32, ppid: u32, filename: &str) -> ProcessEvent {
+        ProcessEvent::Exec(ExecRecord {
             ids: ids(ts_ns, tgid),
             ppid,
             cgroup_id: 1,
@@ -150,7 +176,7 @@ mod tests {
     fn child_of_runc_knows_its_parent_and_lifetime() {
         let mut table = ProcessTable::new(WallClock::anchor(), 16);
         table.observe(exec(1_000, 10, 1, "/usr/sbin/runc"));
-        let fork = table.observe(Message::Fork(ForkRecord {
+        let fork = table.observe(ProcessEvent::Fork(ForkRecord {
             ids: ids(2_000, 11),
             parent_tgid: 10,
             parent_tid: 10,
@@ -161,7 +187,7 @@ mod tests {
         assert_eq!(fork.parent_name.as_deref(), Some("runc"));
         let child_exec = table.observe(exec(3_000, 11, 10, "/bin/sleep"));
         assert_eq!(child_exec.parent_name.as_deref(), Some("runc"));
-        let exit = table.observe(Message::Exit(ExitRecord {
+        let exit = table.observe(ProcessEvent::Exit(ExitRecord {
             ids: ids(1_002_000, 11),
             cgroup_id: 1,
             status: ExitStatus::Code(0),

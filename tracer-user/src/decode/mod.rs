@@ -7,7 +7,10 @@
 
 pub mod process;
 
-use crate::capture::{ExecRecord, ExitRecord, ForkRecord, RawEvent};
+use crate::capture::{
+    ConnRecord, DataRecord, ExecRecord, ExitRecord, FileOpenRecord, ForkRecord, FsyncRecord,
+    RawEvent,
+};
 
 /// What a component did, as far as one record tells.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +21,14 @@ pub enum Message {
     Fork(ForkRecord),
     /// A process exited.
     Exit(ExitRecord),
+    /// Bytes through a followed socket or file (protocol decoding comes here).
+    Data(DataRecord),
+    /// A socket connected, accepted or closed.
+    Conn(ConnRecord),
+    /// A followed file was synced.
+    Fsync(FsyncRecord),
+    /// A followed file was opened.
+    FileOpen(FileOpenRecord),
 }
 
 /// Decodes one captured event.
@@ -29,5 +40,9 @@ pub fn decode(event: RawEvent) -> Message {
         }
         RawEvent::Fork(fork) => Message::Fork(fork),
         RawEvent::Exit(exit) => Message::Exit(exit),
+        RawEvent::Data(data) => Message::Data(data),
+        RawEvent::Conn(conn) => Message::Conn(conn),
+        RawEvent::Fsync(fsync) => Message::Fsync(fsync),
+        RawEvent::FileOpen(open) => Message::FileOpen(open),
     }
 }

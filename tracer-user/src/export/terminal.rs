@@ -1,18 +1,89 @@
-//! One human-readable line per process event.
+//! One human-readable line per activity: process events, connections opened
+//! and closed (with byte counts, never payloads), WAL syncs.
 
 use std::io::{self, Write};
 
-use crate::{capture::ExitStatus, correlate::ProcessActivity, decode::Message};
+use tracer_common::io::FdKind;
 
-/// Formats `activity` as one line (no trailing newline).
+use crate::{
+    capture::{ConnChange, ExitStatus, Peer},
+    correlate::{Activity, ConnActivity, FileSyncActivity, ProcessActivity, ProcessEvent},
+};
+
+/// Formats any activity as one line (no trailing newline). `name_of` gives
+/// the name of a process by tgid, when known.
+pub fn format(activity: &Activity, name_of: impl Fn(u32) -> Option<String>) -> String {
+    match activity {
+        Activity::Process(process) => format_activity(process),
+        Activity::Conn(conn) => format_conn(conn, name_of(conn.conn.tgid)),
+        Activity::FileSync(sync) => format_sync(sync, name_of(sync.sync.ids.tgid)),
+    }
+}
+
+fn process_tag(tgid: u32, name: Option<String>) -> String {
+    format!("{}[{tgid}]", name.unwrap_or_default())
+}
+
+fn format_conn(conn: &ConnActivity, name: Option<String>) -> String {
+    let time = format_time(conn.time_unix_ns);
+    let who = process_tag(conn.conn.tgid, name);
+    let peer = match (&conn.peer, &conn.path) {
+        (_, Some(path)) => path.clone(),
+        (Peer::Tcp(addr), None) => format!("tcp {addr}"),
+        (Peer::Unix(path), None) => format!("unix {path}"),
+        (Peer::Unknown, None) => match conn.kind {
+            FdKind::Socket => "socket".to_owned(),
+            FdKind::WalFile => "WAL file".to_owned(),
+        },
+    };
+    let what = match conn.change {
+        ConnChange::Connected => "connect",
+        ConnChange::Accepted => "accept ",
+        ConnChange::OpenAtStart => "open   ",
+        ConnChange::Closed => "close  ",
+    };
+    let totals = if conn.change == ConnChange::Closed {
+        let open = conn
+            .open_ns
+            .map(|ns| format!(" after {:.3}s", ns as f64 / 1e9))
+            .unwrap_or_default();
+        format!(
+            "  sent {} B, received {} B{open}",
+            conn.bytes_out, conn.bytes_in
+        )
+    } else {
+        String::new()
+    };
+    format!("{time}  {what} {who} fd {fd}  {peer}{totals}", fd = conn.fd)
+}
+
+fn format_sync(sync: &FileSyncActivity, name: Option<String>) -> String {
+    let failed = if sync.sync.ret < 0 {
+        format!(" (failed: errno {})", -sync.sync.ret)
+    } else {
+        String::new()
+    };
+    format!(
+        "{time}  {call} {who} fd {fd}  {path}  {ms:.3} ms, {bytes} B since the previous sync{failed}",
+        time = format_time(sync.time_unix_ns),
+        call = sync.sync.syscall.name(),
+        who = process_tag(sync.sync.ids.tgid, name),
+        fd = sync.sync.fd,
+        path = sync.path.as_deref().unwrap_or("?"),
+        ms = sync.sync.duration_ns as f64 / 1e6,
+        bytes = sync.bytes_since_last_sync,
+    )
+}
+
+/// Formats a process activity as one line (no trailing newline).
 pub fn format_activity(activity: &ProcessActivity) -> String {
     let time = format_time(activity.time_unix_ns);
     let parent = |ppid: u32| match &activity.parent_name {
         Some(name) => format!("{name}[{ppid}]"),
         None => format!("[{ppid}]"),
     };
-    match &activity.message {
-        Message::Exec(exec) => {
+    match &activity.event {
+        ProcessEvent::Exec(exec) => {
             let argv = exec
                 .argv
                 .iter()
@@ -31,14 +102,14 @@ pub fn format_activity(activity: &ProcessActivity) -> String {
                 cgroup = exec.cgroup_id,
             )
         }
-        Message::Fork(fork) => format!(
+        ProcessEvent::Fork(fork) => format!(
             "{time}  fork  {comm}[{pid}] ← {parent}  (depth {depth})",
             comm = fork.comm,
             pid = fork.ids.tgid,
             parent = parent(fork.parent_tgid),
             depth = fork.depth,
         ),
-        Message::Exit(exit) => {
+        ProcessEvent::Exit(exit) => {
             let status = match exit.status {
                 ExitStatus::Code(code) => format!("exit code {code}"),
                 ExitStatus::Signal(signal) => format!("killed by signal {signal}"),
@@ -68,9 +139,9 @@ impl<W: Write> TerminalPrinter<W> {
         Self { out }
     }
 
-    /// Prints one activity.
-    pub fn print(&mut self, activity: &ProcessActivity) -> io::Result<()> {
-        writeln!(self.out, "{}", format_activity(activity))?;
+    /// Prints one line.
+    pub fn print(&mut self, line: &str) -> io::Result<()> {
+        writeln!(self.out, "{line}")?;
         self.out.flush()
     }
 }
@@ -107,7 +178,7 @@ mod tests {
     #[test]
     fn exec_line_shows_parent_file_and_quoted_argv() {
         let activity = ProcessActivity {
-            message: Message::Exec(ExecRecord {
+            event: ProcessEvent::Exec(ExecRecord {
                 ids: ProcessIds {
                     ts_ns: 0,
                     tgid: 42,
@@ -136,7 +207,7 @@ mod tests {
     #[test]
     fn exit_line_shows_signal_and_lifetime() {
         let activity = ProcessActivity {
-            message: Message::Exit(ExitRecord {
+            event: ProcessEvent::Exit(ExitRecord {
                 ids: ProcessIds {
                     ts_ns: 0,
                     tgid: 42,

@@ -1,0 +1,363 @@
+//! Wire types of socket, file and fsync capture: the syscalls podtrace hooks,
+//! the fds it follows, and the records they produce.
+//!
+//! Data records are variable length: a fixed [`DataEvent`] followed by
+//! `data_len` bytes, so a 40-byte gRPC frame does not cost a 16 KiB slot.
+
+use crate::{event::EventHeader, event::FILENAME_BYTES, impl_pod};
+
+/// Largest payload prefix one data record can carry (per-CPU map values are
+/// limited to 32 KiB, and the scratch record needs twice this). A power of two: the
+/// kernel side masks lengths with `DATA_BYTES_MAX - 1` for the verifier.
+pub const DATA_BYTES_MAX: usize = 8192;
+/// Default payload prefix kept per syscall (`--data-bytes`).
+pub const DEFAULT_DATA_BYTES: u32 = 4096;
+/// iovecs of one readv/writev/sendmsg/recvmsg that are copied.
+pub const MAX_IOVECS: usize = 8;
+/// `sun_path` bytes of a `sockaddr_un`.
+pub const UNIX_PATH_BYTES: usize = 108;
+/// Capacity of the `FDS` map: sockets and files followed across all targets.
+pub const MAX_TRACKED_FDS: u32 = 65_536;
+/// Capacity of the `ACTIVE_CALLS` map: syscalls in flight, one per thread.
+pub const MAX_ACTIVE_CALLS: u32 = 16_384;
+
+const _: () = assert!(DATA_BYTES_MAX.is_power_of_two());
+
+/// The syscalls podtrace hooks (one enter and one exit program each).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IoSyscall {
+    /// read(2)
+    Read = 0,
+    /// write(2)
+    Write = 1,
+    /// readv(2)
+    Readv = 2,
+    /// writev(2)
+    Writev = 3,
+    /// sendto(2)
+    Sendto = 4,
+    /// recvfrom(2)
+    Recvfrom = 5,
+    /// sendmsg(2)
+    Sendmsg = 6,
+    /// recvmsg(2)
+    Recvmsg = 7,
+    /// connect(2)
+    Connect = 8,
+    /// accept(2)
+    Accept = 9,
+    /// accept4(2)
+    Accept4 = 10,
+    /// close(2)
+    Close = 11,
+    /// fsync(2)
+    Fsync = 12,
+    /// fdatasync(2)
+    Fdatasync = 13,
+    /// openat(2)
+    Openat = 14,
+}
+
+impl IoSyscall {
+    /// Every hooked syscall; the loader attaches `sys_enter_NAME` and
+    /// `sys_exit_NAME` programs for each.
+    pub const ALL: [IoSyscall; 15] = [
+        IoSyscall::Read,
+        IoSyscall::Write,
+        IoSyscall::Readv,
+        IoSyscall::Writev,
+        IoSyscall::Sendto,
+        IoSyscall::Recvfrom,
+        IoSyscall::Sendmsg,
+        IoSyscall::Recvmsg,
+        IoSyscall::Connect,
+        IoSyscall::Accept,
+        IoSyscall::Accept4,
+        IoSyscall::Close,
+        IoSyscall::Fsync,
+        IoSyscall::Fdatasync,
+        IoSyscall::Openat,
+    ];
+
+    /// The syscall's name, as in `syscalls:sys_enter_NAME`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            IoSyscall::Read => "read",
+            IoSyscall::Write => "write",
+            IoSyscall::Readv => "readv",
+            IoSyscall::Writev => "writev",
+            IoSyscall::Sendto => "sendto",
+            IoSyscall::Recvfrom => "recvfrom",
+            IoSyscall::Sendmsg => "sendmsg",
+            IoSyscall::Recvmsg => "recvmsg",
+            IoSyscall::Connect => "connect",
+            IoSyscall::Accept => "accept",
+            IoSyscall::Accept4 => "accept4",
+            IoSyscall::Close => "close",
+            IoSyscall::Fsync => "fsync",
+            IoSyscall::Fdatasync => "fdatasync",
+            IoSyscall::Openat => "openat",
+        }
+    }
+
+    /// Which way bytes move, for the data syscalls.
+    pub const fn direction(self) -> Option<Direction> {
+        match self {
+            IoSyscall::Write | IoSyscall::Writev | IoSyscall::Sendto | IoSyscall::Sendmsg => {
+                Some(Direction::Egress)
+            }
+            IoSyscall::Read | IoSyscall::Readv | IoSyscall::Recvfrom | IoSyscall::Recvmsg => {
+                Some(Direction::Ingress)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl TryFrom<u8> for IoSyscall {
+    type Error = u8;
+    fn try_from(value: u8) -> Result<Self, u8> {
+        IoSyscall::ALL
+            .get(usize::from(value))
+            .copied()
+            .filter(|s| *s as u8 == value)
+            .ok_or(value)
+    }
+}
+
+/// Which way bytes moved, seen from the process that made the syscall.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Written or sent by the process.
+    Egress = 1,
+    /// Read or received by the process.
+    Ingress = 2,
+}
+
+impl TryFrom<u8> for Direction {
+    type Error = u8;
+    fn try_from(value: u8) -> Result<Self, u8> {
+        match value {
+            1 => Ok(Direction::Egress),
+            2 => Ok(Direction::Ingress),
+            other => Err(other),
+        }
+    }
+}
+
+/// What a followed fd is.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FdKind {
+    /// A TCP or unix stream socket.
+    Socket = 1,
+    /// An etcd write-ahead-log file (`*.wal`, or a preallocated `*.tmp` that becomes one).
+    WalFile = 2,
+}
+
+impl TryFrom<u8> for FdKind {
+    type Error = u8;
+    fn try_from(value: u8) -> Result<Self, u8> {
+        match value {
+            1 => Ok(FdKind::Socket),
+            2 => Ok(FdKind::WalFile),
+            other => Err(other),
+        }
+    }
+}
+
+/// Key of the `FDS` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FdKey {
+    /// Process id (fd tables are per process).
+    pub tgid: u32,
+    /// File descriptor.
+    pub fd: u32,
+}
+
+/// Value of the `FDS` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FdInfo {
+    /// Identity of this connection or file, unique across fd reuse. Kernel
+    /// ids have the top bit clear; ids user space assigns when seeding from
+    /// /proc have it set.
+    pub conn_id: u64,
+    /// An [`FdKind`].
+    pub kind: u8,
+    /// Explicit padding, zero.
+    pub _pad: [u8; 7],
+}
+
+/// Top bit of ids that user space assigned (see [`FdInfo::conn_id`]).
+pub const USER_CONN_ID_BIT: u64 = 1 << 63;
+
+/// A syscall in flight: its arguments, kept from enter to exit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ActiveCall {
+    /// When the syscall was entered.
+    pub ts_ns: u64,
+    /// The first three syscall arguments.
+    pub args: [u64; 3],
+    /// The fd's identity, when the fd was already followed at enter.
+    pub conn_id: u64,
+    /// An [`IoSyscall`].
+    pub syscall: u8,
+    /// An [`FdKind`] (0 when not followed yet).
+    pub fd_kind: u8,
+    /// Explicit padding, zero.
+    pub _pad: [u8; 6],
+}
+
+/// `DataEvent::flags` bit: fewer bytes were copied than the syscall moved.
+pub const DATA_TRUNCATED: u8 = 1 << 0;
+
+/// Bytes a target moved through a followed fd. `data_len` bytes follow this
+/// struct in the record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DataEvent {
+    /// `kind` = `EventKind::Data`; `ts_ns` is the syscall's exit.
+    pub header: EventHeader,
+    /// See [`FdInfo::conn_id`].
+    pub conn_id: u64,
+    /// Syscall result: bytes moved.
+    pub ret: i64,
+    /// When the syscall was entered.
+    pub enter_ts_ns: u64,
+    /// File descriptor.
+    pub fd: u32,
+    /// Bytes following this struct.
+    pub data_len: u32,
+    /// An [`IoSyscall`].
+    pub syscall: u8,
+    /// A [`Direction`].
+    pub direction: u8,
+    /// An [`FdKind`].
+    pub fd_kind: u8,
+    /// `DATA_*` bits.
+    pub flags: u8,
+    /// Explicit padding, zero.
+    pub _pad: [u8; 4],
+}
+
+/// What happened to a followed socket or file.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConnAction {
+    /// connect(2) returned 0 or EINPROGRESS.
+    Connected = 1,
+    /// accept(2)/accept4(2) returned a new fd.
+    Accepted = 2,
+    /// close(2) of a followed fd.
+    Closed = 3,
+}
+
+impl TryFrom<u8> for ConnAction {
+    type Error = u8;
+    fn try_from(value: u8) -> Result<Self, u8> {
+        match value {
+            1 => Ok(ConnAction::Connected),
+            2 => Ok(ConnAction::Accepted),
+            3 => Ok(ConnAction::Closed),
+            other => Err(other),
+        }
+    }
+}
+
+/// A socket connected, accepted or closed (and files closed).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnEvent {
+    /// `kind` = `EventKind::Conn`.
+    pub header: EventHeader,
+    /// See [`FdInfo::conn_id`].
+    pub conn_id: u64,
+    /// Syscall result.
+    pub ret: i64,
+    /// File descriptor.
+    pub fd: u32,
+    /// `sa_family` of the address (AF_INET, AF_INET6, AF_UNIX; 0 if unknown).
+    pub family: u16,
+    /// Port in host byte order (TCP only).
+    pub port: u16,
+    /// A [`ConnAction`].
+    pub action: u8,
+    /// An [`FdKind`].
+    pub fd_kind: u8,
+    /// Valid bytes of `unix_path` (0 for TCP).
+    pub unix_path_len: u8,
+    /// Explicit padding, zero.
+    pub _pad: [u8; 5],
+    /// IPv4 (first 4 bytes) or IPv6 address: the remote end for connect and
+    /// accept (the peer accept reported).
+    pub addr: [u8; 16],
+    /// `sun_path` of a unix socket address (abstract names start with NUL).
+    pub unix_path: [u8; UNIX_PATH_BYTES],
+    /// Explicit tail padding to 8-byte alignment, zero.
+    pub _tail: [u8; 4],
+}
+
+/// fsync(2)/fdatasync(2) of a followed file, with its duration.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FsyncEvent {
+    /// `kind` = `EventKind::Fsync`; `ts_ns` is the exit.
+    pub header: EventHeader,
+    /// See [`FdInfo::conn_id`].
+    pub conn_id: u64,
+    /// Nanoseconds from enter to exit.
+    pub duration_ns: u64,
+    /// Syscall result.
+    pub ret: i64,
+    /// File descriptor.
+    pub fd: u32,
+    /// An [`IoSyscall`] (`Fsync` or `Fdatasync`).
+    pub syscall: u8,
+    /// Explicit padding, zero.
+    pub _pad: [u8; 3],
+}
+
+/// A target opened a file podtrace follows (a WAL file of etcd).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileOpenEvent {
+    /// `kind` = `EventKind::FileOpen`.
+    pub header: EventHeader,
+    /// See [`FdInfo::conn_id`].
+    pub conn_id: u64,
+    /// File descriptor.
+    pub fd: u32,
+    /// Valid bytes of `path` (without the NUL).
+    pub path_len: u16,
+    /// An [`FdKind`].
+    pub fd_kind: u8,
+    /// Explicit padding, zero.
+    pub _pad: u8,
+    /// Path as given to openat (relative paths are relative to its dirfd).
+    pub path: [u8; FILENAME_BYTES],
+}
+
+const _: () = assert!(size_of::<FdKey>() == 8);
+const _: () = assert!(size_of::<FdInfo>() == 16);
+const _: () = assert!(size_of::<ActiveCall>() == 48);
+const _: () = assert!(size_of::<DataEvent>() == 24 + 8 + 8 + 8 + 4 + 4 + 8);
+const _: () =
+    assert!(size_of::<ConnEvent>() == 24 + 8 + 8 + 4 + 2 + 2 + 8 + 16 + UNIX_PATH_BYTES + 4);
+const _: () = assert!(size_of::<ConnEvent>().is_multiple_of(8));
+const _: () = assert!(size_of::<FsyncEvent>() == 24 + 8 + 8 + 8 + 8);
+const _: () = assert!(size_of::<FileOpenEvent>() == 24 + 8 + 8 + FILENAME_BYTES);
+
+impl_pod!(
+    FdKey,
+    FdInfo,
+    ActiveCall,
+    DataEvent,
+    ConnEvent,
+    FsyncEvent,
+    FileOpenEvent
+);

@@ -1,0 +1,519 @@
+//! Socket, WAL file and fsync capture on syscall tracepoints.
+//!
+//! For each hooked syscall (`tracer_common::io::IoSyscall`) an enter program
+//! keeps the arguments in `ACTIVE_CALLS` and an exit program acts on the
+//! result. Both return at once unless the process is a target at depth 0 (a
+//! Kubernetes component itself, not a container it started) and, for data
+//! syscalls, the fd is one podtrace follows (`FDS`): sockets from connect and
+//! accept (and /proc at start), WAL files from openat in etcd.
+//!
+//! Syscall tracepoint records (include/trace/events/syscalls.h, v6.18): the
+//! arguments are 8-byte fields from offset 16 in `sys_enter_*`, the return
+//! value an 8-byte field at offset 16 in `sys_exit_*`.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    macros::tracepoint,
+    programs::TracePointContext,
+};
+use tracer_common::{
+    config::TARGET_WAL,
+    drop_reason::DropReason,
+    event::{EventHeader, EventKind, FILENAME_BYTES},
+    io::{
+        ActiveCall, ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_TRUNCATED, DataEvent, FdInfo,
+        FdKey, FdKind, FileOpenEvent, FsyncEvent, IoSyscall, MAX_IOVECS, UNIX_PATH_BYTES,
+    },
+};
+
+use crate::{
+    kernel_read::{read_user, read_user_bytes, read_user_str},
+    maps::{ACTIVE_CALLS, EVENTS, FDS, SCRATCH, SCRATCH_BYTES, config, count_drop, target_of},
+};
+
+/// Offset of the first argument in a `sys_enter_*` record.
+const ENTER_ARGS_OFFSET: usize = 16;
+/// Offset of the return value in a `sys_exit_*` record.
+const EXIT_RET_OFFSET: usize = 16;
+/// `EINPROGRESS`: a non-blocking connect (Go's) that is under way.
+const EINPROGRESS: i64 = 115;
+const AF_UNIX: u16 = 1;
+const AF_INET: u16 = 2;
+const AF_INET6: u16 = 10;
+
+/// One enter and one exit program per syscall, each a thin wrapper around the
+/// shared handlers.
+macro_rules! syscall_programs {
+    ($($syscall:ident: $enter:ident, $exit:ident;)+) => {
+        $(
+            #[tracepoint]
+            fn $enter(ctx: TracePointContext) -> u32 {
+                if let Err(reason) = on_enter(&ctx, IoSyscall::$syscall) {
+                    count_drop(reason);
+                }
+                0
+            }
+
+            #[tracepoint]
+            fn $exit(ctx: TracePointContext) -> u32 {
+                if let Err(reason) = on_exit(&ctx, IoSyscall::$syscall) {
+                    count_drop(reason);
+                }
+                0
+            }
+        )+
+    };
+}
+
+syscall_programs! {
+    Read: sys_enter_read, sys_exit_read;
+    Write: sys_enter_write, sys_exit_write;
+    Readv: sys_enter_readv, sys_exit_readv;
+    Writev: sys_enter_writev, sys_exit_writev;
+    Sendto: sys_enter_sendto, sys_exit_sendto;
+    Recvfrom: sys_enter_recvfrom, sys_exit_recvfrom;
+    Sendmsg: sys_enter_sendmsg, sys_exit_sendmsg;
+    Recvmsg: sys_enter_recvmsg, sys_exit_recvmsg;
+    Connect: sys_enter_connect, sys_exit_connect;
+    Accept: sys_enter_accept, sys_exit_accept;
+    Accept4: sys_enter_accept4, sys_exit_accept4;
+    Close: sys_enter_close, sys_exit_close;
+    Fsync: sys_enter_fsync, sys_exit_fsync;
+    Fdatasync: sys_enter_fdatasync, sys_exit_fdatasync;
+    Openat: sys_enter_openat, sys_exit_openat;
+}
+
+#[inline(always)]
+fn now_ns() -> u64 {
+    // SAFETY: helper without arguments.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// A new connection or file identity: the time, with the CPU in the low
+/// byte, so two CPUs never produce the same id. Top bit clear (kernel ids).
+#[inline(always)]
+fn new_conn_id() -> u64 {
+    // SAFETY: helper without arguments.
+    let cpu = u64::from(unsafe { bpf_get_smp_processor_id() }) & 0xff;
+    ((now_ns() << 8) | cpu) & !tracer_common::io::USER_CONN_ID_BIT
+}
+
+#[inline(always)]
+fn arg(ctx: &TracePointContext, index: usize) -> Result<u64, DropReason> {
+    // SAFETY: offsets inside the sys_enter record (see the module docs).
+    unsafe { ctx.read_at::<u64>(ENTER_ARGS_OFFSET + 8 * index) }.map_err(|_| DropReason::ReadFailed)
+}
+
+#[inline(always)]
+fn on_enter(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    let Some(target) = target_of(tgid) else {
+        return Ok(());
+    };
+    if target.depth != 0 {
+        return Ok(());
+    }
+    let args = [arg(ctx, 0)?, arg(ctx, 1)?, arg(ctx, 2)?];
+    let followed = match syscall {
+        // These create the fds podtrace follows.
+        IoSyscall::Connect | IoSyscall::Accept | IoSyscall::Accept4 => None,
+        IoSyscall::Openat if target.flags & TARGET_WAL != 0 => None,
+        IoSyscall::Openat => return Ok(()),
+        // The rest act on an fd that must already be followed.
+        _ => {
+            let key = FdKey {
+                tgid,
+                fd: args[0] as u32,
+            };
+            // SAFETY: the value is copied out at once.
+            match unsafe { FDS.get(key) } {
+                Some(info) => Some(*info),
+                None => return Ok(()),
+            }
+        }
+    };
+    let call = ActiveCall {
+        ts_ns: now_ns(),
+        args,
+        conn_id: followed.map_or(0, |info| info.conn_id),
+        syscall: syscall as u8,
+        fd_kind: followed.map_or(0, |info| info.kind),
+        _pad: [0; 6],
+    };
+    ACTIVE_CALLS
+        .insert(pid_tgid, call, 0)
+        .map_err(|_| DropReason::ActiveCallsFull)
+}
+
+#[inline(always)]
+fn on_exit(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(call) = (unsafe { ACTIVE_CALLS.get(pid_tgid) }).copied() else {
+        return Ok(());
+    };
+    let _ = ACTIVE_CALLS.remove(pid_tgid);
+    if call.syscall != syscall as u8 {
+        // An enter whose exit was never seen (the thread was killed); stale.
+        return Ok(());
+    }
+    // SAFETY: offset of `ret` inside the sys_exit record.
+    let ret = unsafe { ctx.read_at::<i64>(EXIT_RET_OFFSET) }.map_err(|_| DropReason::ReadFailed)?;
+    let ids = Ids {
+        tgid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+    };
+    match syscall {
+        IoSyscall::Read | IoSyscall::Write | IoSyscall::Sendto | IoSyscall::Recvfrom => data_event(
+            ids,
+            &call,
+            syscall,
+            ret,
+            Buffers::Single { addr: call.args[1] },
+        ),
+        IoSyscall::Readv | IoSyscall::Writev => data_event(
+            ids,
+            &call,
+            syscall,
+            ret,
+            Buffers::Iovecs {
+                iov: call.args[1],
+                count: call.args[2],
+            },
+        ),
+        IoSyscall::Sendmsg | IoSyscall::Recvmsg => {
+            // struct user_msghdr: msg_iov at 16, msg_iovlen at 24.
+            let msghdr = call.args[1];
+            let iov = read_user::<u64>(msghdr + 16).map_err(|_| DropReason::ReadFailed)?;
+            let count = read_user::<u64>(msghdr + 24).map_err(|_| DropReason::ReadFailed)?;
+            data_event(ids, &call, syscall, ret, Buffers::Iovecs { iov, count })
+        }
+        IoSyscall::Connect if ret == 0 || ret == -EINPROGRESS => {
+            let fd = call.args[0] as u32;
+            socket_opened(ids, &call, ConnAction::Connected, fd, ret, call.args[1])
+        }
+        IoSyscall::Accept | IoSyscall::Accept4 if ret >= 0 => socket_opened(
+            ids,
+            &call,
+            ConnAction::Accepted,
+            ret as u32,
+            ret,
+            call.args[1],
+        ),
+        IoSyscall::Close => fd_closed(ids, &call, ret),
+        IoSyscall::Fsync | IoSyscall::Fdatasync => fsync_event(ids, &call, syscall, ret),
+        IoSyscall::Openat if ret >= 0 => file_opened(ids, &call, ret as u32),
+        IoSyscall::Connect | IoSyscall::Accept | IoSyscall::Accept4 | IoSyscall::Openat => Ok(()),
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Ids {
+    tgid: u32,
+    tid: u32,
+}
+
+#[inline(always)]
+fn header(kind: EventKind, ids: Ids) -> EventHeader {
+    EventHeader {
+        ts_ns: now_ns(),
+        kind: kind as u32,
+        tgid: ids.tgid,
+        tid: ids.tid,
+        _pad: 0,
+    }
+}
+
+/// Where a data syscall's bytes are.
+enum Buffers {
+    /// One buffer (read, write, sendto, recvfrom).
+    Single { addr: u64 },
+    /// An iovec array (readv, writev, and the msghdr of sendmsg/recvmsg).
+    Iovecs { iov: u64, count: u64 },
+}
+
+/// `struct iovec`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Iovec {
+    base: u64,
+    len: u64,
+}
+
+/// Emits the first bytes a data syscall moved, assembled in the per-CPU
+/// scratch buffer and copied to the ring buffer with their exact length.
+#[inline(always)]
+fn data_event(
+    ids: Ids,
+    call: &ActiveCall,
+    syscall: IoSyscall,
+    ret: i64,
+    buffers: Buffers,
+) -> Result<(), DropReason> {
+    if ret <= 0 {
+        // EAGAIN from Go's non-blocking sockets, EOF, errors: no bytes moved.
+        return Ok(());
+    }
+    let scratch = SCRATCH.get_ptr_mut(0).ok_or(DropReason::ReadFailed)?;
+    let event = scratch.cast::<DataEvent>();
+    // SAFETY: the scratch slot is SCRATCH_BYTES long and this CPU's alone;
+    // DataEvent fits at its start; `data` points just past it.
+    let data = unsafe { scratch.cast::<u8>().add(size_of::<DataEvent>()) };
+    let wanted = (ret as u64)
+        .min(u64::from(config().data_bytes))
+        .min(DATA_BYTES_MAX as u64);
+    let copied = match buffers {
+        Buffers::Single { addr } => {
+            let size = (wanted as u32) & (DATA_BYTES_MAX as u32 - 1);
+            // SAFETY: size < DATA_BYTES_MAX and data has 2 * DATA_BYTES_MAX bytes.
+            unsafe { read_user_bytes(data, size, addr) }.map_err(|_| DropReason::ReadFailed)?;
+            u64::from(size)
+        }
+        Buffers::Iovecs { iov, count } => copy_iovecs(data, iov, count, wanted),
+    };
+    let truncated = copied < ret as u64;
+    if truncated {
+        count_drop(DropReason::DataTruncated);
+    }
+    let direction = syscall.direction().map_or(0, |direction| direction as u8);
+    // SAFETY: as above; every field is written before the record is output.
+    unsafe {
+        event.write(DataEvent {
+            header: header(EventKind::Data, ids),
+            conn_id: call.conn_id,
+            ret,
+            enter_ts_ns: call.ts_ns,
+            fd: call.args[0] as u32,
+            data_len: copied as u32,
+            syscall: syscall as u8,
+            direction,
+            fd_kind: call.fd_kind,
+            flags: if truncated { DATA_TRUNCATED } else { 0 },
+            _pad: [0; 4],
+        });
+    }
+    let len = (size_of::<DataEvent>() as u64 + (copied & (DATA_BYTES_MAX as u64 - 1))) as usize;
+    if len > SCRATCH_BYTES {
+        return Ok(());
+    }
+    // SAFETY: len <= SCRATCH_BYTES, all of it initialised above or by the copy.
+    let record = unsafe { core::slice::from_raw_parts(scratch.cast::<u8>(), len) };
+    EVENTS
+        .output::<[u8]>(record, 0)
+        .map_err(|_| DropReason::RingBufFull)
+}
+
+/// Copies up to `wanted` bytes from an iovec array into `data`; returns the
+/// bytes copied. Stops at the first unreadable iovec.
+#[inline(always)]
+fn copy_iovecs(data: *mut u8, iov: u64, count: u64, wanted: u64) -> u64 {
+    let mut copied: u64 = 0;
+    for index in 0..MAX_IOVECS as u64 {
+        if index >= count || copied >= wanted {
+            break;
+        }
+        let Ok(vec) = read_user::<Iovec>(iov + index * size_of::<Iovec>() as u64) else {
+            count_drop(DropReason::ReadFailed);
+            break;
+        };
+        let take = vec.len.min(wanted - copied);
+        // The volatile reads keep LLVM from folding the masks into what it
+        // knows of the values: the verifier needs to see them applied.
+        // SAFETY: reads of initialised locals.
+        let offset = unsafe { core::ptr::read_volatile(&copied) } as usize & (DATA_BYTES_MAX - 1);
+        // SAFETY: as above.
+        let size = unsafe { core::ptr::read_volatile(&take) } as u32 & (DATA_BYTES_MAX as u32 - 1);
+        // SAFETY: offset < DATA_BYTES_MAX and size < DATA_BYTES_MAX, and data
+        // has 2 * DATA_BYTES_MAX bytes.
+        if unsafe { read_user_bytes(data.add(offset), size, vec.base) }.is_err() {
+            count_drop(DropReason::ReadFailed);
+            break;
+        }
+        copied += u64::from(size);
+    }
+    copied
+}
+
+/// Follows a socket a target connected or accepted, and reports it.
+#[inline(always)]
+fn socket_opened(
+    ids: Ids,
+    call: &ActiveCall,
+    action: ConnAction,
+    fd: u32,
+    ret: i64,
+    sockaddr: u64,
+) -> Result<(), DropReason> {
+    let family = if sockaddr == 0 {
+        0
+    } else {
+        read_user::<u16>(sockaddr).unwrap_or(0)
+    };
+    if !matches!(family, 0 | AF_UNIX | AF_INET | AF_INET6) {
+        // Netlink, packet and other sockets carry nothing podtrace decodes.
+        return Ok(());
+    }
+    let conn_id = new_conn_id();
+    let info = FdInfo {
+        conn_id,
+        kind: FdKind::Socket as u8,
+        _pad: [0; 7],
+    };
+    FDS.insert(FdKey { tgid: ids.tgid, fd }, info, 0)
+        .map_err(|_| DropReason::FdMapFull)?;
+
+    let mut entry = EVENTS
+        .reserve::<ConnEvent>(0)
+        .ok_or(DropReason::RingBufFull)?;
+    let event = entry.as_mut_ptr();
+    // SAFETY: a ring buffer reservation of size_of::<ConnEvent>() bytes that
+    // only this program owns until submit; every field is written below.
+    unsafe {
+        (*event).header = header(EventKind::Conn, ids);
+        (*event).conn_id = conn_id;
+        (*event).ret = ret;
+        (*event).fd = fd;
+        (*event).family = family;
+        (*event).action = action as u8;
+        (*event).fd_kind = FdKind::Socket as u8;
+        (*event)._pad = [0; 5];
+        (*event)._tail = [0; 4];
+        (*event).port = 0;
+        (*event).unix_path_len = 0;
+        (*event).addr = [0; 16];
+        match family {
+            AF_INET => {
+                // struct sockaddr_in: port at 2 (network order), address at 4.
+                (*event).port = u16::from_be(read_user::<u16>(sockaddr + 2).unwrap_or(0));
+                let [a, b, c, d] = read_user::<[u8; 4]>(sockaddr + 4).unwrap_or([0; 4]);
+                (*event).addr = [a, b, c, d, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+            }
+            AF_INET6 => {
+                // struct sockaddr_in6: port at 2, address at 8.
+                (*event).port = u16::from_be(read_user::<u16>(sockaddr + 2).unwrap_or(0));
+                (*event).addr = read_user::<[u8; 16]>(sockaddr + 8).unwrap_or([0; 16]);
+            }
+            AF_UNIX => {
+                // struct sockaddr_un: sun_path at 2; the length is the addrlen
+                // argument of connect (accept's is a pointer: read to the NUL).
+                let path = read_user::<[u8; UNIX_PATH_BYTES]>(sockaddr + 2)
+                    .unwrap_or([0; UNIX_PATH_BYTES]);
+                let len = if action == ConnAction::Connected {
+                    (call.args[2].saturating_sub(2) as usize).min(UNIX_PATH_BYTES)
+                } else {
+                    path.iter().position(|&b| b == 0).unwrap_or(UNIX_PATH_BYTES)
+                };
+                (*event).unix_path = path;
+                (*event).unix_path_len = len as u8;
+            }
+            _ => {}
+        }
+    }
+    entry.submit(0);
+    Ok(())
+}
+
+/// Stops following a closed fd and reports it.
+#[inline(always)]
+fn fd_closed(ids: Ids, call: &ActiveCall, ret: i64) -> Result<(), DropReason> {
+    let fd = call.args[0] as u32;
+    let _ = FDS.remove(FdKey { tgid: ids.tgid, fd });
+    let mut entry = EVENTS
+        .reserve::<ConnEvent>(0)
+        .ok_or(DropReason::RingBufFull)?;
+    entry.write(ConnEvent {
+        header: header(EventKind::Conn, ids),
+        conn_id: call.conn_id,
+        ret,
+        fd,
+        family: 0,
+        port: 0,
+        action: ConnAction::Closed as u8,
+        fd_kind: call.fd_kind,
+        unix_path_len: 0,
+        _pad: [0; 5],
+        addr: [0; 16],
+        unix_path: [0; UNIX_PATH_BYTES],
+        _tail: [0; 4],
+    });
+    entry.submit(0);
+    Ok(())
+}
+
+#[inline(always)]
+fn fsync_event(
+    ids: Ids,
+    call: &ActiveCall,
+    syscall: IoSyscall,
+    ret: i64,
+) -> Result<(), DropReason> {
+    let header = header(EventKind::Fsync, ids);
+    let mut entry = EVENTS
+        .reserve::<FsyncEvent>(0)
+        .ok_or(DropReason::RingBufFull)?;
+    entry.write(FsyncEvent {
+        conn_id: call.conn_id,
+        duration_ns: header.ts_ns.saturating_sub(call.ts_ns),
+        ret,
+        fd: call.args[0] as u32,
+        syscall: syscall as u8,
+        _pad: [0; 3],
+        header,
+    });
+    entry.submit(0);
+    Ok(())
+}
+
+/// Follows a file etcd opened when its name ends in `.wal`, or in `.tmp`
+/// (etcd preallocates the next WAL segment as `N.tmp` and renames it).
+#[inline(always)]
+fn file_opened(ids: Ids, call: &ActiveCall, fd: u32) -> Result<(), DropReason> {
+    let mut entry = EVENTS
+        .reserve::<FileOpenEvent>(0)
+        .ok_or(DropReason::RingBufFull)?;
+    let event = entry.as_mut_ptr();
+    // SAFETY: a ring buffer reservation that only this program owns until
+    // submit or discard; the path is read into it first.
+    let copied = read_user_str(unsafe { &raw mut (*event).path }, call.args[1]).unwrap_or(0);
+    if copied < 5 {
+        entry.discard(0);
+        return Ok(());
+    }
+    let end = (copied - 1) & (FILENAME_BYTES - 1);
+    // SAFETY: as above; `end` and the four bytes before it are inside `path`.
+    let suffix = unsafe {
+        let path = &(*event).path;
+        [
+            path[end.wrapping_sub(4) & (FILENAME_BYTES - 1)],
+            path[end.wrapping_sub(3) & (FILENAME_BYTES - 1)],
+            path[end.wrapping_sub(2) & (FILENAME_BYTES - 1)],
+            path[end.wrapping_sub(1) & (FILENAME_BYTES - 1)],
+        ]
+    };
+    if &suffix != b".wal" && &suffix != b".tmp" {
+        entry.discard(0);
+        return Ok(());
+    }
+    let conn_id = new_conn_id();
+    let info = FdInfo {
+        conn_id,
+        kind: FdKind::WalFile as u8,
+        _pad: [0; 7],
+    };
+    if FDS.insert(FdKey { tgid: ids.tgid, fd }, info, 0).is_err() {
+        entry.discard(0);
+        return Err(DropReason::FdMapFull);
+    }
+    // SAFETY: as above; the remaining fields are written here.
+    unsafe {
+        (*event).header = header(EventKind::FileOpen, ids);
+        (*event).conn_id = conn_id;
+        (*event).fd = fd;
+        (*event).path_len = end as u16;
+        (*event).fd_kind = FdKind::WalFile as u8;
+        (*event)._pad = 0;
+    }
+    entry.submit(0);
+    Ok(())
+}
