@@ -35,7 +35,10 @@ mod decoded;
 pub mod etcd;
 pub mod grpc;
 pub mod http2;
+pub mod identity;
+pub mod kube;
 pub mod pb;
+pub mod wal;
 
 pub use decoded::Decoded;
 

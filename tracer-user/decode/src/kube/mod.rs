@@ -1,0 +1,221 @@
+//! Kubernetes objects as kube-apiserver stores them in etcd and sends them
+//! over REST: the `k8s\0` protobuf envelope (runtime.Unknown) and JSON.
+//!
+//! In: an etcd value or a response body. Out: a [`StoredObject`] that keeps
+//! only identity fields ([`PodIdentity`]) — specs, env values and Secret data
+//! are never copied out.
+
+use prost::Message;
+
+use crate::identity::PodIdentity;
+
+
+/// The magic kube-apiserver's protobuf serializer puts before runtime.Unknown.
+pub const PROTOBUF_MAGIC: &[u8] = b"k8s\0";
+
+/// What a stored object is, as far as podtrace cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredObject {
+    /// A v1 Pod's identity.
+    Pod(PodIdentity),
+    /// Any other kind: only its type is kept.
+    Other {
+        /// `apiVersion`.
+        api_version: String,
+        /// `kind`.
+        kind: String,
+    },
+}
+
+/// Why a value is not a decodable object. Each value stands alone.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeError {
+    /// Neither the protobuf magic nor a JSON object.
+    #[error("value is neither k8s protobuf nor JSON")]
+    UnknownEncoding,
+    /// The envelope or the object inside does not decode.
+    #[error("protobuf {what} does not decode: {reason}")]
+    Protobuf { what: &'static str, reason: String },
+    /// The envelope says the raw bytes are compressed or not protobuf.
+    #[error("envelope content type {content_type:?}/encoding {content_encoding:?} not supported")]
+    UnsupportedContent {
+        content_type: String,
+        content_encoding: String,
+    },
+    /// JSON that does not parse.
+    #[error("JSON does not parse: {reason}")]
+    Json { reason: String },
+}
+
+impl KubeError {
+    /// Always true: a bad value costs only itself.
+    pub fn can_continue(&self) -> bool {
+        true
+    }
+}
+
+/// Decodes an etcd value or API body (protobuf envelope or JSON).
+pub fn decode_stored_object(value: &[u8]) -> Result<StoredObject, KubeError> {
+    if let Some(envelope) = value.strip_prefix(PROTOBUF_MAGIC) {
+        return decode_envelope(envelope);
+    }
+    if value.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        return decode_json(value);
+    }
+    Err(KubeError::UnknownEncoding)
+}
+
+fn decode_envelope(envelope: &[u8]) -> Result<StoredObject, KubeError> {
+    use k8s_pb::apimachinery::pkg::runtime::Unknown;
+    let unknown = Unknown::decode(envelope).map_err(|e| KubeError::Protobuf {
+        what: "runtime.Unknown",
+        reason: e.to_string(),
+    })?;
+    let content_type = unknown.content_type.unwrap_or_default();
+    let content_encoding = unknown.content_encoding.unwrap_or_default();
+    // apiserver writes both empty: raw is a plain protobuf message.
+    if !content_type.is_empty() && content_type != "application/vnd.kubernetes.protobuf"
+        || !content_encoding.is_empty()
+    {
+        return Err(KubeError::UnsupportedContent {
+            content_type,
+            content_encoding,
+        });
+    }
+    let type_meta = unknown.type_meta.unwrap_or_default();
+    let api_version = type_meta.api_version.unwrap_or_default();
+    let kind = type_meta.kind.unwrap_or_default();
+    if api_version != "v1" || kind != "Pod" {
+        return Ok(StoredObject::Other { api_version, kind });
+    }
+    let pod = k8s_pb::api::core::v1::Pod::decode(unknown.raw.unwrap_or_default().as_slice())
+        .map_err(|e| KubeError::Protobuf {
+            what: "v1.Pod",
+            reason: e.to_string(),
+        })?;
+    let metadata = pod.metadata.unwrap_or_default();
+    Ok(StoredObject::Pod(PodIdentity {
+        namespace: metadata.namespace,
+        name: metadata.name,
+        generate_name: metadata.generate_name,
+        uid: metadata.uid,
+        node_name: pod.spec.and_then(|s| s.node_name),
+        phase: pod.status.and_then(|s| s.phase),
+    }))
+}
+
+/// Only the fields podtrace reads; serde skips everything else without
+/// keeping it.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonObject {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: JsonMetadata,
+    #[serde(default)]
+    spec: JsonSpec,
+    #[serde(default)]
+    status: JsonStatus,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct JsonMetadata {
+    namespace: Option<String>,
+    name: Option<String>,
+    generate_name: Option<String>,
+    uid: Option<String>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct JsonSpec {
+    node_name: Option<String>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct JsonStatus {
+    phase: Option<String>,
+}
+
+fn decode_json(value: &[u8]) -> Result<StoredObject, KubeError> {
+    let object: JsonObject = serde_json::from_slice(value).map_err(|e| KubeError::Json {
+        reason: e.to_string(),
+    })?;
+    if object.api_version != "v1" || object.kind != "Pod" {
+        return Ok(StoredObject::Other {
+            api_version: object.api_version,
+            kind: object.kind,
+        });
+    }
+    let metadata = object.metadata;
+    Ok(StoredObject::Pod(PodIdentity {
+        namespace: metadata.namespace,
+        name: metadata.name,
+        generate_name: metadata.generate_name,
+        uid: metadata.uid,
+        node_name: object.spec.node_name,
+        phase: object.status.phase,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata;
+
+    fn web_pod() -> StoredObject {
+        StoredObject::Pod(PodIdentity {
+            namespace: Some("default".into()),
+            name: Some("web-7d4b9".into()),
+            generate_name: Some("web-".into()),
+            uid: Some("3f1c2a9e-5b7d-4e2a-9c1f-8a6b0d4e2f71".into()),
+            node_name: None,
+            phase: Some("Pending".into()),
+        })
+    }
+
+    #[test]
+    fn protobuf_pod_in_envelope() {
+        assert_eq!(
+            decode_stored_object(&testdata::bytes("pod-web-7d4b9.k8spb")),
+            Ok(web_pod())
+        );
+    }
+
+    #[test]
+    fn json_pod() {
+        assert_eq!(
+            decode_stored_object(&testdata::bytes("pod-web-7d4b9.json")),
+            Ok(web_pod())
+        );
+    }
+
+    #[test]
+    fn other_kinds_keep_only_their_type() {
+        let value = br#"{"apiVersion":"v1","kind":"Secret","data":{"token":"c2VjcmV0"}}"#;
+        assert_eq!(
+            decode_stored_object(value),
+            Ok(StoredObject::Other {
+                api_version: "v1".into(),
+                kind: "Secret".into()
+            })
+        );
+    }
+
+    #[test]
+    fn cut_envelope_is_an_error() {
+        let bytes = testdata::bytes("pod-web-7d4b9.k8spb");
+        assert!(matches!(
+            decode_stored_object(&bytes[..bytes.len() / 2]),
+            Err(KubeError::Protobuf { .. })
+        ));
+        assert_eq!(
+            decode_stored_object(b"hello"),
+            Err(KubeError::UnknownEncoding)
+        );
+    }
+}
