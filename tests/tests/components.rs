@@ -58,6 +58,14 @@ fn etcd_plain_put_get() {
         .filter(|name| name.ends_with(".wal"))
         .collect();
     assert!(!wal_files.is_empty(), "no *.wal in {:?}", etcd.wal_dir());
+
+    let (pid, data_dir) = (etcd.pid(), etcd.data_dir());
+    drop(etcd);
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "etcd (pid {pid}) outlived its handle"
+    );
+    assert!(!data_dir.exists(), "{} still exists", data_dir.display());
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //!
 //! In: [`ContainerdOptions`] (where to cache the image tarballs). Out: a
 //! running containerd with its own root, state and runc directories in a
-//! temporary directory, its own socket, CNI (`ptp` + `host-local`, on
-//! [`POD_SUBNET`]) and the local pause and busybox images imported into the
+//! temporary directory, its own socket, CNI (`ptp` + `host-local`, on a
+//! /24 of [`POD_NETWORK`] that no route uses yet) and the local pause and busybox images imported into the
 //! `k8s.io` namespace; [`Containerd::cri`] gives a [`CriClient`] whose
 //! [`CriClient::create_pod`] makes Pods as the kubelet does.
 //!
@@ -43,9 +43,11 @@ use super::{
 
 const CONTAINERD: &str = "/usr/bin/containerd";
 const CNI_BIN_DIR: &str = "/usr/lib/cni";
-/// Pod IPs come from here. Not podman's default 10.88.0.0/16, which
-/// podman (installed on these machines) may route already.
-pub const POD_SUBNET: &str = "10.234.0.0/16";
+/// Pod IPs come from a /24 of this /16 (`10.234.N.0/24`), one per instance
+/// so that instances running at the same time (parallel tests) do not add
+/// the same host routes. Not podman's default 10.88.0.0/16, which podman
+/// (installed on these machines) may route already.
+pub const POD_NETWORK: &str = "10.234.0.0/16";
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bound on stopping and removing all sandboxes at teardown.
 const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -66,6 +68,7 @@ pub struct Containerd {
     /// The cgroup root of its Pods (kubelet's `--cgroup-root`), unique per
     /// instance so that teardown removes exactly its own cgroups.
     cgroup_root: String,
+    pod_subnet: String,
     dir: TempDir,
 }
 
@@ -83,10 +86,11 @@ impl Containerd {
             .context("creating containerd's temporary directory")?;
         let images = images::build_images(&options.image_cache_dir)?;
         let socket = dir.path().join("containerd.sock");
+        let pod_subnet = free_pod_subnet()?;
         let config = dir.path().join("config.toml");
         write_file(
             &dir.path().join("cni/net.d/10-podtrace.conflist"),
-            cni_conflist(dir.path()).as_bytes(),
+            cni_conflist(dir.path(), &pod_subnet).as_bytes(),
         )?;
         write_file(&config, containerd_config(dir.path(), &socket).as_bytes())?;
         let process = Supervised::spawn(
@@ -98,6 +102,7 @@ impl Containerd {
             process,
             socket,
             cgroup_root: format!("/podtrace-{}", random_hex(4)?),
+            pod_subnet,
             dir,
         };
         containerd.wait_for_cri()?;
@@ -181,6 +186,11 @@ impl Containerd {
     /// containerd namespace: `<runc_root>/k8s.io/<container id>`.
     pub fn runc_root(&self) -> PathBuf {
         self.dir.path().join("runc")
+    }
+
+    /// The subnet Pod IPs come from (`10.234.N.0/24`).
+    pub fn pod_subnet(&self) -> &str {
+        &self.pod_subnet
     }
 
     /// The cgroup root of this instance's Pods (see [`PodTemplate`]).
@@ -328,6 +338,29 @@ fn run_async<T: Send + 'static>(
     .map_err(|_| anyhow::anyhow!("the CRI call thread panicked"))?
 }
 
+/// A `10.234.N.0/24` that no IPv4 route of this network namespace uses,
+/// starting at a random N. Another instance could take the same one between
+/// this check and its first Pod; the random start makes that unlikely.
+fn free_pod_subnet() -> anyhow::Result<String> {
+    let routes = fs::read_to_string("/proc/net/route").context("reading /proc/net/route")?;
+    // Destinations are little-endian hex: 10.234.N.x reads as "xxNNEA0A".
+    let used: Vec<u8> = routes
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(1))
+        .filter_map(|hex| u32::from_str_radix(hex, 16).ok())
+        .map(u32::to_le_bytes)
+        .filter(|octets| octets[0] == 10 && octets[1] == 234)
+        .map(|octets| octets[2])
+        .collect();
+    let start = u8::from_str_radix(&random_hex(1)?, 16).context("parsing a random byte")?;
+    (0..=u8::MAX)
+        .map(|offset| start.wrapping_add(offset))
+        .find(|n| !used.contains(n))
+        .map(|n| format!("10.234.{n}.0/24"))
+        .context("every 10.234.N.0/24 is routed already")
+}
+
 /// containerd's configuration (version 2 format, containerd 1.6).
 fn containerd_config(dir: &Path, socket: &Path) -> String {
     let dir = dir.display();
@@ -382,7 +415,7 @@ disabled_plugins = [
 
 /// The CNI network: point-to-point veth pairs, addresses from host-local
 /// IPAM whose allocation records stay in this instance's directory.
-fn cni_conflist(dir: &Path) -> String {
+fn cni_conflist(dir: &Path, subnet: &str) -> String {
     serde_json::json!({
         "cniVersion": "0.4.0",
         "name": "podtrace",
@@ -391,7 +424,7 @@ fn cni_conflist(dir: &Path) -> String {
             "ipMasq": false,
             "ipam": {
                 "type": "host-local",
-                "subnet": POD_SUBNET,
+                "subnet": subnet,
                 "routes": [{"dst": "0.0.0.0/0"}],
                 "dataDir": dir.join("cni/ipam").display().to_string(),
             },
