@@ -31,6 +31,7 @@ pub struct Chunk {
     pub truncated: bool,
 }
 
+pub mod cri;
 mod decoded;
 pub mod etcd;
 pub mod grpc;

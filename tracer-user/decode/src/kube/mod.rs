@@ -9,7 +9,6 @@ use prost::Message;
 
 use crate::identity::PodIdentity;
 
-
 /// The magic kube-apiserver's protobuf serializer puts before runtime.Unknown.
 pub const PROTOBUF_MAGIC: &[u8] = b"k8s\0";
 
