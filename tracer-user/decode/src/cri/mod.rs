@@ -35,21 +35,22 @@ impl CriError {
 }
 
 /// Declares the typed CRI methods once: (service, method, request type,
-/// response type). Adding a method touches only this table.
+/// response type). Adding a method touches only this table. Messages are
+/// boxed: their sizes differ by kilobytes.
 macro_rules! cri_methods {
     ($(($service:literal, $method:ident, $request:ident, $response:ident)),* $(,)?) => {
         /// A decoded CRI request.
         #[derive(Clone, PartialEq)]
         pub enum CriRequest { $(
             #[doc = concat!("`", $service, "/", stringify!($method), "`.")]
-            $method(pb::$request),
+            $method(Box<pb::$request>),
         )* }
 
         /// A decoded CRI response.
         #[derive(Clone, PartialEq)]
         pub enum CriResponse { $(
             #[doc = concat!("`", $service, "/", stringify!($method), "` result.")]
-            $method(pb::$response),
+            $method(Box<pb::$response>),
         )* }
 
         fn decode_message<M: Message + Default>(method: &str, what: &'static str, bytes: &[u8]) -> Result<M, CriError> {
@@ -60,7 +61,7 @@ macro_rules! cri_methods {
             /// Decodes the request of `service`/`method`.
             pub fn decode(service: &str, method: &str, bytes: &[u8]) -> Result<Self, CriError> {
                 match (service, method) {
-                    $(($service, stringify!($method)) => Ok(Self::$method(decode_message(method, "request", bytes)?)),)*
+                    $(($service, stringify!($method)) => Ok(Self::$method(Box::new(decode_message(method, "request", bytes)?))),)*
                     _ => Err(CriError::UnknownMethod { service: service.into(), method: method.into() }),
                 }
             }
@@ -75,7 +76,7 @@ macro_rules! cri_methods {
             /// Decodes the response of `service`/`method`.
             pub fn decode(service: &str, method: &str, bytes: &[u8]) -> Result<Self, CriError> {
                 match (service, method) {
-                    $(($service, stringify!($method)) => Ok(Self::$method(decode_message(method, "response", bytes)?)),)*
+                    $(($service, stringify!($method)) => Ok(Self::$method(Box::new(decode_message(method, "response", bytes)?))),)*
                     _ => Err(CriError::UnknownMethod { service: service.into(), method: method.into() }),
                 }
             }
