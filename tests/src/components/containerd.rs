@@ -4,9 +4,10 @@
 //! In: [`ContainerdOptions`] (where to cache the image tarballs). Out: a
 //! running containerd with its own root, state and runc directories in a
 //! temporary directory, its own socket, CNI (`ptp` + `host-local`, on a
-//! /24 of [`POD_NETWORK`] that no route uses yet) and the local pause and busybox images imported into the
-//! `k8s.io` namespace; [`Containerd::cri`] gives a [`CriClient`] whose
-//! [`CriClient::create_pod`] makes Pods as the kubelet does.
+//! `10.234.N.0/24` that no route uses yet) and the local pause and busybox
+//! images imported into the `k8s.io` namespace. [`Containerd::cri`] gives a
+//! [`CriClient`] whose [`CriClient::create_pod`] makes Pods as the kubelet
+//! does.
 //!
 //! Dropping it tears everything down: it stops and removes every sandbox
 //! through the CRI, stops containerd, kills whatever still mentions its
@@ -22,6 +23,8 @@
 //! - CNI is mandatory: containerd 1.6's RunPodSandbox fails when the network
 //!   plugin returns no IP. `ptp` gives each Pod a veth pair and a host route
 //!   (no bridge device to leave behind); nothing sends traffic to Pod IPs.
+//!   Like every CNI plugin that routes, it turns on `net.ipv4.ip_forward`
+//!   on the host, which stays on.
 
 use std::{
     fs,
@@ -43,11 +46,11 @@ use super::{
 
 const CONTAINERD: &str = "/usr/bin/containerd";
 const CNI_BIN_DIR: &str = "/usr/lib/cni";
-/// Pod IPs come from a /24 of this /16 (`10.234.N.0/24`), one per instance
-/// so that instances running at the same time (parallel tests) do not add
-/// the same host routes. Not podman's default 10.88.0.0/16, which podman
-/// (installed on these machines) may route already.
-pub const POD_NETWORK: &str = "10.234.0.0/16";
+/// Pod IPs come from a /24 of 10.234.0.0/16 (`10.234.N.0/24`), one per
+/// instance so that instances running at the same time (parallel tests) do
+/// not add the same host routes. Not podman's default 10.88.0.0/16, which
+/// podman (installed on these machines) may route already.
+const POD_NETWORK: [u8; 2] = [10, 234];
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bound on stopping and removing all sandboxes at teardown.
 const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -350,15 +353,15 @@ fn free_pod_subnet() -> anyhow::Result<String> {
         .filter_map(|line| line.split_whitespace().nth(1))
         .filter_map(|hex| u32::from_str_radix(hex, 16).ok())
         .map(u32::to_le_bytes)
-        .filter(|octets| octets[0] == 10 && octets[1] == 234)
+        .filter(|octets| octets[..2] == POD_NETWORK)
         .map(|octets| octets[2])
         .collect();
     let start = u8::from_str_radix(&random_hex(1)?, 16).context("parsing a random byte")?;
     (0..=u8::MAX)
         .map(|offset| start.wrapping_add(offset))
         .find(|n| !used.contains(n))
-        .map(|n| format!("10.234.{n}.0/24"))
-        .context("every 10.234.N.0/24 is routed already")
+        .map(|n| format!("{}.{}.{n}.0/24", POD_NETWORK[0], POD_NETWORK[1]))
+        .context("every /24 of the Pod network is routed already")
 }
 
 /// containerd's configuration (version 2 format, containerd 1.6).
