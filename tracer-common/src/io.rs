@@ -255,6 +255,9 @@ pub enum ConnAction {
     Accepted = 2,
     /// close(2) of a followed fd.
     Closed = 3,
+    /// Open when podtrace started: found in /proc by user space, which
+    /// writes this record itself (the kernel never does).
+    OpenAtStart = 4,
 }
 
 impl TryFrom<u8> for ConnAction {
@@ -264,6 +267,7 @@ impl TryFrom<u8> for ConnAction {
             1 => Ok(ConnAction::Connected),
             2 => Ok(ConnAction::Accepted),
             3 => Ok(ConnAction::Closed),
+            4 => Ok(ConnAction::OpenAtStart),
             other => Err(other),
         }
     }

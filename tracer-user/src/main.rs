@@ -13,7 +13,10 @@ use tracer_common::{
 };
 use tracer_user::{
     capture::{
-        CaptureOptions, Probes, go_probes,
+        CaptureOptions, Probes,
+        clock::WallClock,
+        go_probes,
+        recording::{RecordingHeader, RecordingReader, RecordingWriter},
         targets::{DEFAULT_TARGET_NAMES, TargetMatcher},
         uprobes::CallCounter,
     },
@@ -42,6 +45,32 @@ enum Command {
     Inspect(InspectArgs),
     /// Attach podtrace's probes to a Go binary for a while and count their hits.
     ProbeCheck(ProbeCheckArgs),
+    /// Like `run`, and store every captured event in a file for `replay`.
+    /// The file holds plaintext payloads (TLS included): it is created 0600.
+    Record(RecordArgs),
+    /// Feed a recording through the pipeline, or print its events (`--dump`).
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RecordArgs {
+    /// Where to write the recording (must not exist).
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+    /// Stop after this many seconds (default: at Ctrl-C or SIGTERM).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<u64>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct ReplayArgs {
+    /// A file written by `podtrace record`.
+    file: PathBuf,
+    /// Print every event, with payload excerpts, instead of running the pipeline.
+    #[arg(long)]
+    dump: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -102,9 +131,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check => Ok(check()),
-        Command::Run(args) => run(args),
         Command::Inspect(args) => inspect(args),
         Command::ProbeCheck(args) => probe_check(args),
+        Command::Record(args) => {
+            let recording = Recording {
+                path: args.output,
+                duration: args.duration.map(Duration::from_secs),
+            };
+            run(args.run, Some(recording))
+        }
+        Command::Run(args) => run(args, None),
+        Command::Replay(args) => replay(args),
     };
     match result {
         Ok(code) => code,
@@ -168,7 +205,44 @@ fn write_stdout(text: &str) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+/// Where and how long `podtrace record` records.
+#[derive(Debug)]
+struct Recording {
+    path: PathBuf,
+    duration: Option<Duration>,
+}
+
+fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let reader = RecordingReader::open(&args.file)?;
+    let header = reader.header.clone();
+    tracing::info!(
+        recorded_on = %header.hostname,
+        kernel = %header.kernel,
+        podtrace = %header.podtrace_version,
+        "replaying {}",
+        args.file.display()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let summary = runtime.block_on(pipeline::replay(reader, args.dump))?;
+    if summary.truncated {
+        tracing::warn!(
+            records = summary.records,
+            "the recording ends inside a record: replayed every whole record before it"
+        );
+    }
+    if summary.malformed > 0 {
+        tracing::warn!(
+            malformed = summary.malformed,
+            "records that did not parse were skipped"
+        );
+    }
+    tracing::info!(records = summary.records, "replay finished");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> {
     let defaults = if args.only_targets {
         &[][..]
     } else {
@@ -196,14 +270,37 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let shutdown = CancellationToken::new();
         let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
         let on_signal = shutdown.clone();
+        let duration = recording.as_ref().and_then(|recording| recording.duration);
         tokio::spawn(async move {
+            let elapsed = async {
+                match duration {
+                    Some(duration) => tokio::time::sleep(duration).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = sigterm.recv() => {}
+                () = elapsed => {}
             }
             on_signal.cancel();
         });
-        let summary = pipeline::run(probes, shutdown).await?;
+        let recorder = match &recording {
+            Some(recording) => {
+                let header = RecordingHeader::here(&WallClock::anchor(), args.data_bytes, probes.known_processes());
+                let writer = RecordingWriter::create(&recording.path, &header)?;
+                tracing::warn!(
+                    file = %recording.path.display(),
+                    "recording plaintext payloads (file mode 0600); treat the file like the credentials it may contain"
+                );
+                Some(writer)
+            }
+            None => None,
+        };
+        let summary = pipeline::run(probes, shutdown, recorder).await?;
+        if let Some(records) = summary.recorded {
+            tracing::info!(records, "recording written");
+        }
         let drops: Vec<String> = summary
             .drops
             .iter()

@@ -7,7 +7,7 @@
 //! the programs.
 
 use std::{
-    io,
+    io::{self, Write as _},
     sync::{Arc, atomic::Ordering},
     time::Duration,
 };
@@ -20,11 +20,16 @@ use crate::{
     capture::{
         DropCounts, Probes, RawEvent,
         clock::WallClock,
+        recording::{RecordingReader, RecordingWriter},
         ring::{ReaderStats, read_ring_buffer},
+        wire::parse_record,
     },
     correlate::{Activity, Correlator},
     decode::{Message, decode},
-    export::terminal::{self, TerminalPrinter},
+    export::{
+        dump,
+        terminal::{self, TerminalPrinter},
+    },
 };
 
 /// Capacity of each inter-stage channel, in items.
@@ -43,74 +48,106 @@ pub struct RunSummary {
     pub untracked_processes: u64,
     /// Kernel-side drops at the end.
     pub drops: DropCounts,
+    /// Records written to the recording, when recording.
+    pub recorded: Option<u64>,
 }
 
-/// Runs the pipeline until `shutdown` is cancelled, printing process events
-/// to stdout.
-pub async fn run(mut probes: Probes, shutdown: CancellationToken) -> anyhow::Result<RunSummary> {
+/// The decode → correlate → export stages, running as tasks. Feed them
+/// through [`Stages::input`]; drop it (and every clone) to let them drain.
+struct Stages {
+    input: mpsc::Sender<RawEvent>,
+    decode: JoinHandle<()>,
+    correlate: JoinHandle<u64>,
+    export: JoinHandle<io::Result<()>>,
+}
+
+impl Stages {
+    /// Starts the stages. `known_processes` names processes that were running
+    /// before the events begin.
+    fn spawn(clock: WallClock, known_processes: Vec<(u32, String)>) -> Self {
+        let (input, mut raw_rx) = mpsc::channel::<RawEvent>(CHANNEL_CAPACITY);
+        let (msg_tx, mut msg_rx) = mpsc::channel::<Message>(CHANNEL_CAPACITY);
+        let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
+        let decode = tokio::spawn(async move {
+            while let Some(event) = raw_rx.recv().await {
+                if msg_tx.send(decode(event)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let correlate = tokio::spawn(async move {
+            let mut correlator = Correlator::new(clock);
+            for (tgid, name) in known_processes {
+                correlator.processes.seed(tgid, name);
+            }
+            while let Some(message) = msg_rx.recv().await {
+                let Some(activity) = correlator.observe(message) else {
+                    continue;
+                };
+                let tgid = match &activity {
+                    Activity::Process(_) => None,
+                    Activity::Conn(conn) => Some(conn.conn.tgid),
+                    Activity::FileSync(sync) => Some(sync.sync.ids.tgid),
+                };
+                let name = tgid.and_then(|tgid| correlator.processes.name_of(tgid));
+                if out_tx.send((activity, name)).await.is_err() {
+                    break;
+                }
+            }
+            correlator.full_drops()
+        });
+        let export = tokio::spawn(async move {
+            let mut printer = TerminalPrinter::new(io::stdout());
+            while let Some((activity, name)) = out_rx.recv().await {
+                printer.print(&terminal::format(&activity, |_| name.clone()))?;
+            }
+            io::Result::Ok(())
+        });
+        Self {
+            input,
+            decode,
+            correlate,
+            export,
+        }
+    }
+
+    /// Waits for the stages to drain; returns the correlator's untracked count.
+    async fn join(self) -> anyhow::Result<u64> {
+        drop(self.input);
+        self.decode.await?;
+        let untracked = self.correlate.await?;
+        self.export.await??;
+        Ok(untracked)
+    }
+}
+
+/// Runs the pipeline on live events until `shutdown` is cancelled, printing
+/// what happens to stdout and, when given a recorder, storing every record.
+pub async fn run(
+    mut probes: Probes,
+    shutdown: CancellationToken,
+    mut recorder: Option<RecordingWriter>,
+) -> anyhow::Result<RunSummary> {
     let clock = WallClock::anchor();
     let ring = probes.take_ring_buffer()?;
     let stats = Arc::new(ReaderStats::default());
-
-    let (raw_tx, mut raw_rx) = mpsc::channel::<RawEvent>(CHANNEL_CAPACITY);
-    let (msg_tx, mut msg_rx) = mpsc::channel::<Message>(CHANNEL_CAPACITY);
-    let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
+    let stages = Stages::spawn(clock, probes.known_processes());
 
     // What was open before start goes first, so the correlator knows the
     // connections and files later events refer to.
-    for event in probes.initial_events() {
-        raw_tx.send(event).await?;
+    for record in probes.initial_records() {
+        if let Some(recorder) = recorder.as_mut() {
+            recorder.write_record(&record)?;
+        }
+        stages.input.send(parse_record(&record)?).await?;
     }
-    let seeded_names: Vec<(u32, String)> = probes
-        .seeded()
-        .iter()
-        .filter_map(|target| {
-            let name = target.exe.as_ref()?.file_name()?.to_str()?.to_owned();
-            Some((target.tgid, name))
-        })
-        .collect();
-
-    let capture: JoinHandle<io::Result<()>> = tokio::spawn(read_ring_buffer(
+    let capture = tokio::spawn(read_ring_buffer(
         ring,
-        raw_tx,
+        stages.input.clone(),
         Arc::clone(&stats),
         shutdown.clone(),
+        recorder,
     ));
-    let decode_task = tokio::spawn(async move {
-        while let Some(event) = raw_rx.recv().await {
-            if msg_tx.send(decode(event)).await.is_err() {
-                break;
-            }
-        }
-    });
-    let correlate_task = tokio::spawn(async move {
-        let mut correlator = Correlator::new(clock);
-        for (tgid, name) in seeded_names {
-            correlator.processes.seed(tgid, name);
-        }
-        while let Some(message) = msg_rx.recv().await {
-            let Some(activity) = correlator.observe(message) else {
-                continue;
-            };
-            let tgid = match &activity {
-                Activity::Process(_) => None,
-                Activity::Conn(conn) => Some(conn.conn.tgid),
-                Activity::FileSync(sync) => Some(sync.sync.ids.tgid),
-            };
-            let name = tgid.and_then(|tgid| correlator.processes.name_of(tgid));
-            if out_tx.send((activity, name)).await.is_err() {
-                break;
-            }
-        }
-        correlator.full_drops()
-    });
-    let export_task = tokio::spawn(async move {
-        let mut printer = TerminalPrinter::new(io::stdout());
-        while let Some((activity, name)) = out_rx.recv().await {
-            printer.print(&terminal::format(&activity, |_| name.clone()))?;
-        }
-        io::Result::Ok(())
-    });
 
     let mut reported = DropCounts::default();
     let mut interval = tokio::time::interval(DROP_REPORT_INTERVAL);
@@ -125,10 +162,9 @@ pub async fn run(mut probes: Probes, shutdown: CancellationToken) -> anyhow::Res
         }
     }
 
-    capture.await??;
-    decode_task.await?;
-    let untracked_processes = correlate_task.await?;
-    export_task.await??;
+    let recorder = capture.await??;
+    let recorded = recorder.map(RecordingWriter::finish).transpose()?;
+    let untracked_processes = stages.join().await?;
     let drops = probes.drop_counts()?;
     report_new_drops(&reported, &drops);
     Ok(RunSummary {
@@ -136,6 +172,61 @@ pub async fn run(mut probes: Probes, shutdown: CancellationToken) -> anyhow::Res
         malformed: stats.malformed.load(Ordering::Relaxed),
         untracked_processes,
         drops,
+        recorded,
+    })
+}
+
+/// What a replay saw.
+#[derive(Clone, Debug)]
+pub struct ReplaySummary {
+    /// Records read.
+    pub records: u64,
+    /// Records that did not parse (each logged at debug level).
+    pub malformed: u64,
+    /// The file ended inside a record.
+    pub truncated: bool,
+}
+
+/// Feeds a recording through the same stages as live events, or, with
+/// `dump`, prints every event readably instead (payload excerpts included).
+pub async fn replay<R: io::Read>(
+    mut reader: RecordingReader<R>,
+    dump: bool,
+) -> anyhow::Result<ReplaySummary> {
+    let clock = reader.clock();
+    let known = reader.header.known_processes.clone();
+    let stages = (!dump).then(|| Stages::spawn(clock, known));
+    let mut malformed = 0;
+    let mut out = io::stdout().lock();
+    while let Some(record) = reader.next_record()? {
+        let event = match parse_record(&record) {
+            Ok(event) => event,
+            Err(error) => {
+                malformed += 1;
+                tracing::debug!(%error, record = reader.records, "skipping malformed record");
+                continue;
+            }
+        };
+        match &stages {
+            Some(stages) => stages.input.send(event).await?,
+            None => {
+                if let Err(err) = writeln!(out, "{}", dump::format_event(&event, &clock)) {
+                    if err.kind() == io::ErrorKind::BrokenPipe {
+                        break;
+                    }
+                    return Err(err.into());
+                }
+            }
+        }
+    }
+    drop(out);
+    if let Some(stages) = stages {
+        stages.join().await?;
+    }
+    Ok(ReplaySummary {
+        records: reader.records,
+        malformed,
+        truncated: reader.truncated,
     })
 }
 

@@ -18,6 +18,18 @@ impl WallClock {
         }
     }
 
+    /// A clock with a known offset (from a recording made elsewhere).
+    pub fn from_offset(realtime_minus_monotonic_ns: i128) -> Self {
+        Self {
+            realtime_minus_monotonic_ns,
+        }
+    }
+
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC, in nanoseconds.
+    pub fn realtime_minus_monotonic_ns(&self) -> i128 {
+        self.realtime_minus_monotonic_ns
+    }
+
     /// Unix time in nanoseconds of a kernel timestamp.
     pub fn unix_ns(&self, monotonic_ns: u64) -> u64 {
         (i128::from(monotonic_ns) + self.realtime_minus_monotonic_ns).clamp(0, i128::from(u64::MAX))

@@ -6,7 +6,7 @@
 //! /proc, so that a target started during start-up is seen by one or the
 //! other. Dropping [`Probes`] detaches every program.
 
-use std::path::Path;
+use std::{net::SocketAddr, path::Path};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -16,7 +16,11 @@ use aya::{
 use tracer_common::{
     config::{COMM_BYTES, Config, TARGET_WAL, TargetInfo},
     drop_reason::DropReason,
-    io::{DATA_BYTES_MAX, FdInfo, FdKey, FdKind, IoSyscall, USER_CONN_ID_BIT},
+    event::{EventHeader, EventKind, FILENAME_BYTES},
+    io::{
+        ConnAction, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FileOpenEvent, IoSyscall,
+        UNIX_PATH_BYTES, USER_CONN_ID_BIT,
+    },
     names::{
         GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_TARGET_COMMS,
         MAP_TARGETS,
@@ -28,7 +32,7 @@ use super::{
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
     proc_fds::{OpenFd, open_fds},
     targets::{FoundTarget, TargetMatcher, scan_proc},
-    wire::{ConnChange, ConnKey, ConnRecord, FileOpenRecord, ProcessIds, RawEvent},
+    wire::{AF_INET, AF_INET6, AF_UNIX, Peer, record_bytes},
 };
 
 /// `BPF_NOEXIST` map update flag (include/uapi/linux/bpf.h): insert only if absent.
@@ -211,41 +215,69 @@ impl Probes {
         })
     }
 
-    /// Events describing what was already open at start (connections found
-    /// in /proc, WAL files), stamped with the current time, for the pipeline
-    /// to see before any kernel event about them.
-    pub fn initial_events(&self) -> Vec<RawEvent> {
+    /// Records, in the kernel's wire format, of what was already open at
+    /// start (connections found in /proc, WAL files), stamped with the current
+    /// time: the pipeline sees them before any kernel record about them, and
+    /// `podtrace record` stores them like the rest.
+    pub fn initial_records(&self) -> Vec<Vec<u8>> {
         let ts_ns = monotonic_now_ns();
         self.open_fds
             .iter()
             .map(|(open, conn_id)| {
-                let ids = ProcessIds {
+                let header = |kind: EventKind| EventHeader {
                     ts_ns,
+                    kind: kind as u32,
                     tgid: open.tgid,
                     tid: open.tgid,
+                    _pad: 0,
                 };
-                let conn = ConnKey {
-                    tgid: open.tgid,
-                    conn_id: *conn_id,
-                };
-                match (&open.kind, &open.path) {
-                    (FdKind::WalFile, Some(path)) => RawEvent::FileOpen(FileOpenRecord {
-                        ids,
-                        conn,
-                        fd: open.fd,
-                        fd_kind: open.kind,
-                        path: path.clone(),
-                    }),
-                    _ => RawEvent::Conn(ConnRecord {
-                        ids,
-                        conn,
-                        fd: open.fd,
-                        change: ConnChange::OpenAtStart,
-                        fd_kind: open.kind,
-                        ret: 0,
-                        peer: open.peer.clone(),
-                    }),
+                match &open.path {
+                    Some(path) => {
+                        let mut event = FileOpenEvent {
+                            header: header(EventKind::FileOpen),
+                            conn_id: *conn_id,
+                            fd: open.fd,
+                            path_len: 0,
+                            fd_kind: open.kind as u8,
+                            _pad: 0,
+                            path: [0; FILENAME_BYTES],
+                        };
+                        let len = path.len().min(FILENAME_BYTES - 1);
+                        event.path[..len].copy_from_slice(&path.as_bytes()[..len]);
+                        event.path_len = len as u16;
+                        record_bytes(&event)
+                    }
+                    None => {
+                        let mut event = ConnEvent {
+                            header: header(EventKind::Conn),
+                            conn_id: *conn_id,
+                            ret: 0,
+                            fd: open.fd,
+                            family: 0,
+                            port: 0,
+                            action: ConnAction::OpenAtStart as u8,
+                            fd_kind: open.kind as u8,
+                            unix_path_len: 0,
+                            _pad: [0; 5],
+                            addr: [0; 16],
+                            unix_path: [0; UNIX_PATH_BYTES],
+                            _tail: [0; 4],
+                        };
+                        set_peer(&mut event, &open.peer);
+                        record_bytes(&event)
+                    }
                 }
+            })
+            .collect()
+    }
+
+    /// Names of the targets found at start, by tgid (from their executables).
+    pub fn known_processes(&self) -> Vec<(u32, String)> {
+        self.seeded
+            .iter()
+            .filter_map(|target| {
+                let name = target.exe.as_ref()?.file_name()?.to_str()?.to_owned();
+                Some((target.tgid, name))
             })
             .collect()
     }
@@ -289,6 +321,34 @@ impl Probes {
             counts.by_reason[reason as usize] = per_cpu.iter().sum();
         }
         Ok(counts)
+    }
+}
+
+/// Writes `peer` into a connection record's address fields.
+fn set_peer(event: &mut ConnEvent, peer: &Peer) {
+    match peer {
+        Peer::Tcp(SocketAddr::V4(addr)) => {
+            event.family = AF_INET;
+            event.port = addr.port();
+            event.addr[..4].copy_from_slice(&addr.ip().octets());
+        }
+        Peer::Tcp(SocketAddr::V6(addr)) => {
+            event.family = AF_INET6;
+            event.port = addr.port();
+            event.addr = addr.ip().octets();
+        }
+        Peer::Unix(path) => {
+            event.family = AF_UNIX;
+            // An abstract name shown as `@name` is stored with its leading NUL.
+            let bytes: Vec<u8> = match path.strip_prefix('@') {
+                Some(name) => std::iter::once(0).chain(name.bytes()).collect(),
+                None => path.bytes().collect(),
+            };
+            let len = bytes.len().min(UNIX_PATH_BYTES);
+            event.unix_path[..len].copy_from_slice(&bytes[..len]);
+            event.unix_path_len = len as u8;
+        }
+        Peer::Unknown => {}
     }
 }
 

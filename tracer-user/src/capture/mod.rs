@@ -9,6 +9,7 @@ pub mod go_probes;
 pub mod kernel_btf;
 pub mod loader;
 pub mod proc_fds;
+pub mod recording;
 pub mod ring;
 pub mod targets;
 pub mod uprobes;
@@ -16,6 +17,6 @@ pub mod wire;
 
 pub use loader::{CaptureError, CaptureOptions, DropCounts, Probes};
 pub use wire::{
-    ConnChange, ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, ExitStatus,
-    FileOpenRecord, ForkRecord, FsyncRecord, Peer, ProcessIds, RawEvent,
+    ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, ExitStatus, FileOpenRecord,
+    ForkRecord, FsyncRecord, Peer, ProcessIds, RawEvent,
 };

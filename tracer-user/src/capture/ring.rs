@@ -17,7 +17,10 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::wire::{RawEvent, parse_record};
+use super::{
+    recording::RecordingWriter,
+    wire::{RawEvent, parse_record},
+};
 
 /// Counters of the user-space side of capture.
 #[derive(Debug, Default)]
@@ -28,13 +31,16 @@ pub struct ReaderStats {
     pub malformed: AtomicU64,
 }
 
-/// Reads `ring` until `shutdown` is cancelled or downstream goes away.
+/// Reads `ring` until `shutdown` is cancelled or downstream goes away,
+/// writing every record to `recorder` first when there is one (which is
+/// handed back at the end, for the caller to finish).
 pub async fn read_ring_buffer(
     ring: RingBuf<MapData>,
     events: mpsc::Sender<RawEvent>,
     stats: Arc<ReaderStats>,
     shutdown: CancellationToken,
-) -> std::io::Result<()> {
+    mut recorder: Option<RecordingWriter>,
+) -> std::io::Result<Option<RecordingWriter>> {
     // SAFETY: the fd is the ring buffer map's, owned by `ring`, which the
     // AsyncFd owns until it drops; RingBuf::as_raw_fd always returns that fd.
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
@@ -42,20 +48,25 @@ pub async fn read_ring_buffer(
     loop {
         let mut guard = tokio::select! {
             guard = ring.readable_mut() => guard?,
-            () = shutdown.cancelled() => return Ok(()),
+            () = shutdown.cancelled() => return Ok(recorder),
         };
         loop {
             // Parse into an owned event first: the record's memory is handed
             // back to the kernel when `item` drops, before we await the send.
             let parsed = match guard.get_inner_mut().next() {
-                Some(item) => parse_record(&item),
+                Some(item) => {
+                    if let Some(recorder) = recorder.as_mut() {
+                        recorder.write_record(&item)?;
+                    }
+                    parse_record(&item)
+                }
                 None => break,
             };
             match parsed {
                 Ok(event) => {
                     stats.events.fetch_add(1, Ordering::Relaxed);
                     if events.send(event).await.is_err() {
-                        return Ok(());
+                        return Ok(recorder);
                     }
                 }
                 Err(error) => {

@@ -175,29 +175,6 @@ pub enum Peer {
     Unknown,
 }
 
-/// What happened to a followed socket or file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ConnChange {
-    /// connect(2) succeeded or is in progress.
-    Connected,
-    /// accept(2) returned it.
-    Accepted,
-    /// close(2).
-    Closed,
-    /// It was open when podtrace started (found in /proc).
-    OpenAtStart,
-}
-
-impl From<ConnAction> for ConnChange {
-    fn from(action: ConnAction) -> Self {
-        match action {
-            ConnAction::Connected => ConnChange::Connected,
-            ConnAction::Accepted => ConnChange::Accepted,
-            ConnAction::Closed => ConnChange::Closed,
-        }
-    }
-}
-
 /// A followed socket was connected, accepted or closed (or a file closed).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnRecord {
@@ -208,7 +185,7 @@ pub struct ConnRecord {
     /// File descriptor.
     pub fd: u32,
     /// What happened.
-    pub change: ConnChange,
+    pub change: ConnAction,
     /// Socket or WAL file.
     pub fd_kind: FdKind,
     /// The syscall's result.
@@ -322,6 +299,14 @@ fn read_record<T: aya::Pod>(kind: &'static str, bytes: &[u8]) -> Result<T, WireE
     // SAFETY: `bytes` holds at least size_of::<T>() bytes, `read_unaligned`
     // has no alignment requirement, and `T: Pod` is valid for any bit pattern.
     Ok(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
+}
+
+/// The bytes of a wire struct: how user space writes records of its own (what
+/// it found in /proc at start) in the kernel's format.
+pub(crate) fn record_bytes<T: aya::Pod>(value: &T) -> Vec<u8> {
+    // SAFETY: T is Pod: `#[repr(C)]` plain data without implicit padding, so
+    // all size_of::<T>() bytes are initialised.
+    unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
 }
 
 /// Parses one ring buffer record.
@@ -446,9 +431,11 @@ fn parse_data(ids: ProcessIds, event: &DataEvent, payload: &[u8]) -> Result<Data
 }
 
 /// Address families of `ConnEvent::family` (include/linux/socket.h).
-const AF_UNIX: u16 = 1;
-const AF_INET: u16 = 2;
-const AF_INET6: u16 = 10;
+pub(crate) const AF_UNIX: u16 = 1;
+/// IPv4.
+pub(crate) const AF_INET: u16 = 2;
+/// IPv6.
+pub(crate) const AF_INET6: u16 = 10;
 
 fn parse_conn(ids: ProcessIds, event: &ConnEvent) -> Result<ConnRecord, WireError> {
     let peer = match event.family {
@@ -470,7 +457,7 @@ fn parse_conn(ids: ProcessIds, event: &ConnEvent) -> Result<ConnRecord, WireErro
         },
         ids,
         fd: event.fd,
-        change: enum_field::<ConnAction>("conn", "action", event.action)?.into(),
+        change: enum_field("conn", "action", event.action)?,
         fd_kind: enum_field("conn", "fd_kind", event.fd_kind)?,
         ret: event.ret,
         peer,
@@ -540,12 +527,6 @@ fn comm_string(comm: &[u8; COMM_BYTES]) -> String {
 mod tests {
     use super::*;
 
-    fn bytes_of<T: aya::Pod>(value: &T) -> Vec<u8> {
-        // SAFETY: T is Pod (plain data without padding); reading its bytes is sound.
-        unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
-            .to_vec()
-    }
-
     fn exec_event(args: &[u8], flags: u16) -> ExecEvent {
         let mut event = ExecEvent {
             header: EventHeader {
@@ -575,7 +556,8 @@ mod tests {
 
     #[test]
     fn exec_record_reads_only_the_valid_bytes() {
-        let record = parse_record(&bytes_of(&exec_event(b"runc\0--root\0/run/runc\0", 0))).unwrap();
+        let record =
+            parse_record(&record_bytes(&exec_event(b"runc\0--root\0/run/runc\0", 0))).unwrap();
         let RawEvent::Exec(exec) = record else {
             panic!("not an exec: {record:?}")
         };
@@ -596,7 +578,7 @@ mod tests {
 
     #[test]
     fn truncated_args_keep_the_partial_last_string() {
-        let record = parse_record(&bytes_of(&exec_event(
+        let record = parse_record(&record_bytes(&exec_event(
             b"sh\0-c\0sleep 10; ec",
             EXEC_ARGS_TRUNCATED,
         )))
@@ -610,7 +592,7 @@ mod tests {
 
     #[test]
     fn empty_argument_area_gives_no_argv() {
-        let record = parse_record(&bytes_of(&exec_event(b"", 0))).unwrap();
+        let record = parse_record(&record_bytes(&exec_event(b"", 0))).unwrap();
         let RawEvent::Exec(exec) = record else {
             panic!("not an exec: {record:?}")
         };
@@ -619,7 +601,7 @@ mod tests {
 
     #[test]
     fn record_shorter_than_its_kind_is_an_error() {
-        let bytes = bytes_of(&exec_event(b"x\0", 0));
+        let bytes = record_bytes(&exec_event(b"x\0", 0));
         let err = parse_record(&bytes[..100]).unwrap_err();
         assert_eq!(
             err,
@@ -640,7 +622,7 @@ mod tests {
         let mut event = exec_event(b"", 0);
         event.header.kind = 99;
         assert_eq!(
-            parse_record(&bytes_of(&event)),
+            parse_record(&record_bytes(&event)),
             Err(WireError::UnknownKind(99))
         );
     }
@@ -650,13 +632,13 @@ mod tests {
         let mut event = exec_event(b"", 0);
         event.args_len = ARGS_BYTES as u16 + 1;
         assert!(matches!(
-            parse_record(&bytes_of(&event)),
+            parse_record(&record_bytes(&event)),
             Err(WireError::Malformed { .. })
         ));
         let mut event = exec_event(b"", 0);
         event.target_reason = 9;
         assert!(matches!(
-            parse_record(&bytes_of(&event)),
+            parse_record(&record_bytes(&event)),
             Err(WireError::Malformed { .. })
         ));
     }

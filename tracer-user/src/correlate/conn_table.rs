@@ -4,11 +4,10 @@
 
 use std::collections::HashMap;
 
-use tracer_common::io::{Direction, FdKind};
+use tracer_common::io::{ConnAction, Direction, FdKind};
 
 use crate::capture::{
-    ConnChange, ConnKey, ConnRecord, DataRecord, FileOpenRecord, FsyncRecord, Peer,
-    clock::WallClock,
+    ConnKey, ConnRecord, DataRecord, FileOpenRecord, FsyncRecord, Peer, clock::WallClock,
 };
 
 /// Default bound on tracked connections and files.
@@ -37,7 +36,7 @@ pub struct ConnActivity {
     /// Socket or file.
     pub kind: FdKind,
     /// What happened.
-    pub change: ConnChange,
+    pub change: ConnAction,
     /// The other end.
     pub peer: Peer,
     /// For files, the path.
@@ -94,7 +93,7 @@ impl ConnTable {
 
     /// A socket opened, was found open, or closed.
     pub fn on_conn(&mut self, record: ConnRecord) -> ConnActivity {
-        let (path, bytes_out, bytes_in, open_ns, peer) = if record.change == ConnChange::Closed {
+        let (path, bytes_out, bytes_in, open_ns, peer) = if record.change == ConnAction::Closed {
             match self.conns.remove(&record.conn) {
                 Some(state) => (
                     state.path,
@@ -108,7 +107,7 @@ impl ConnTable {
                 None => (None, 0, 0, None, record.peer),
             }
         } else {
-            let opened_ns = (record.change != ConnChange::OpenAtStart).then_some(record.ids.ts_ns);
+            let opened_ns = (record.change != ConnAction::OpenAtStart).then_some(record.ids.ts_ns);
             let state = ConnState {
                 peer: record.peer.clone(),
                 path: None,
@@ -223,17 +222,17 @@ mod tests {
             change,
             fd_kind: FdKind::Socket,
             ret: 0,
-            peer: if change == ConnChange::Closed {
+            peer: if change == ConnAction::Closed {
                 Peer::Unknown
             } else {
                 peer.clone()
             },
         };
-        table.on_conn(conn(ConnChange::Connected, 1_000));
+        table.on_conn(conn(ConnAction::Connected, 1_000));
         table.on_data(&data(Direction::Egress, 100));
         table.on_data(&data(Direction::Ingress, 30));
         table.on_data(&data(Direction::Egress, 5));
-        let closed = table.on_conn(conn(ConnChange::Closed, 5_000));
+        let closed = table.on_conn(conn(ConnAction::Closed, 5_000));
         assert_eq!(
             (closed.bytes_out, closed.bytes_in, closed.open_ns),
             (105, 30, Some(4_000))

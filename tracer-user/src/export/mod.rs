@@ -1,6 +1,8 @@
 //! Export: where podtrace's results leave the process.
 //!
-//! In: correlate's output. Out: today, one line per process event on a
-//! terminal ([`terminal`]); OTLP, OTLP-JSON files and metrics join here.
+//! In: correlate's output. Out: today, one line per activity on a terminal
+//! ([`terminal`]) and readable dumps of recordings ([`dump`]); OTLP,
+//! OTLP-JSON files and metrics join here.
 
+pub mod dump;
 pub mod terminal;

@@ -3,10 +3,10 @@
 
 use std::io::{self, Write};
 
-use tracer_common::io::FdKind;
+use tracer_common::io::{ConnAction, FdKind};
 
 use crate::{
-    capture::{ConnChange, ExitStatus, Peer},
+    capture::{ExitStatus, Peer},
     correlate::{Activity, ConnActivity, FileSyncActivity, ProcessActivity, ProcessEvent},
 };
 
@@ -37,12 +37,12 @@ fn format_conn(conn: &ConnActivity, name: Option<String>) -> String {
         },
     };
     let what = match conn.change {
-        ConnChange::Connected => "connect",
-        ConnChange::Accepted => "accept ",
-        ConnChange::OpenAtStart => "open   ",
-        ConnChange::Closed => "close  ",
+        ConnAction::Connected => "connect",
+        ConnAction::Accepted => "accept ",
+        ConnAction::OpenAtStart => "open   ",
+        ConnAction::Closed => "close  ",
     };
-    let totals = if conn.change == ConnChange::Closed {
+    let totals = if conn.change == ConnAction::Closed {
         let open = conn
             .open_ns
             .map(|ns| format!(" after {:.3}s", ns as f64 / 1e9))
@@ -147,7 +147,7 @@ impl<W: Write> TerminalPrinter<W> {
 }
 
 /// `HH:MM:SS.micros` UTC of a Unix time in nanoseconds.
-fn format_time(unix_ns: u64) -> String {
+pub(crate) fn format_time(unix_ns: u64) -> String {
     let secs = unix_ns / 1_000_000_000;
     let micros = (unix_ns % 1_000_000_000) / 1_000;
     let day_secs = secs % 86_400;

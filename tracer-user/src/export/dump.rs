@@ -1,0 +1,106 @@
+//! `podtrace replay --dump`: every captured event, one readable line each,
+//! with payload excerpts. For looking into a recording on one's own machine;
+//! never used by the agent's normal output.
+//!
+//! Payloads are shown as escaped text: printable bytes as themselves, others
+//! as `\xNN`.
+
+use crate::{
+    capture::{Peer, RawEvent, clock::WallClock},
+    export::terminal::format_time,
+};
+
+/// Payload bytes shown per event.
+const EXCERPT_BYTES: usize = 512;
+
+/// One line describing `event`.
+pub fn format_event(event: &RawEvent, clock: &WallClock) -> String {
+    let ids = event.ids();
+    let head = format!(
+        "{} pid {} tid {}",
+        format_time(clock.unix_ns(ids.ts_ns)),
+        ids.tgid,
+        ids.tid
+    );
+    match event {
+        RawEvent::Exec(exec) => format!(
+            "{head} exec {} argv {:?}{} ppid {} cgroup {}",
+            exec.filename,
+            exec.argv,
+            if exec.argv_truncated { " (cut)" } else { "" },
+            exec.ppid,
+            exec.cgroup_id
+        ),
+        RawEvent::Fork(fork) => format!("{head} fork from {} comm {}", fork.parent_tgid, fork.comm),
+        RawEvent::Exit(exit) => format!("{head} exit {:?} comm {}", exit.status, exit.comm),
+        RawEvent::Conn(conn) => format!(
+            "{head} {:?} fd {} conn {:#x} {:?} {} ret {}",
+            conn.change,
+            conn.fd,
+            conn.conn.conn_id,
+            conn.fd_kind,
+            peer(&conn.peer),
+            conn.ret
+        ),
+        RawEvent::FileOpen(open) => {
+            format!(
+                "{head} open fd {} conn {:#x} {:?} {}",
+                open.fd, open.conn.conn_id, open.fd_kind, open.path
+            )
+        }
+        RawEvent::Fsync(sync) => format!(
+            "{head} {} fd {} conn {:#x} {} ns ret {}",
+            sync.syscall.name(),
+            sync.fd,
+            sync.conn.conn_id,
+            sync.duration_ns,
+            sync.ret
+        ),
+        RawEvent::Data(data) => format!(
+            "{head} {} {:?} fd {} conn {:#x} {} B{} {}",
+            data.syscall.name(),
+            data.direction,
+            data.fd,
+            data.conn.conn_id,
+            data.len,
+            if data.truncated {
+                format!(" (kept {})", data.data.len())
+            } else {
+                String::new()
+            },
+            excerpt(&data.data)
+        ),
+    }
+}
+
+fn peer(peer: &Peer) -> String {
+    match peer {
+        Peer::Tcp(addr) => addr.to_string(),
+        Peer::Unix(path) => format!("unix:{path}"),
+        Peer::Unknown => "-".to_owned(),
+    }
+}
+
+/// The first bytes of a payload, escaped: printable ASCII as itself, the
+/// rest as `\xNN`, so text (HTTP, keys in protobuf) reads as text inside
+/// binary framing.
+pub fn excerpt(bytes: &[u8]) -> String {
+    let shown = &bytes[..bytes.len().min(EXCERPT_BYTES)];
+    let more = if bytes.len() > shown.len() { "…" } else { "" };
+    format!("\"{}\"{more}", shown.escape_ascii())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_are_escaped_so_text_inside_binary_frames_reads() {
+        assert_eq!(excerpt(b"GET /x HTTP/1.1\r\n"), r#""GET /x HTTP/1.1\r\n""#);
+        assert_eq!(
+            excerpt(&[0, 0, 4, b'k', b'e', b'y']),
+            r#""\x00\x00\x04key""#
+        );
+        assert!(excerpt(&[b'a'; 600]).ends_with("…"));
+    }
+}
