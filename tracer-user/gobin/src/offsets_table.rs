@@ -7,6 +7,21 @@ pub(crate) const TABLE: &[TableEntry] = &[
     TableEntry {
         release: GoRelease {
             major: 1,
+            minor: 19,
+        },
+        toolchain: "go1.19.8",
+        offsets: StructOffsets {
+            tls_conn_conn: 0,
+            tcp_conn_fd: 0,
+            net_fd_sysfd: 16,
+            runtime_g_goid: 152,
+            hpack_header_field_name: 0,
+            hpack_header_field_value: 16,
+        },
+    },
+    TableEntry {
+        release: GoRelease {
+            major: 1,
             minor: 21,
         },
         toolchain: "go1.21.13",
