@@ -21,7 +21,8 @@ use std::{
 use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tracer_user::capture::{
-    CaptureOptions, DropCounts, Probes, RawEvent, ring::read_ring_buffer, targets::TargetMatcher,
+    CaptureOptions, DropCounts, Probes, RawEvent, recording::RecordingWriter,
+    ring::read_ring_buffer, targets::TargetMatcher,
 };
 
 /// Whether a live test can run here; prints the reason (or fails on CI) if not.
@@ -72,17 +73,27 @@ pub fn copy_executable(source: &Path, dir: &Path, name: &str) -> PathBuf {
 pub struct LiveCapture {
     probes: Probes,
     events: mpsc::Receiver<RawEvent>,
+    new_components: mpsc::UnboundedReceiver<u32>,
     shutdown: CancellationToken,
-    reader: JoinHandle<std::io::Result<()>>,
+    reader: JoinHandle<std::io::Result<Option<RecordingWriter>>>,
 }
 
 impl LiveCapture {
     /// Loads the programs following only `target_names`.
     pub fn start(target_names: &[&str], max_descendant_depth: u32) -> Self {
+        Self::start_with(target_names, max_descendant_depth, 1 << 20)
+    }
+
+    /// Like [`Self::start`], with a ring buffer of `ring_buffer_bytes`.
+    pub fn start_with(
+        target_names: &[&str],
+        max_descendant_depth: u32,
+        ring_buffer_bytes: u32,
+    ) -> Self {
         let options = CaptureOptions {
             targets: TargetMatcher::new(target_names).unwrap(),
             max_descendant_depth,
-            ring_buffer_bytes: 1 << 20,
+            ring_buffer_bytes,
             data_bytes: tracer_common::io::DEFAULT_DATA_BYTES,
         };
         let mut probes =
@@ -90,14 +101,18 @@ impl LiveCapture {
         let ring = probes.take_ring_buffer().unwrap();
         let (tx, events) = mpsc::channel(1024);
         let shutdown = CancellationToken::new();
+        let (components_tx, new_components) = mpsc::unbounded_channel();
         let reader = tokio::spawn(read_ring_buffer(
             ring,
             tx,
             Default::default(),
             shutdown.clone(),
+            None,
+            components_tx,
         ));
         Self {
             probes,
+            new_components,
             events,
             shutdown,
             reader,
@@ -114,7 +129,15 @@ impl LiveCapture {
         let mut collected = Vec::new();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+            let next = tokio::select! {
+                event = tokio::time::timeout_at(deadline, self.events.recv()) => event,
+                Some(tgid) = self.new_components.recv() => {
+                    // As the agent does: a component that execs gets its Go TLS probes.
+                    self.probes.attach_go_tls(tgid);
+                    continue;
+                }
+            };
+            match next {
                 Ok(Some(event)) => {
                     let finished = done(&event);
                     collected.push(event);

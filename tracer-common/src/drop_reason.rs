@@ -27,11 +27,16 @@ pub enum DropReason {
     ActiveCallsFull = 8,
     /// Payload bytes beyond the configured prefix were not copied.
     DataTruncated = 9,
+    /// A Go TLS probe could not map its `tls.Conn` to a followed socket
+    /// (a wrapped `net.Conn`, or a socket opened before podtrace and missed).
+    TlsConnUnresolved = 10,
+    /// The `GO_TLS_READS` map is full: a TLS read's plaintext was lost.
+    GoReadsFull = 11,
 }
 
 impl DropReason {
     /// Every reason, in index order.
-    pub const ALL: [DropReason; 10] = [
+    pub const ALL: [DropReason; 12] = [
         DropReason::RingBufFull,
         DropReason::TargetMapFull,
         DropReason::DescendantDepthLimit,
@@ -42,6 +47,8 @@ impl DropReason {
         DropReason::FdMapFull,
         DropReason::ActiveCallsFull,
         DropReason::DataTruncated,
+        DropReason::TlsConnUnresolved,
+        DropReason::GoReadsFull,
     ];
     /// Number of slots in the `DROPS` array.
     pub const COUNT: u32 = Self::ALL.len() as u32;
@@ -59,6 +66,8 @@ impl DropReason {
             DropReason::FdMapFull => "fd_map_full",
             DropReason::ActiveCallsFull => "active_calls_full",
             DropReason::DataTruncated => "data_truncated",
+            DropReason::TlsConnUnresolved => "tls_conn_unresolved",
+            DropReason::GoReadsFull => "go_reads_full",
         }
     }
 
@@ -71,6 +80,7 @@ impl DropReason {
                 | DropReason::TargetMapFull
                 | DropReason::FdMapFull
                 | DropReason::ActiveCallsFull
+                | DropReason::GoReadsFull
         )
     }
 }

@@ -188,9 +188,15 @@ pub struct FdInfo {
     pub conn_id: u64,
     /// An [`FdKind`].
     pub kind: u8,
+    /// `FD_*` bits.
+    pub flags: u8,
     /// Explicit padding, zero.
-    pub _pad: [u8; 7],
+    pub _pad: [u8; 6],
 }
+
+/// `FdInfo::flags` bit: Go's crypto/tls probes deliver this socket's
+/// plaintext, so the syscall programs skip its (encrypted) bytes.
+pub const FD_TLS: u8 = 1 << 0;
 
 /// Top bit of ids that user space assigned (see [`FdInfo::conn_id`]).
 pub const USER_CONN_ID_BIT: u64 = 1 << 63;
@@ -215,6 +221,9 @@ pub struct ActiveCall {
 
 /// `DataEvent::flags` bit: fewer bytes were copied than the syscall moved.
 pub const DATA_TRUNCATED: u8 = 1 << 0;
+/// `DataEvent::flags` bit: plaintext from Go's `crypto/tls.(*Conn)` Read or
+/// Write (a uprobe), not bytes of a syscall.
+pub const DATA_GO_TLS: u8 = 1 << 1;
 
 /// Bytes a target moved through a followed fd. `data_len` bytes follow this
 /// struct in the record.
@@ -346,6 +355,58 @@ pub struct FileOpenEvent {
     pub path: [u8; FILENAME_BYTES],
 }
 
+/// Capacity of `GO_BINARIES`: Go executables with TLS probes attached.
+pub const MAX_GO_BINARIES: u32 = 256;
+/// Capacity of `GO_TLS_READS`: `crypto/tls.(*Conn).Read` calls in flight.
+pub const MAX_GO_TLS_READS: u32 = 16_384;
+
+/// Struct field offsets of one Go binary (value of `GO_BINARIES`; a uprobe's
+/// attach cookie is the index of its binary). From `tracer-gobin`'s table.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GoTlsOffsets {
+    /// `crypto/tls.Conn.conn`: a `net.Conn` interface (type word, data word).
+    pub tls_conn_conn: u32,
+    /// `net.TCPConn.conn.fd` (also `net.UnixConn`'s): the `*net.netFD`.
+    pub tcp_conn_fd: u32,
+    /// `net.netFD.pfd.Sysfd`: the fd number, a Go `int`.
+    pub net_fd_sysfd: u32,
+    /// Explicit padding, zero.
+    pub _pad: u32,
+}
+
+/// Key of `GO_TLS_READS`: a goroutine, by its `g` pointer (stable for its
+/// life; the goroutine may resume on another thread before Read returns).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GoCallKey {
+    /// Process id.
+    pub tgid: u32,
+    /// Explicit padding, zero.
+    pub _pad: u32,
+    /// The goroutine's `runtime.g` address (R14 in Go's register ABI).
+    pub g: u64,
+}
+
+/// A `crypto/tls.(*Conn).Read` between entry and return.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GoTlsRead {
+    /// When Read was entered.
+    pub ts_ns: u64,
+    /// The destination buffer.
+    pub buf: u64,
+    /// The socket's identity.
+    pub conn_id: u64,
+    /// The socket's fd.
+    pub fd: u32,
+    /// Explicit padding, zero.
+    pub _pad: u32,
+}
+
+const _: () = assert!(size_of::<GoTlsOffsets>() == 16);
+const _: () = assert!(size_of::<GoCallKey>() == 16);
+const _: () = assert!(size_of::<GoTlsRead>() == 32);
 const _: () = assert!(size_of::<FdKey>() == 8);
 const _: () = assert!(size_of::<FdInfo>() == 16);
 const _: () = assert!(size_of::<ActiveCall>() == 48);
@@ -363,5 +424,8 @@ impl_pod!(
     DataEvent,
     ConnEvent,
     FsyncEvent,
-    FileOpenEvent
+    FileOpenEvent,
+    GoTlsOffsets,
+    GoCallKey,
+    GoTlsRead
 );

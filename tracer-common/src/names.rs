@@ -18,6 +18,16 @@ pub const PROGRAM_GO_PROBE_HIT: &str = "go_probe_hit";
 pub const MAP_FDS: &str = "FDS";
 /// Hash map pid_tgid → `io::ActiveCall`: syscalls between enter and exit.
 pub const MAP_ACTIVE_CALLS: &str = "ACTIVE_CALLS";
+/// Array index → `io::GoTlsOffsets`: per probed Go binary.
+pub const MAP_GO_BINARIES: &str = "GO_BINARIES";
+/// Hash map `io::GoCallKey` → `io::GoTlsRead`.
+pub const MAP_GO_TLS_READS: &str = "GO_TLS_READS";
+/// Uprobe at `crypto/tls.(*Conn).Write` (entry).
+pub const PROGRAM_GO_TLS_WRITE: &str = "go_tls_write";
+/// Uprobe at `crypto/tls.(*Conn).Read` (entry).
+pub const PROGRAM_GO_TLS_READ: &str = "go_tls_read";
+/// Uprobes at each RET of `crypto/tls.(*Conn).Read`.
+pub const PROGRAM_GO_TLS_READ_RET: &str = "go_tls_read_ret";
 /// Read-only global holding [`crate::config::Config`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 

@@ -2,23 +2,45 @@
 //! at each of its RET instructions (never uretprobes: Go moves goroutine
 //! stacks, and a rewritten return address crashes the program).
 //!
-//! Each attachment carries a cookie: its slot in `PROBE_HITS`. Counting hits
-//! per slot tells an operator whether a probe on a given binary fires at all,
-//! and how often, before anything depends on it.
+//! Two families, told apart by what the attach cookie means:
+//! - `go_probe_hit` (`podtrace probe-check`): the cookie is the attachment's
+//!   slot in `PROBE_HITS`; counting hits per slot shows whether a probe on a
+//!   given binary fires, and how often, before anything depends on it.
+//! - the `crypto/tls.(*Conn)` probes: the cookie is the binary's index in
+//!   `GO_BINARIES`, which holds the struct offsets of its Go release. They
+//!   deliver plaintext as data records on the socket's connection.
 
 use aya_ebpf::{
-    EbpfContext as _, helpers::generated::bpf_get_attach_cookie, macros::uprobe,
+    EbpfContext as _,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated::bpf_get_attach_cookie},
+    macros::uprobe,
     programs::ProbeContext,
 };
-use tracer_common::{config::MAX_PROBE_SLOTS, drop_reason::DropReason};
+use tracer_common::{
+    config::MAX_PROBE_SLOTS,
+    drop_reason::DropReason,
+    io::{
+        ActiveCall, DATA_GO_TLS, FD_TLS, FdInfo, FdKey, FdKind, GoCallKey, GoTlsOffsets, GoTlsRead,
+        IoSyscall,
+    },
+};
 
-use crate::maps::{PROBE_HITS, count_drop};
+use crate::{
+    io::{Buffers, Ids, data_event},
+    kernel_read::read_user,
+    maps::{FDS, GO_BINARIES, GO_TLS_READS, PROBE_HITS, count_drop, target_of},
+};
+
+#[inline(always)]
+fn now_ns() -> u64 {
+    // SAFETY: helper without arguments.
+    unsafe { bpf_ktime_get_ns() }
+}
 
 /// Counts one hit of the attachment whose cookie is the slot.
 #[uprobe]
 fn go_probe_hit(ctx: ProbeContext) -> u32 {
-    // SAFETY: the context pointer is the one the kernel passed to this program.
-    let slot = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let slot = attach_cookie(&ctx);
     if slot >= u64::from(MAX_PROBE_SLOTS) {
         count_drop(DropReason::ProbeSlotOutOfRange);
         return 0;
@@ -28,4 +50,231 @@ fn go_probe_hit(ctx: ProbeContext) -> u32 {
         unsafe { *hits += 1 };
     }
     0
+}
+
+/// Go's register ABI on amd64 (ABIInternal, Go ≥ 1.17): integer arguments
+/// and results in RAX, RBX, RCX, RDI, RSI, R8, R9, R10, R11; the current
+/// goroutine's `g` in R14. The one place that knows it.
+mod go_abi {
+    use aya_ebpf::programs::ProbeContext;
+
+    /// The `n`th integer argument word (0-based) at a function's entry, or
+    /// the `n`th result word at a RET.
+    #[inline(always)]
+    pub(super) fn word(ctx: &ProbeContext, n: usize) -> u64 {
+        // SAFETY: `regs` is the pt_regs the kernel passed to the uprobe.
+        let regs = unsafe { &*ctx.regs };
+        match n {
+            0 => regs.rax,
+            1 => regs.rbx,
+            2 => regs.rcx,
+            3 => regs.rdi,
+            4 => regs.rsi,
+            5 => regs.r8,
+            6 => regs.r9,
+            7 => regs.r10,
+            _ => regs.r11,
+        }
+    }
+
+    /// The running goroutine's `runtime.g` address.
+    #[inline(always)]
+    pub(super) fn current_g(ctx: &ProbeContext) -> u64 {
+        // SAFETY: as above.
+        unsafe { (*ctx.regs).r14 }
+    }
+}
+
+/// Wrappers around a `net.Conn` that are looked through (cmux's `MuxConn`,
+/// limit and keepalive listeners' conns, …) before giving up.
+const MAX_CONN_WRAPPERS: usize = 3;
+
+/// The followed socket behind a `*crypto/tls.Conn`: its `conn` field is a
+/// `net.Conn` interface whose data word points to a `*net.TCPConn` (or
+/// `*net.UnixConn`, same layout), whose `fd` is a `*net.netFD` holding the
+/// fd number in `pfd.Sysfd`. Servers often wrap the connection first (etcd's
+/// cmux); such wrappers embed the `net.Conn` as their first field, so when a
+/// candidate does not lead to a followed socket of this process, the data
+/// word of the interface at its start is tried next.
+#[inline(always)]
+fn tls_conn_socket(tgid: u32, tls_conn: u64, cookie: u64) -> Result<(u32, FdInfo), DropReason> {
+    let offsets = GO_BINARIES
+        .get(cookie as u32)
+        .copied()
+        .ok_or(DropReason::TlsConnUnresolved)?;
+    let unresolved = |_| DropReason::TlsConnUnresolved;
+    let mut conn =
+        read_user::<u64>(tls_conn + u64::from(offsets.tls_conn_conn) + 8).map_err(unresolved)?;
+    for _ in 0..=MAX_CONN_WRAPPERS {
+        if let Some(found) = followed_socket(tgid, conn, &offsets) {
+            return Ok(found);
+        }
+        // Not a *net.TCPConn: look inside, at the net.Conn a wrapper embeds.
+        conn = read_user::<u64>(conn + 8).map_err(unresolved)?;
+    }
+    Err(DropReason::TlsConnUnresolved)
+}
+
+/// The followed socket of `tgid` if `conn` is a `*net.TCPConn`/`*net.UnixConn`.
+#[inline(always)]
+fn followed_socket(tgid: u32, conn: u64, offsets: &GoTlsOffsets) -> Option<(u32, FdInfo)> {
+    let net_fd = read_user::<u64>(conn + u64::from(offsets.tcp_conn_fd)).ok()?;
+    let fd = read_user::<i64>(net_fd + u64::from(offsets.net_fd_sysfd)).ok()?;
+    if !(0..=i64::from(i32::MAX)).contains(&fd) {
+        return None;
+    }
+    let key = FdKey {
+        tgid,
+        fd: fd as u32,
+    };
+    // SAFETY: the value is copied out at once.
+    let mut info = unsafe { FDS.get(key) }.copied()?;
+    if info.kind != FdKind::Socket as u8 {
+        return None;
+    }
+    if info.flags & FD_TLS == 0 {
+        // From now on the syscall programs leave this socket's ciphertext alone.
+        info.flags |= FD_TLS;
+        let _ = FDS.insert(key, info, 0);
+    }
+    Some((fd as u32, info))
+}
+
+/// The process and thread, if the process is a component podtrace captures.
+#[inline(always)]
+fn component_ids() -> Option<Ids> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let ids = Ids {
+        tgid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+    };
+    target_of(ids.tgid)
+        .filter(|target| target.depth == 0)
+        .map(|_| ids)
+}
+
+#[inline(always)]
+fn attach_cookie(ctx: &ProbeContext) -> u64 {
+    // SAFETY: the context pointer is the one the kernel passed to this program.
+    unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }
+}
+
+/// `func (c *Conn) Write(b []byte) (int, error)`, at entry: the plaintext.
+#[uprobe]
+fn go_tls_write(ctx: ProbeContext) -> u32 {
+    if let Err(reason) = try_tls_write(&ctx) {
+        count_drop(reason);
+    }
+    0
+}
+
+#[inline(always)]
+fn try_tls_write(ctx: &ProbeContext) -> Result<(), DropReason> {
+    let Some(ids) = component_ids() else {
+        return Ok(());
+    };
+    let (tls_conn, buf, len) = (
+        go_abi::word(ctx, 0),
+        go_abi::word(ctx, 1),
+        go_abi::word(ctx, 2),
+    );
+    let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, attach_cookie(ctx))?;
+    let call = tls_call(fd, info, buf, len, IoSyscall::Write);
+    data_event(
+        ids,
+        &call,
+        IoSyscall::Write,
+        len as i64,
+        Buffers::Single { addr: buf },
+        DATA_GO_TLS,
+    )
+}
+
+/// `func (c *Conn) Read(b []byte) (int, error)`, at entry: remember the buffer.
+#[uprobe]
+fn go_tls_read(ctx: ProbeContext) -> u32 {
+    if let Err(reason) = try_tls_read(&ctx) {
+        count_drop(reason);
+    }
+    0
+}
+
+#[inline(always)]
+fn try_tls_read(ctx: &ProbeContext) -> Result<(), DropReason> {
+    let Some(ids) = component_ids() else {
+        return Ok(());
+    };
+    let (fd, info) = tls_conn_socket(ids.tgid, go_abi::word(ctx, 0), attach_cookie(ctx))?;
+    let key = GoCallKey {
+        tgid: ids.tgid,
+        _pad: 0,
+        g: go_abi::current_g(ctx),
+    };
+    let read = GoTlsRead {
+        ts_ns: now_ns(),
+        buf: go_abi::word(ctx, 1),
+        conn_id: info.conn_id,
+        fd,
+        _pad: 0,
+    };
+    GO_TLS_READS
+        .insert(key, read, 0)
+        .map_err(|_| DropReason::GoReadsFull)
+}
+
+/// Each RET of `crypto/tls.(*Conn).Read`: `n` is in RAX; the plaintext is in
+/// the buffer the entry saw.
+#[uprobe]
+fn go_tls_read_ret(ctx: ProbeContext) -> u32 {
+    if let Err(reason) = try_tls_read_ret(&ctx) {
+        count_drop(reason);
+    }
+    0
+}
+
+#[inline(always)]
+fn try_tls_read_ret(ctx: &ProbeContext) -> Result<(), DropReason> {
+    let Some(ids) = component_ids() else {
+        return Ok(());
+    };
+    let key = GoCallKey {
+        tgid: ids.tgid,
+        _pad: 0,
+        g: go_abi::current_g(ctx),
+    };
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(read) = (unsafe { GO_TLS_READS.get(key) }).copied() else {
+        return Ok(());
+    };
+    let _ = GO_TLS_READS.remove(key);
+    let n = go_abi::word(ctx, 0) as i64;
+    let info = FdInfo {
+        conn_id: read.conn_id,
+        kind: FdKind::Socket as u8,
+        flags: FD_TLS,
+        _pad: [0; 6],
+    };
+    let mut call = tls_call(read.fd, info, read.buf, n as u64, IoSyscall::Read);
+    call.ts_ns = read.ts_ns;
+    data_event(
+        ids,
+        &call,
+        IoSyscall::Read,
+        n,
+        Buffers::Single { addr: read.buf },
+        DATA_GO_TLS,
+    )
+}
+
+/// The syscall-shaped record the data path takes.
+#[inline(always)]
+fn tls_call(fd: u32, info: FdInfo, buf: u64, len: u64, syscall: IoSyscall) -> ActiveCall {
+    ActiveCall {
+        ts_ns: now_ns(),
+        args: [u64::from(fd), buf, len],
+        conn_id: info.conn_id,
+        syscall: syscall as u8,
+        fd_kind: FdKind::Socket as u8,
+        _pad: [0; 6],
+    }
 }

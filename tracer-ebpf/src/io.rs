@@ -21,8 +21,8 @@ use tracer_common::{
     drop_reason::DropReason,
     event::{EventHeader, EventKind, FILENAME_BYTES},
     io::{
-        ActiveCall, ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_TRUNCATED, DataEvent, FdInfo,
-        FdKey, FdKind, FileOpenEvent, FsyncEvent, IoSyscall, MAX_IOVECS, UNIX_PATH_BYTES,
+        ActiveCall, ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_TRUNCATED, DataEvent, FD_TLS,
+        FdInfo, FdKey, FdKind, FileOpenEvent, FsyncEvent, IoSyscall, MAX_IOVECS, UNIX_PATH_BYTES,
     },
 };
 
@@ -127,8 +127,13 @@ fn on_enter(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReaso
                 fd: args[0] as u32,
             };
             // SAFETY: the value is copied out at once.
-            match unsafe { FDS.get(key) } {
-                Some(info) => Some(*info),
+            match unsafe { FDS.get(key) }.copied() {
+                // Go's TLS probes deliver this socket's plaintext; its
+                // ciphertext would only be the same bytes again, encrypted.
+                Some(info) if info.flags & FD_TLS != 0 && syscall.direction().is_some() => {
+                    return Ok(());
+                }
+                Some(info) => Some(info),
                 None => return Ok(()),
             }
         }
@@ -171,6 +176,7 @@ fn on_exit(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason
             syscall,
             ret,
             Buffers::Single { addr: call.args[1] },
+            0,
         ),
         IoSyscall::Readv | IoSyscall::Writev => data_event(
             ids,
@@ -181,13 +187,14 @@ fn on_exit(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason
                 iov: call.args[1],
                 count: call.args[2],
             },
+            0,
         ),
         IoSyscall::Sendmsg | IoSyscall::Recvmsg => {
             // struct user_msghdr: msg_iov at 16, msg_iovlen at 24.
             let msghdr = call.args[1];
             let iov = read_user::<u64>(msghdr + 16).map_err(|_| DropReason::ReadFailed)?;
             let count = read_user::<u64>(msghdr + 24).map_err(|_| DropReason::ReadFailed)?;
-            data_event(ids, &call, syscall, ret, Buffers::Iovecs { iov, count })
+            data_event(ids, &call, syscall, ret, Buffers::Iovecs { iov, count }, 0)
         }
         IoSyscall::Connect if ret == 0 || ret == -EINPROGRESS => {
             let fd = call.args[0] as u32;
@@ -209,13 +216,13 @@ fn on_exit(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason
 }
 
 #[derive(Clone, Copy)]
-struct Ids {
-    tgid: u32,
-    tid: u32,
+pub(crate) struct Ids {
+    pub(crate) tgid: u32,
+    pub(crate) tid: u32,
 }
 
 #[inline(always)]
-fn header(kind: EventKind, ids: Ids) -> EventHeader {
+pub(crate) fn header(kind: EventKind, ids: Ids) -> EventHeader {
     EventHeader {
         ts_ns: now_ns(),
         kind: kind as u32,
@@ -226,7 +233,7 @@ fn header(kind: EventKind, ids: Ids) -> EventHeader {
 }
 
 /// Where a data syscall's bytes are.
-enum Buffers {
+pub(crate) enum Buffers {
     /// One buffer (read, write, sendto, recvfrom).
     Single { addr: u64 },
     /// An iovec array (readv, writev, and the msghdr of sendmsg/recvmsg).
@@ -244,12 +251,13 @@ struct Iovec {
 /// Emits the first bytes a data syscall moved, assembled in the per-CPU
 /// scratch buffer and copied to the ring buffer with their exact length.
 #[inline(always)]
-fn data_event(
+pub(crate) fn data_event(
     ids: Ids,
     call: &ActiveCall,
     syscall: IoSyscall,
     ret: i64,
     buffers: Buffers,
+    source_flags: u8,
 ) -> Result<(), DropReason> {
     if ret <= 0 {
         // EAGAIN from Go's non-blocking sockets, EOF, errors: no bytes moved.
@@ -289,7 +297,7 @@ fn data_event(
             syscall: syscall as u8,
             direction,
             fd_kind: call.fd_kind,
-            flags: if truncated { DATA_TRUNCATED } else { 0 },
+            flags: source_flags | if truncated { DATA_TRUNCATED } else { 0 },
             _pad: [0; 4],
         });
     }
@@ -358,7 +366,8 @@ fn socket_opened(
     let info = FdInfo {
         conn_id,
         kind: FdKind::Socket as u8,
-        _pad: [0; 7],
+        flags: 0,
+        _pad: [0; 6],
     };
     FDS.insert(FdKey { tgid: ids.tgid, fd }, info, 0)
         .map_err(|_| DropReason::FdMapFull)?;
@@ -499,7 +508,8 @@ fn file_opened(ids: Ids, call: &ActiveCall, fd: u32) -> Result<(), DropReason> {
     let info = FdInfo {
         conn_id,
         kind: FdKind::WalFile as u8,
-        _pad: [0; 7],
+        flags: 0,
+        _pad: [0; 6],
     };
     if FDS.insert(FdKey { tgid: ids.tgid, fd }, info, 0).is_err() {
         entry.discard(0);

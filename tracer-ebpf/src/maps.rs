@@ -3,7 +3,7 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
     config::{
@@ -11,7 +11,10 @@ use tracer_common::{
         MAX_TARGETS, TargetInfo,
     },
     drop_reason::DropReason,
-    io::{ActiveCall, DATA_BYTES_MAX, DataEvent, FdInfo, FdKey, MAX_ACTIVE_CALLS, MAX_TRACKED_FDS},
+    io::{
+        ActiveCall, DATA_BYTES_MAX, DataEvent, FdInfo, FdKey, GoCallKey, GoTlsOffsets, GoTlsRead,
+        MAX_ACTIVE_CALLS, MAX_GO_BINARIES, MAX_GO_TLS_READS, MAX_TRACKED_FDS,
+    },
 };
 
 /// Records for user space. User space may resize it before load.
@@ -53,6 +56,15 @@ pub(crate) const SCRATCH_BYTES: usize = size_of::<DataEvent>() + 2 * DATA_BYTES_
 /// for the 512-byte stack, and variable length, unlike a ring buffer reservation.
 #[map]
 pub(crate) static SCRATCH: PerCpuArray<[u8; SCRATCH_BYTES]> = PerCpuArray::with_max_entries(1, 0);
+
+/// Struct offsets per probed Go binary, indexed by the uprobes' attach cookie.
+#[map]
+pub(crate) static GO_BINARIES: Array<GoTlsOffsets> = Array::with_max_entries(MAX_GO_BINARIES, 0);
+
+/// `crypto/tls.(*Conn).Read` calls between entry and return, per goroutine.
+#[map]
+pub(crate) static GO_TLS_READS: HashMap<GoCallKey, GoTlsRead> =
+    HashMap::with_max_entries(MAX_GO_TLS_READS, 0);
 
 /// Set by user space before load (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]

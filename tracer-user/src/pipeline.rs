@@ -141,12 +141,14 @@ pub async fn run(
         }
         stages.input.send(parse_record(&record)?).await?;
     }
+    let (components_tx, mut new_components) = mpsc::unbounded_channel();
     let capture = tokio::spawn(read_ring_buffer(
         ring,
         stages.input.clone(),
         Arc::clone(&stats),
         shutdown.clone(),
         recorder,
+        components_tx,
     ));
 
     let mut reported = DropCounts::default();
@@ -154,6 +156,7 @@ pub async fn run(
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
+            Some(tgid) = new_components.recv() => probes.attach_go_tls(tgid),
             _ = interval.tick() => {
                 let now = probes.drop_counts()?;
                 report_new_drops(&reported, &now);

@@ -201,3 +201,54 @@ mod tests {
         ));
     }
 }
+
+/// Where podtrace's TLS probes go in one binary, and the struct offsets the
+/// kernel programs need there.
+#[derive(Clone, Debug)]
+pub struct TlsPlan {
+    /// Field offsets for the binary's Go release.
+    pub offsets: tracer_gobin::StructOffsets,
+    /// Every copy of `crypto/tls.(*Conn).Write` (entry probe).
+    pub writes: Vec<ResolvedFunction>,
+    /// Every copy of `crypto/tls.(*Conn).Read` (entry and RET probes).
+    pub reads: Vec<ResolvedFunction>,
+}
+
+/// Why a binary gets no TLS probes.
+#[derive(Debug, thiserror::Error)]
+pub enum NoTlsPlan {
+    /// It does not link crypto/tls (runc, the shims).
+    #[error("does not use crypto/tls")]
+    NoTls,
+    /// Not a Go binary, or one gobin cannot read.
+    #[error(transparent)]
+    Binary(#[from] GoBinError),
+}
+
+/// Resolves the TLS probe points and struct offsets of the Go binary at `path`.
+pub fn tls_plan(path: &Path) -> Result<TlsPlan, NoTlsPlan> {
+    let binary = GoBinary::open(path)?;
+    let mut writes = Vec::new();
+    let mut reads = Vec::new();
+    for function in binary.functions() {
+        let function = function?;
+        let role = GO_PROBES
+            .iter()
+            .find(|spec| is_copy_of(&function.name, spec.function))
+            .map(|spec| spec.role);
+        match role {
+            Some(GoProbeRole::TlsConnWrite) => writes.push(resolve(&binary, function)?),
+            Some(GoProbeRole::TlsConnRead) => reads.push(resolve(&binary, function)?),
+            _ => {}
+        }
+    }
+    if writes.is_empty() && reads.is_empty() {
+        return Err(NoTlsPlan::NoTls);
+    }
+    let offsets = tracer_gobin::StructOffsets::for_binary(binary.build_info())?;
+    Ok(TlsPlan {
+        offsets,
+        writes,
+        reads,
+    })
+}

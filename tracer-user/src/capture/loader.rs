@@ -6,29 +6,36 @@
 //! /proc, so that a target started during start-up is seen by one or the
 //! other. Dropping [`Probes`] detaches every program.
 
-use std::{net::SocketAddr, path::Path};
+use std::{collections::HashMap, net::SocketAddr, os::unix::fs::MetadataExt as _, path::Path};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
-    programs::{ProgramError, RawTracePoint, TracePoint},
+    maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf},
+    programs::{
+        ProgramError, RawTracePoint, TracePoint, UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+    },
 };
 use tracer_common::{
     config::{COMM_BYTES, Config, TARGET_WAL, TargetInfo},
     drop_reason::DropReason,
     event::{EventHeader, EventKind, FILENAME_BYTES},
     io::{
-        ConnAction, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FileOpenEvent, IoSyscall,
-        UNIX_PATH_BYTES, USER_CONN_ID_BIT,
+        ConnAction, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FileOpenEvent, GoTlsOffsets,
+        IoSyscall, MAX_GO_BINARIES, UNIX_PATH_BYTES, USER_CONN_ID_BIT,
     },
     names::{
-        GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_TARGET_COMMS,
-        MAP_TARGETS,
+        GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_GO_BINARIES,
+        MAP_TARGET_COMMS, MAP_TARGETS, PROGRAM_GO_TLS_READ, PROGRAM_GO_TLS_READ_RET,
+        PROGRAM_GO_TLS_WRITE,
     },
 };
 
+use tracer_gobin::GoBinError;
+
 use super::{
     clock::monotonic_now_ns,
+    go_probes::{NoTlsPlan, tls_plan},
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
     proc_fds::{OpenFd, open_fds},
     targets::{FoundTarget, TargetMatcher, scan_proc},
@@ -116,6 +123,23 @@ pub struct Probes {
     seeded: Vec<FoundTarget>,
     /// Sockets and files open at start, with the ids given to them.
     open_fds: Vec<(OpenFd, u64)>,
+    /// Go executables looked at for TLS probes, by (device, inode), and
+    /// whether they got them (their index in `GO_BINARIES` is the order).
+    go_binaries: HashMap<(u64, u64), bool>,
+}
+
+/// Why a Go binary got no TLS probes.
+#[derive(Debug, thiserror::Error)]
+pub enum GoAttachError {
+    /// Nothing to attach, or the binary cannot be read.
+    #[error(transparent)]
+    Plan(#[from] NoTlsPlan),
+    /// Loading maps or attaching failed.
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+    /// `GO_BINARIES` is full.
+    #[error("more than {MAX_GO_BINARIES} Go binaries with TLS probes")]
+    TooManyBinaries,
 }
 
 impl Probes {
@@ -138,7 +162,7 @@ impl Probes {
                 .map_max_entries(MAP_EVENTS, size),
         )?;
 
-        let mut comms: HashMap<_, [u8; COMM_BYTES], u8> = map_mut(&mut ebpf, MAP_TARGET_COMMS)?;
+        let mut comms: BpfHashMap<_, [u8; COMM_BYTES], u8> = map_mut(&mut ebpf, MAP_TARGET_COMMS)?;
         for (key, flags) in options.targets.comm_keys() {
             comms
                 .insert(key, flags, 0)
@@ -180,13 +204,27 @@ impl Probes {
             }
         }
 
+        for name in [
+            PROGRAM_GO_TLS_WRITE,
+            PROGRAM_GO_TLS_READ,
+            PROGRAM_GO_TLS_READ_RET,
+        ] {
+            let program: &mut UProbe = ebpf
+                .program_mut(name)
+                .and_then(|program| program.try_into().ok())
+                .ok_or(CaptureError::MissingProgram(name))?;
+            program
+                .load()
+                .map_err(|source| CaptureError::Program { name, source })?;
+        }
+
         let seeded = scan_proc(
             Path::new("/proc"),
             &options.targets,
             options.max_descendant_depth,
             std::process::id(),
         );
-        let mut targets: HashMap<_, u32, TargetInfo> = map_mut(&mut ebpf, MAP_TARGETS)?;
+        let mut targets: BpfHashMap<_, u32, TargetInfo> = map_mut(&mut ebpf, MAP_TARGETS)?;
         for found in &seeded {
             let info = TargetInfo {
                 depth: found.depth,
@@ -208,11 +246,129 @@ impl Probes {
             }
         }
         let open_fds = seed_open_fds(&mut ebpf, &seeded)?;
-        Ok(Self {
+        let mut probes = Self {
             ebpf,
             seeded,
             open_fds,
-        })
+            go_binaries: HashMap::new(),
+        };
+        let components: Vec<u32> = probes
+            .seeded
+            .iter()
+            .filter(|t| t.depth == 0)
+            .map(|t| t.tgid)
+            .collect();
+        for tgid in components {
+            probes.attach_go_tls(tgid);
+        }
+        // Executables of the target names on PATH get their probes now, so a
+        // short-lived client's first TLS write is not lost to attach latency.
+        for exe in options.targets.executables_on_path() {
+            probes.attach_go_tls_path(&exe);
+        }
+        Ok(probes)
+    }
+
+    /// Attaches the Go TLS probes to the executable of process `tgid`, once
+    /// per executable file. What happened is logged; nothing here stops the
+    /// agent (a component that is not Go, or whose Go release podtrace has
+    /// no offsets for, is still followed at the syscall level).
+    pub fn attach_go_tls(&mut self, tgid: u32) {
+        self.attach_go_tls_path(Path::new(&format!("/proc/{tgid}/exe")));
+    }
+
+    /// Attaches the Go TLS probes to the executable at `exe` (see
+    /// [`Self::attach_go_tls`]).
+    pub fn attach_go_tls_path(&mut self, exe: &Path) {
+        let Ok(meta) = std::fs::metadata(exe) else {
+            return; // gone already
+        };
+        let file = (meta.dev(), meta.ino());
+        if self.go_binaries.contains_key(&file) {
+            return;
+        }
+        let outcome = self.attach_go_tls_to(exe);
+        let exe = exe.display();
+        match &outcome {
+            Ok(attachments) => tracing::info!(%exe, attachments, "Go TLS probes attached"),
+            Err(GoAttachError::Plan(
+                NoTlsPlan::NoTls | NoTlsPlan::Binary(GoBinError::NotGo { .. }),
+            )) => {
+                tracing::debug!(%exe, "no Go TLS probes: not a Go binary or no crypto/tls")
+            }
+            Err(error) => {
+                tracing::warn!(%exe, %error, "no TLS plaintext from this executable (its syscalls are still captured)")
+            }
+        }
+        self.go_binaries.insert(file, outcome.is_ok());
+    }
+
+    fn attach_go_tls_to(&mut self, exe: &Path) -> Result<usize, GoAttachError> {
+        let plan = tls_plan(exe)?;
+        let index = self
+            .go_binaries
+            .values()
+            .filter(|attached| **attached)
+            .count() as u32;
+        if index >= MAX_GO_BINARIES {
+            return Err(GoAttachError::TooManyBinaries);
+        }
+        let offsets = GoTlsOffsets {
+            tls_conn_conn: plan.offsets.tls_conn_conn as u32,
+            tcp_conn_fd: plan.offsets.tcp_conn_fd as u32,
+            net_fd_sysfd: plan.offsets.net_fd_sysfd as u32,
+            _pad: 0,
+        };
+        let map = self
+            .ebpf
+            .map_mut(MAP_GO_BINARIES)
+            .ok_or(CaptureError::MissingMap(MAP_GO_BINARIES))?;
+        let mut binaries: Array<_, GoTlsOffsets> =
+            Array::try_from(map).map_err(|source| CaptureError::Map {
+                name: MAP_GO_BINARIES,
+                source,
+            })?;
+        binaries
+            .set(index, offsets, 0)
+            .map_err(|source| CaptureError::Map {
+                name: MAP_GO_BINARIES,
+                source,
+            })?;
+
+        let cookie = u64::from(index);
+        let mut points: Vec<(&'static str, u64)> = Vec::new();
+        for write in &plan.writes {
+            points.push((
+                PROGRAM_GO_TLS_WRITE,
+                write.file_offset + write.entry_probe_offset,
+            ));
+        }
+        for read in &plan.reads {
+            points.push((
+                PROGRAM_GO_TLS_READ,
+                read.file_offset + read.entry_probe_offset,
+            ));
+            points.extend(
+                read.ret_offsets
+                    .iter()
+                    .map(|ret| (PROGRAM_GO_TLS_READ_RET, read.file_offset + ret)),
+            );
+        }
+        for (name, offset) in &points {
+            let program: &mut UProbe = self
+                .ebpf
+                .program_mut(name)
+                .and_then(|program| program.try_into().ok())
+                .ok_or(CaptureError::MissingProgram(name))?;
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(*offset),
+                cookie: Some(cookie),
+            };
+            program
+                .attach(point, exe, UProbeScope::AllProcesses)
+                .map_err(|source| CaptureError::Program { name, source })?;
+        }
+        Ok(points.len())
     }
 
     /// Records, in the kernel's wire format, of what was already open at
@@ -358,7 +514,7 @@ fn seed_open_fds(
     ebpf: &mut Ebpf,
     targets: &[FoundTarget],
 ) -> Result<Vec<(OpenFd, u64)>, CaptureError> {
-    let mut fds: HashMap<_, FdKey, FdInfo> = map_mut(ebpf, MAP_FDS)?;
+    let mut fds: BpfHashMap<_, FdKey, FdInfo> = map_mut(ebpf, MAP_FDS)?;
     let mut seeded = Vec::new();
     // Only the components themselves: their descendants' (containers')
     // traffic is not captured.
@@ -372,7 +528,8 @@ fn seed_open_fds(
             let info = FdInfo {
                 conn_id,
                 kind: open.kind as u8,
-                _pad: [0; 7],
+                flags: 0,
+                _pad: [0; 6],
             };
             let key = FdKey {
                 tgid: open.tgid,
@@ -428,9 +585,9 @@ impl DropCounts {
 fn map_mut<'a, K: aya::Pod, V: aya::Pod>(
     ebpf: &'a mut Ebpf,
     name: &'static str,
-) -> Result<HashMap<&'a mut MapData, K, V>, CaptureError> {
+) -> Result<BpfHashMap<&'a mut MapData, K, V>, CaptureError> {
     let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
-    HashMap::try_from(map).map_err(|source| CaptureError::Map { name, source })
+    BpfHashMap::try_from(map).map_err(|source| CaptureError::Map { name, source })
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK. Raising it may be

@@ -33,13 +33,15 @@ pub struct ReaderStats {
 
 /// Reads `ring` until `shutdown` is cancelled or downstream goes away,
 /// writing every record to `recorder` first when there is one (which is
-/// handed back at the end, for the caller to finish).
+/// handed back at the end, for the caller to finish), and telling
+/// `new_components` the pid of every component that execs.
 pub async fn read_ring_buffer(
     ring: RingBuf<MapData>,
     events: mpsc::Sender<RawEvent>,
     stats: Arc<ReaderStats>,
     shutdown: CancellationToken,
     mut recorder: Option<RecordingWriter>,
+    new_components: mpsc::UnboundedSender<u32>,
 ) -> std::io::Result<Option<RecordingWriter>> {
     // SAFETY: the fd is the ring buffer map's, owned by `ring`, which the
     // AsyncFd owns until it drops; RingBuf::as_raw_fd always returns that fd.
@@ -65,6 +67,13 @@ pub async fn read_ring_buffer(
             match parsed {
                 Ok(event) => {
                     stats.events.fetch_add(1, Ordering::Relaxed);
+                    if let RawEvent::Exec(exec) = &event {
+                        if exec.depth == 0 {
+                            // A component started (or re-exec'd): it may need
+                            // its own Go TLS probes. Nobody listening is fine.
+                            let _ = new_components.send(exec.ids.tgid);
+                        }
+                    }
                     if events.send(event).await.is_err() {
                         return Ok(recorder);
                     }

@@ -111,6 +111,21 @@ impl TargetMatcher {
             .map(|name| name.text.as_str())
     }
 
+    /// Executables named like an (exact) target name in the directories of
+    /// `$PATH`.
+    pub fn executables_on_path(&self) -> Vec<PathBuf> {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .flat_map(|dir| {
+                self.names
+                    .iter()
+                    .filter(|name| !name.prefix)
+                    .map(move |name| dir.join(&name.text))
+            })
+            .filter(|candidate| candidate.is_file())
+            .collect()
+    }
+
     /// Whether a comm (when the executable path cannot be read) is a target's.
     fn match_comm(&self, comm: &str) -> bool {
         let key = comm_key(comm);

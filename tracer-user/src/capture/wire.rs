@@ -15,8 +15,8 @@ use tracer_common::{
         ExecEvent, ExitEvent, FILENAME_BYTES, ForkEvent,
     },
     io::{
-        ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_TRUNCATED, DataEvent, Direction, FdKind,
-        FileOpenEvent, FsyncEvent, IoSyscall, UNIX_PATH_BYTES,
+        ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_GO_TLS, DATA_TRUNCATED, DataEvent, Direction,
+        FdKind, FileOpenEvent, FsyncEvent, IoSyscall, UNIX_PATH_BYTES,
     },
 };
 
@@ -145,6 +145,8 @@ pub struct DataRecord {
     pub data: Vec<u8>,
     /// `data` is shorter than `len`.
     pub truncated: bool,
+    /// Plaintext from Go's crypto/tls probes (the socket's bytes are TLS).
+    pub tls_plaintext: bool,
 }
 
 impl std::fmt::Debug for DataRecord {
@@ -160,6 +162,7 @@ impl std::fmt::Debug for DataRecord {
             .field("len", &self.len)
             .field("captured", &self.data.len())
             .field("truncated", &self.truncated)
+            .field("tls_plaintext", &self.tls_plaintext)
             .finish()
     }
 }
@@ -427,6 +430,7 @@ fn parse_data(ids: ProcessIds, event: &DataEvent, payload: &[u8]) -> Result<Data
         enter_ts_ns: event.enter_ts_ns,
         data: data.to_vec(),
         truncated: event.flags & DATA_TRUNCATED != 0,
+        tls_plaintext: event.flags & DATA_GO_TLS != 0,
     })
 }
 

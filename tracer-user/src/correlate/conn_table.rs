@@ -208,6 +208,7 @@ mod tests {
             enter_ts_ns: 1,
             data: vec![0; len as usize],
             truncated: false,
+            tls_plaintext: false,
         }
     }
 

@@ -57,7 +57,8 @@ pub fn format_event(event: &RawEvent, clock: &WallClock) -> String {
             sync.ret
         ),
         RawEvent::Data(data) => format!(
-            "{head} {} {:?} fd {} conn {:#x} {} B{} {}",
+            "{head} {}{} {:?} fd {} conn {:#x} {} B{} {}",
+            if data.tls_plaintext { "tls " } else { "" },
             data.syscall.name(),
             data.direction,
             data.fd,

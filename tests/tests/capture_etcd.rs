@@ -1,0 +1,154 @@
+//! Live: capture on Debian's real etcd, driven by etcdctl (a Go client), in
+//! plaintext and with mTLS + etcd authentication: the key of a Put is seen
+//! in the bytes the client sends and the server receives — as plaintext from
+//! Go's crypto/tls probes in the TLS case — and in the WAL write, followed by
+//! an fdatasync with its duration.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test helpers: a failed step fails the test"
+)]
+
+use std::time::Duration;
+
+use podtrace_tests::{
+    LiveCapture,
+    components::{Etcd, EtcdOptions},
+    live_test_can_run,
+};
+use tracer_common::io::{Direction, FdKind};
+use tracer_user::capture::{DataRecord, RawEvent};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
+fn data_with<'a>(events: &'a [RawEvent], key: &[u8]) -> Vec<&'a DataRecord> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            RawEvent::Data(data) if contains(&data.data, key) => Some(data),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn put_is_seen_by_client_server_and_wal(options: EtcdOptions, key: &str) {
+    let etcd = Etcd::start(options).unwrap();
+    let mut capture = LiveCapture::start(&["etcd", "etcdctl"], 1);
+    let output = etcd
+        .etcdctl()
+        .args(["put", key, "value-from-test"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "etcdctl put failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // Until the WAL write holding the key has been fdatasync'd.
+    let key_bytes = key.as_bytes().to_vec();
+    let mut wal_written = None;
+    let events = capture
+        .collect_until(TIMEOUT, |event| match event {
+            RawEvent::Data(data)
+                if data.fd_kind == FdKind::WalFile && contains(&data.data, &key_bytes) =>
+            {
+                wal_written = Some(data.conn);
+                false
+            }
+            RawEvent::Fsync(sync) => wal_written == Some(sync.conn),
+            _ => false,
+        })
+        .await;
+    capture.stop().await;
+
+    let with_key = data_with(&events, key.as_bytes());
+    let client = with_key
+        .iter()
+        .find(|data| data.ids.tgid != etcd.pid() && data.direction == Direction::Egress)
+        .unwrap_or_else(|| panic!("no client write with the key: {events:#?}"));
+    let server = with_key
+        .iter()
+        .find(|data| {
+            data.ids.tgid == etcd.pid()
+                && data.fd_kind == FdKind::Socket
+                && data.direction == Direction::Ingress
+        })
+        .unwrap_or_else(|| panic!("no server read with the key: {events:#?}"));
+    if options.tls {
+        assert!(
+            client.tls_plaintext && server.tls_plaintext,
+            "{client:?} {server:?}"
+        );
+        // Once a socket's plaintext flows through the TLS probes, its
+        // ciphertext is not exported as well (the handshake before the first
+        // Read or Write is, once: it has no plaintext twin).
+        for conn in [client.conn, server.conn] {
+            let first_plaintext = events
+                .iter()
+                .position(|event| matches!(event, RawEvent::Data(data) if data.conn == conn && data.tls_plaintext))
+                .unwrap();
+            let ciphertext_after = events[first_plaintext..]
+                .iter()
+                .filter(|event| matches!(event, RawEvent::Data(data) if data.conn == conn && !data.tls_plaintext))
+                .count();
+            assert_eq!(ciphertext_after, 0, "{events:#?}");
+        }
+    } else {
+        assert!(!client.tls_plaintext && !server.tls_plaintext);
+    }
+    let wal = with_key
+        .iter()
+        .find(|data| data.ids.tgid == etcd.pid() && data.fd_kind == FdKind::WalFile)
+        .expect("WAL write");
+    // The first sync of that WAL file after the write makes it durable.
+    let sync = events
+        .iter()
+        .find_map(|event| match event {
+            RawEvent::Fsync(sync) if sync.conn == wal.conn && sync.ids.ts_ns >= wal.ids.ts_ns => {
+                Some(sync)
+            }
+            _ => None,
+        })
+        .expect("fdatasync of the WAL after the write");
+    assert!(
+        sync.duration_ns > 0 && sync.duration_ns < 5_000_000_000,
+        "{sync:?}"
+    );
+    assert_eq!(sync.ret, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_etcd_put_is_captured_by_client_server_and_wal() {
+    if live_test_can_run("plain_etcd_put_is_captured_by_client_server_and_wal") {
+        put_is_seen_by_client_server_and_wal(
+            EtcdOptions {
+                tls: false,
+                auth: false,
+            },
+            "/registry/pods/default/cap-plain",
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mtls_etcd_put_is_captured_as_plaintext_on_both_sides() {
+    if live_test_can_run("mtls_etcd_put_is_captured_as_plaintext_on_both_sides") {
+        put_is_seen_by_client_server_and_wal(
+            EtcdOptions {
+                tls: true,
+                auth: true,
+            },
+            "/registry/pods/default/cap-tls",
+        )
+        .await;
+    }
+}
