@@ -224,7 +224,10 @@ fn go_toolchains(root: &Path) -> anyhow::Result<()> {
         fs::create_dir_all(root.join(".tools/go").join(minor))?;
         std::os::unix::fs::symlink(goroot, &link)?;
     }
-    println!("setup: ✓ Go {}, {minor} (Debian) under .tools/go", GO_VERSIONS.join(", "));
+    println!(
+        "setup: ✓ Go {}, {minor} (Debian) under .tools/go",
+        GO_VERSIONS.join(", ")
+    );
     Ok(())
 }
 
