@@ -291,9 +291,7 @@ impl Probes {
         let exe = exe.display();
         match &outcome {
             Ok(attachments) => tracing::info!(%exe, attachments, "Go TLS probes attached"),
-            Err(GoAttachError::Plan(
-                NoTlsPlan::NoTls | NoTlsPlan::Binary(GoBinError::NotGo { .. }),
-            )) => {
+            Err(GoAttachError::Plan(NoTlsPlan::NoTls | NoTlsPlan::Binary(GoBinError::NotGo))) => {
                 tracing::debug!(%exe, "no Go TLS probes: not a Go binary or no crypto/tls")
             }
             Err(error) => {
