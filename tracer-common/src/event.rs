@@ -11,7 +11,7 @@ use crate::{config::COMM_BYTES, impl_pod};
 pub const FILENAME_BYTES: usize = 256;
 /// Bytes of the NUL-separated argument area kept. A power of two: the kernel
 /// side masks lengths with `ARGS_BYTES - 1` to satisfy the verifier.
-pub const ARGS_BYTES: usize = 512;
+pub const ARGS_BYTES: usize = 2048;
 
 const _: () = assert!(ARGS_BYTES.is_power_of_two());
 const _: () = assert!(FILENAME_BYTES.is_power_of_two());

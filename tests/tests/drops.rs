@@ -1,0 +1,82 @@
+//! Live: more traffic than the ring buffer holds is lost only with the drop
+//! counters saying so.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers: a failed step fails the test"
+)]
+
+use std::{path::PathBuf, process::Command, time::Duration};
+
+use podtrace_tests::{LiveCapture, copy_executable, live_test_can_run};
+use tracer_common::{drop_reason::DropReason, io::Direction};
+use tracer_user::capture::RawEvent;
+
+/// Writes of 1 KiB on a loopback TCP connection the flooder opens to itself.
+const WRITES: u64 = 20_000;
+
+/// The Python interpreter itself (not a pyenv shim), to copy under a target name.
+fn python() -> PathBuf {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn flood_larger_than_the_ring_buffer_is_counted() {
+    if !live_test_can_run("flood_larger_than_the_ring_buffer_is_counted") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let flooder = copy_executable(&python(), dir.path(), "pt-flooder");
+    // The smallest ring buffer: one page.
+    let mut capture = LiveCapture::start_with(&["pt-flooder"], 1, 4096);
+    let before = capture.drop_counts().get(DropReason::RingBufFull);
+    let script = format!(
+        "import socket\n\
+         srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(1)\n\
+         cli = socket.create_connection(srv.getsockname()); conn, _ = srv.accept()\n\
+         conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)\n\
+         payload = b'x' * 1024\n\
+         for i in range({WRITES}):\n\
+         \x20   cli.sendall(payload)\n\
+         \x20   conn.recv(65536)\n"
+    );
+    let child = Command::new(&flooder)
+        .args(["-c", &script])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let status = child.wait_with_output().unwrap().status;
+    assert!(status.success());
+    let events = capture
+        .collect_until(
+            Duration::from_secs(60),
+            |event| matches!(event, RawEvent::Exit(exit) if exit.ids.tgid == pid),
+        )
+        .await;
+    let dropped = capture.drop_counts().get(DropReason::RingBufFull) - before;
+    capture.stop().await;
+
+    let delivered_writes = events
+        .iter()
+        .filter(|event| matches!(event, RawEvent::Data(data) if data.ids.tgid == pid && data.direction == Direction::Egress))
+        .count() as u64;
+    assert!(
+        dropped > 0,
+        "a one-page ring buffer absorbed {WRITES} writes"
+    );
+    assert!(
+        delivered_writes < WRITES,
+        "every write arrived despite {dropped} drops"
+    );
+    // What did not arrive was counted: every write is either delivered or a drop.
+    assert!(
+        delivered_writes + dropped >= WRITES,
+        "{delivered_writes} delivered + {dropped} dropped < {WRITES} writes"
+    );
+}
