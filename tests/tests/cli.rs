@@ -7,6 +7,7 @@
 
 use std::{
     io::{BufRead, BufReader},
+    os::unix::fs::PermissionsExt as _,
     path::Path,
     process::{Command, Stdio},
     sync::mpsc,
@@ -189,5 +190,91 @@ fn run_shows_a_runc_process_tree_within_a_second() {
     assert!(
         rest.iter().any(|line| line.contains("programs detached")),
         "{rest:#?}"
+    );
+}
+
+/// Issue 4's acceptance: `podtrace record` while etcdctl puts a key into an
+/// etcd with mTLS and authentication, then `podtrace replay --dump` shows the
+/// key as plaintext in both processes and the WAL fdatasync of etcd.
+#[test]
+fn record_then_replay_dump_shows_tls_plaintext_on_both_sides_and_the_wal_sync() {
+    if !live_test_can_run(
+        "record_then_replay_dump_shows_tls_plaintext_on_both_sides_and_the_wal_sync",
+    ) {
+        return;
+    }
+    let etcd = podtrace_tests::components::Etcd::start(podtrace_tests::components::EtcdOptions {
+        tls: true,
+        auth: true,
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let recording = dir.path().join("put.ptrace");
+    let mut agent = Command::new(podtrace_binary())
+        .args([
+            "record",
+            "--duration",
+            "8",
+            "--only-targets",
+            "--target",
+            "etcd",
+            "--target",
+            "etcdctl",
+            "-o",
+        ])
+        .arg(&recording)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(agent.stderr.take().unwrap()).lines();
+    let attached = stderr
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.contains("attached"));
+    assert!(attached, "podtrace record did not attach");
+    let key = "/registry/pods/default/x";
+    let put = etcd.etcdctl().args(["put", key, "y"]).output().unwrap();
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+    let status = agent.wait().unwrap();
+    assert!(status.success(), "podtrace record exited with {status}");
+    assert_eq!(
+        std::fs::metadata(&recording).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    let dump = Command::new(podtrace_binary())
+        .arg("replay")
+        .arg(&recording)
+        .arg("--dump")
+        .output()
+        .unwrap();
+    assert!(dump.status.success());
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    let etcd_pid = format!("pid {} ", etcd.pid());
+    let tls_lines: Vec<&str> = dump
+        .lines()
+        .filter(|line| line.contains(" tls ") && line.contains(key))
+        .collect();
+    assert!(
+        tls_lines
+            .iter()
+            .any(|line| line.contains("tls write") && !line.contains(&etcd_pid)),
+        "no client-side plaintext write with the key:\n{dump}"
+    );
+    assert!(
+        tls_lines
+            .iter()
+            .any(|line| line.contains("tls read") && line.contains(&etcd_pid)),
+        "no server-side plaintext read with the key:\n{dump}"
+    );
+    assert!(
+        dump.lines()
+            .any(|line| line.contains(&etcd_pid) && line.contains(" fdatasync ")),
+        "no WAL fdatasync of etcd:\n{dump}"
     );
 }
