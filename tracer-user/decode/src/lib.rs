@@ -39,6 +39,7 @@ pub mod http2;
 pub mod identity;
 pub mod kube;
 pub mod pb;
+pub mod rest;
 pub mod wal;
 
 pub use decoded::Decoded;
