@@ -34,6 +34,7 @@ pub struct Chunk {
 pub mod cri;
 mod decoded;
 pub mod etcd;
+pub mod fuzzing;
 pub mod grpc;
 pub mod http2;
 pub mod identity;
