@@ -22,7 +22,7 @@ use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tracer_user::capture::{
     CaptureOptions, DropCounts, Probes, RawEvent, recording::RecordingWriter,
-    ring::read_ring_buffer, targets::TargetMatcher,
+    ring::read_ring_buffer, targets::TargetMatcher, wire::parse_record,
 };
 
 /// Whether a live test can run here; prints the reason (or fails on CI) if not.
@@ -99,7 +99,12 @@ impl LiveCapture {
         let mut probes =
             Probes::load(&options).unwrap_or_else(|err| panic!("loading the eBPF object: {err}"));
         let ring = probes.take_ring_buffer().unwrap();
-        let (tx, events) = mpsc::channel(1024);
+        let initial = probes.initial_records();
+        let (tx, events) = mpsc::channel(1024 + initial.len());
+        // What was open at start comes first, as in the agent's pipeline.
+        for record in initial {
+            tx.try_send(parse_record(&record).unwrap()).unwrap();
+        }
         let shutdown = CancellationToken::new();
         let (components_tx, new_components) = mpsc::unbounded_channel();
         let reader = tokio::spawn(read_ring_buffer(

@@ -34,6 +34,8 @@ pub enum EventKind {
     Fsync = 6,
     /// [`crate::io::FileOpenEvent`]
     FileOpen = 7,
+    /// [`crate::io::HeaderEvent`]
+    Header = 8,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -47,6 +49,7 @@ impl TryFrom<u32> for EventKind {
             5 => Ok(EventKind::Conn),
             6 => Ok(EventKind::Fsync),
             7 => Ok(EventKind::FileOpen),
+            8 => Ok(EventKind::Header),
             other => Err(other),
         }
     }

@@ -355,6 +355,70 @@ pub struct FileOpenEvent {
     pub path: [u8; FILENAME_BYTES],
 }
 
+/// Bytes of an HTTP/2 header name kept by the HPACK probes.
+pub const HEADER_NAME_BYTES: usize = 64;
+/// Bytes of an HTTP/2 header value kept by the HPACK probes.
+pub const HEADER_VALUE_BYTES: usize = 256;
+
+const _: () = assert!(HEADER_NAME_BYTES.is_power_of_two() && HEADER_VALUE_BYTES.is_power_of_two());
+
+/// Which HPACK side a header field came from; also the attach cookie of the
+/// HPACK probes.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HeaderSide {
+    /// `hpack.(*Encoder).WriteField`: a field the process is about to send.
+    Encoder = 1,
+    /// `hpack.(*Decoder).callEmit`: a field the process just received.
+    Decoder = 2,
+}
+
+impl TryFrom<u8> for HeaderSide {
+    type Error = u8;
+    fn try_from(value: u8) -> Result<Self, u8> {
+        match value {
+            1 => Ok(HeaderSide::Encoder),
+            2 => Ok(HeaderSide::Decoder),
+            other => Err(other),
+        }
+    }
+}
+
+/// `HeaderEvent::flags` bit: the value was not copied (HPACK "sensitive").
+pub const HEADER_VALUE_REDACTED: u8 = 1 << 0;
+/// `HeaderEvent::flags` bit: the value was longer than `HEADER_VALUE_BYTES`.
+pub const HEADER_VALUE_TRUNCATED: u8 = 1 << 1;
+
+/// One HTTP/2 header field as Go's HPACK code saw it, in plaintext whatever
+/// the state of the connection's dynamic table. Only fields podtrace needs
+/// are sent: pseudo-headers (`:path`, `:method`, `:status`, …), `grpc-*`,
+/// `content-type` and `user-agent` — never `authorization` or cookies.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeaderEvent {
+    /// `kind` = `EventKind::Header`; the thread is the one that encoded or
+    /// decoded the field, which user space uses to find its connection.
+    pub header: EventHeader,
+    /// A [`HeaderSide`].
+    pub side: u8,
+    /// `HEADER_*` bits.
+    pub flags: u8,
+    /// Valid bytes of `name`.
+    pub name_len: u8,
+    /// Explicit padding, zero.
+    pub _pad: u8,
+    /// Valid bytes of `value`.
+    pub value_len: u16,
+    /// Explicit padding, zero.
+    pub _pad2: [u8; 2],
+    /// The field name (lower case, as HTTP/2 requires).
+    pub name: [u8; HEADER_NAME_BYTES],
+    /// The field value.
+    pub value: [u8; HEADER_VALUE_BYTES],
+}
+
+const _: () = assert!(size_of::<HeaderEvent>() == 24 + 8 + HEADER_NAME_BYTES + HEADER_VALUE_BYTES);
+
 /// Capacity of `GO_BINARIES`: Go executables with TLS probes attached.
 pub const MAX_GO_BINARIES: u32 = 256;
 /// Capacity of `GO_TLS_READS`: `crypto/tls.(*Conn).Read` calls in flight.
@@ -427,5 +491,6 @@ impl_pod!(
     FileOpenEvent,
     GoTlsOffsets,
     GoCallKey,
-    GoTlsRead
+    GoTlsRead,
+    HeaderEvent
 );

@@ -28,6 +28,9 @@ pub const PROGRAM_GO_TLS_WRITE: &str = "go_tls_write";
 pub const PROGRAM_GO_TLS_READ: &str = "go_tls_read";
 /// Uprobes at each RET of `crypto/tls.(*Conn).Read`.
 pub const PROGRAM_GO_TLS_READ_RET: &str = "go_tls_read_ret";
+/// Uprobe at `hpack.(*Encoder).WriteField` and `hpack.(*Decoder).callEmit`
+/// (entry; the cookie is the `io::HeaderSide`).
+pub const PROGRAM_GO_HPACK_FIELD: &str = "go_hpack_field";
 /// Read-only global holding [`crate::config::Config`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 

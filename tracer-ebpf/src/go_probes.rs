@@ -9,6 +9,9 @@
 //! - the `crypto/tls.(*Conn)` probes: the cookie is the binary's index in
 //!   `GO_BINARIES`, which holds the struct offsets of its Go release. They
 //!   deliver plaintext as data records on the socket's connection.
+//! - the HPACK probes (`go_hpack_field`): the cookie is the side (encoder or
+//!   decoder). They deliver header fields in plaintext, which is how a
+//!   request's `:path` is known on an HTTP/2 connection older than podtrace.
 
 use aya_ebpf::{
     EbpfContext as _,
@@ -19,16 +22,18 @@ use aya_ebpf::{
 use tracer_common::{
     config::MAX_PROBE_SLOTS,
     drop_reason::DropReason,
+    event::EventKind,
     io::{
         ActiveCall, DATA_GO_TLS, FD_TLS, FdInfo, FdKey, FdKind, GoCallKey, GoTlsOffsets, GoTlsRead,
-        IoSyscall,
+        HEADER_NAME_BYTES, HEADER_VALUE_BYTES, HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED,
+        HeaderEvent, IoSyscall,
     },
 };
 
 use crate::{
-    io::{Buffers, Ids, data_event},
-    kernel_read::read_user,
-    maps::{FDS, GO_BINARIES, GO_TLS_READS, PROBE_HITS, count_drop, target_of},
+    io::{Buffers, Ids, data_event, header},
+    kernel_read::{read_user, read_user_bytes},
+    maps::{EVENTS, FDS, GO_BINARIES, GO_TLS_READS, PROBE_HITS, count_drop, target_of},
 };
 
 #[inline(always)]
@@ -277,4 +282,100 @@ fn tls_call(fd: u32, info: FdInfo, buf: u64, len: u64, syscall: IoSyscall) -> Ac
         fd_kind: FdKind::Socket as u8,
         _pad: [0; 6],
     }
+}
+
+/// `hpack.(*Encoder).WriteField(f HeaderField)` and
+/// `hpack.(*Decoder).callEmit(hf HeaderField)`, at entry: the field in
+/// plaintext. `HeaderField{Name, Value string; Sensitive bool}` arrives in
+/// registers after the receiver: name pointer and length, value pointer and
+/// length, sensitive.
+#[uprobe]
+fn go_hpack_field(ctx: ProbeContext) -> u32 {
+    if let Err(reason) = try_hpack_field(&ctx) {
+        count_drop(reason);
+    }
+    0
+}
+
+#[inline(always)]
+fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
+    let Some(ids) = component_ids() else {
+        return Ok(());
+    };
+    let (name_ptr, name_len) = (go_abi::word(ctx, 1), go_abi::word(ctx, 2));
+    let (value_ptr, value_len) = (go_abi::word(ctx, 3), go_abi::word(ctx, 4));
+    let sensitive = go_abi::word(ctx, 5) & 0xff != 0;
+    if name_len == 0 || name_len > HEADER_NAME_BYTES as u64 {
+        return Ok(());
+    }
+    let mut entry = EVENTS
+        .reserve::<HeaderEvent>(0)
+        .ok_or(DropReason::RingBufFull)?;
+    let event = entry.as_mut_ptr();
+    let name_size = (name_len as u32) & (HEADER_NAME_BYTES as u32 - 1);
+    // SAFETY: a ring buffer reservation of size_of::<HeaderEvent>() bytes
+    // that only this program owns until submit or discard; sizes are masked
+    // below the arrays' lengths.
+    let wanted = unsafe {
+        let name = (&raw mut (*event).name).cast::<u8>();
+        read_user_bytes(name, name_size, name_ptr).is_ok()
+            && wanted_header(&(*event).name, name_size)
+    };
+    if !wanted {
+        entry.discard(0);
+        return Ok(());
+    }
+    let mut flags = 0;
+    let copied = if sensitive {
+        flags |= HEADER_VALUE_REDACTED;
+        0
+    } else {
+        if value_len > HEADER_VALUE_BYTES as u64 - 1 {
+            flags |= HEADER_VALUE_TRUNCATED;
+        }
+        let size =
+            (value_len.min(HEADER_VALUE_BYTES as u64 - 1) as u32) & (HEADER_VALUE_BYTES as u32 - 1);
+        // SAFETY: as above.
+        let value = unsafe { (&raw mut (*event).value).cast::<u8>() };
+        // SAFETY: size < HEADER_VALUE_BYTES.
+        if unsafe { read_user_bytes(value, size, value_ptr) }.is_err() {
+            count_drop(DropReason::ReadFailed);
+            0
+        } else {
+            size
+        }
+    };
+    // SAFETY: as above.
+    unsafe {
+        (*event).header = header(EventKind::Header, ids);
+        (*event).side = attach_cookie(ctx) as u8;
+        (*event).flags = flags;
+        (*event).name_len = name_size as u8;
+        (*event)._pad = 0;
+        (*event).value_len = copied as u16;
+        (*event)._pad2 = [0; 2];
+    }
+    entry.submit(0);
+    Ok(())
+}
+
+/// Whether podtrace keeps a header field of this name: pseudo-headers,
+/// `grpc-*`, `content-type`, `user-agent`. Everything else (authorization,
+/// cookies, application headers) never leaves the kernel.
+#[inline(always)]
+fn wanted_header(name: &[u8; HEADER_NAME_BYTES], len: u32) -> bool {
+    let starts = |prefix: &[u8]| {
+        let mut index = 0;
+        while index < prefix.len() {
+            if name[index] != prefix[index] {
+                return false;
+            }
+            index += 1;
+        }
+        true
+    };
+    name[0] == b':'
+        || starts(b"grpc-")
+        || (len == 12 && starts(b"content-type"))
+        || (len == 10 && starts(b"user-agent"))
 }

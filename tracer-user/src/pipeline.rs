@@ -25,7 +25,7 @@ use crate::{
         wire::parse_record,
     },
     correlate::{Activity, Correlator},
-    decode::{Message, decode},
+    decode::{Decoder, Message},
     export::{
         dump,
         terminal::{self, TerminalPrinter},
@@ -69,9 +69,12 @@ impl Stages {
         let (msg_tx, mut msg_rx) = mpsc::channel::<Message>(CHANNEL_CAPACITY);
         let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
         let decode = tokio::spawn(async move {
+            let mut decoder = Decoder::default();
             while let Some(event) = raw_rx.recv().await {
-                if msg_tx.send(decode(event)).await.is_err() {
-                    break;
+                for message in decoder.decode(event) {
+                    if msg_tx.send(message).await.is_err() {
+                        return;
+                    }
                 }
             }
         });

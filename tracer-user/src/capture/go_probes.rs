@@ -202,53 +202,66 @@ mod tests {
     }
 }
 
-/// Where podtrace's TLS probes go in one binary, and the struct offsets the
-/// kernel programs need there.
-#[derive(Clone, Debug)]
-pub struct TlsPlan {
-    /// Field offsets for the binary's Go release.
-    pub offsets: tracer_gobin::StructOffsets,
+/// Where podtrace's Go probes go in one binary.
+#[derive(Debug)]
+pub struct GoPlan {
+    /// Field offsets for the binary's Go release; the TLS probes need them,
+    /// the HPACK probes do not.
+    pub offsets: Result<tracer_gobin::StructOffsets, GoBinError>,
     /// Every copy of `crypto/tls.(*Conn).Write` (entry probe).
-    pub writes: Vec<ResolvedFunction>,
+    pub tls_writes: Vec<ResolvedFunction>,
     /// Every copy of `crypto/tls.(*Conn).Read` (entry and RET probes).
-    pub reads: Vec<ResolvedFunction>,
+    pub tls_reads: Vec<ResolvedFunction>,
+    /// Every copy of `hpack.(*Encoder).WriteField` (entry probe).
+    pub hpack_encoders: Vec<ResolvedFunction>,
+    /// Every copy of `hpack.(*Decoder).callEmit` (entry probe).
+    pub hpack_decoders: Vec<ResolvedFunction>,
 }
 
-/// Why a binary gets no TLS probes.
+/// Why a binary gets no Go probes.
 #[derive(Debug, thiserror::Error)]
-pub enum NoTlsPlan {
-    /// It does not link crypto/tls (runc, the shims).
-    #[error("does not use crypto/tls")]
-    NoTls,
+pub enum NoGoPlan {
+    /// It uses neither crypto/tls nor HPACK (runc, the shims).
+    #[error("uses neither crypto/tls nor HTTP/2")]
+    NothingToProbe,
     /// Not a Go binary, or one gobin cannot read.
     #[error(transparent)]
     Binary(#[from] GoBinError),
 }
 
-/// Resolves the TLS probe points and struct offsets of the Go binary at `path`.
-pub fn tls_plan(path: &Path) -> Result<TlsPlan, NoTlsPlan> {
+/// Resolves where podtrace's probes go in the Go binary at `path`.
+pub fn go_plan(path: &Path) -> Result<GoPlan, NoGoPlan> {
     let binary = GoBinary::open(path)?;
-    let mut writes = Vec::new();
-    let mut reads = Vec::new();
+    let mut plan = GoPlan {
+        offsets: Err(GoBinError::NotGo),
+        tls_writes: Vec::new(),
+        tls_reads: Vec::new(),
+        hpack_encoders: Vec::new(),
+        hpack_decoders: Vec::new(),
+    };
     for function in binary.functions() {
         let function = function?;
-        let role = GO_PROBES
+        let Some(spec) = GO_PROBES
             .iter()
             .find(|spec| is_copy_of(&function.name, spec.function))
-            .map(|spec| spec.role);
-        match role {
-            Some(GoProbeRole::TlsConnWrite) => writes.push(resolve(&binary, function)?),
-            Some(GoProbeRole::TlsConnRead) => reads.push(resolve(&binary, function)?),
-            _ => {}
+        else {
+            continue;
+        };
+        let resolved = resolve(&binary, function)?;
+        match spec.role {
+            GoProbeRole::TlsConnWrite => plan.tls_writes.push(resolved),
+            GoProbeRole::TlsConnRead => plan.tls_reads.push(resolved),
+            GoProbeRole::HpackEncoderWriteField => plan.hpack_encoders.push(resolved),
+            GoProbeRole::HpackDecoderCallEmit => plan.hpack_decoders.push(resolved),
         }
     }
-    if writes.is_empty() && reads.is_empty() {
-        return Err(NoTlsPlan::NoTls);
+    let empty = plan.tls_writes.is_empty()
+        && plan.tls_reads.is_empty()
+        && plan.hpack_encoders.is_empty()
+        && plan.hpack_decoders.is_empty();
+    if empty {
+        return Err(NoGoPlan::NothingToProbe);
     }
-    let offsets = tracer_gobin::StructOffsets::for_binary(binary.build_info())?;
-    Ok(TlsPlan {
-        offsets,
-        writes,
-        reads,
-    })
+    plan.offsets = tracer_gobin::StructOffsets::for_binary(binary.build_info());
+    Ok(plan)
 }

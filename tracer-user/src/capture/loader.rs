@@ -22,12 +22,12 @@ use tracer_common::{
     event::{EventHeader, EventKind, FILENAME_BYTES},
     io::{
         ConnAction, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FileOpenEvent, GoTlsOffsets,
-        IoSyscall, MAX_GO_BINARIES, UNIX_PATH_BYTES, USER_CONN_ID_BIT,
+        HeaderSide, IoSyscall, MAX_GO_BINARIES, UNIX_PATH_BYTES, USER_CONN_ID_BIT,
     },
     names::{
         GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_GO_BINARIES,
-        MAP_TARGET_COMMS, MAP_TARGETS, PROGRAM_GO_TLS_READ, PROGRAM_GO_TLS_READ_RET,
-        PROGRAM_GO_TLS_WRITE,
+        MAP_TARGET_COMMS, MAP_TARGETS, PROGRAM_GO_HPACK_FIELD, PROGRAM_GO_TLS_READ,
+        PROGRAM_GO_TLS_READ_RET, PROGRAM_GO_TLS_WRITE,
     },
 };
 
@@ -35,7 +35,7 @@ use tracer_gobin::GoBinError;
 
 use super::{
     clock::monotonic_now_ns,
-    go_probes::{NoTlsPlan, tls_plan},
+    go_probes::{NoGoPlan, go_plan},
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
     proc_fds::{OpenFd, open_fds},
     targets::{FoundTarget, TargetMatcher, scan_proc},
@@ -123,17 +123,28 @@ pub struct Probes {
     seeded: Vec<FoundTarget>,
     /// Sockets and files open at start, with the ids given to them.
     open_fds: Vec<(OpenFd, u64)>,
-    /// Go executables looked at for TLS probes, by (device, inode), and
-    /// whether they got them (their index in `GO_BINARIES` is the order).
-    go_binaries: HashMap<(u64, u64), bool>,
+    /// Go executables looked at for probes, by (device, inode), with their
+    /// slot in `GO_BINARIES` if they got TLS probes.
+    go_binaries: HashMap<(u64, u64), Option<u32>>,
 }
 
-/// Why a Go binary got no TLS probes.
+/// What attaching the Go probes to one binary did.
+#[derive(Debug)]
+struct GoAttached {
+    /// Uprobes attached.
+    attachments: usize,
+    /// The binary's `GO_BINARIES` slot, if it got TLS probes.
+    tls_index: Option<u32>,
+    /// Why it got no TLS probes although it uses crypto/tls.
+    unknown_release: Option<String>,
+}
+
+/// Why a Go binary got no probes.
 #[derive(Debug, thiserror::Error)]
 pub enum GoAttachError {
     /// Nothing to attach, or the binary cannot be read.
     #[error(transparent)]
-    Plan(#[from] NoTlsPlan),
+    Plan(#[from] NoGoPlan),
     /// Loading maps or attaching failed.
     #[error(transparent)]
     Capture(#[from] CaptureError),
@@ -208,6 +219,7 @@ impl Probes {
             PROGRAM_GO_TLS_WRITE,
             PROGRAM_GO_TLS_READ,
             PROGRAM_GO_TLS_READ_RET,
+            PROGRAM_GO_HPACK_FIELD,
         ] {
             let program: &mut UProbe = ebpf
                 .program_mut(name)
@@ -269,15 +281,16 @@ impl Probes {
         Ok(probes)
     }
 
-    /// Attaches the Go TLS probes to the executable of process `tgid`, once
-    /// per executable file. What happened is logged; nothing here stops the
-    /// agent (a component that is not Go, or whose Go release podtrace has
-    /// no offsets for, is still followed at the syscall level).
+    /// Attaches the Go probes (TLS plaintext, HPACK header fields) to the
+    /// executable of process `tgid`, once per executable file. What happened
+    /// is logged; nothing here stops the agent (a component that is not Go,
+    /// or whose Go release podtrace has no offsets for, is still followed at
+    /// the syscall level).
     pub fn attach_go_tls(&mut self, tgid: u32) {
         self.attach_go_tls_path(Path::new(&format!("/proc/{tgid}/exe")));
     }
 
-    /// Attaches the Go TLS probes to the executable at `exe` (see
+    /// Attaches the Go probes to the executable at `exe` (see
     /// [`Self::attach_go_tls`]).
     pub fn attach_go_tls_path(&mut self, exe: &Path) {
         let Ok(meta) = std::fs::metadata(exe) else {
@@ -287,72 +300,81 @@ impl Probes {
         if self.go_binaries.contains_key(&file) {
             return;
         }
-        let outcome = self.attach_go_tls_to(exe);
+        let outcome = self.attach_go_probes_to(exe);
         let exe = exe.display();
-        match &outcome {
-            Ok(attachments) => tracing::info!(%exe, attachments, "Go TLS probes attached"),
-            Err(GoAttachError::Plan(NoTlsPlan::NoTls | NoTlsPlan::Binary(GoBinError::NotGo))) => {
-                tracing::debug!(%exe, "no Go TLS probes: not a Go binary or no crypto/tls")
+        let tls_index = match outcome {
+            Ok(GoAttached {
+                attachments,
+                tls_index,
+                unknown_release,
+            }) => {
+                tracing::info!(%exe, attachments, tls = tls_index.is_some(), "Go probes attached");
+                if let Some(error) = unknown_release {
+                    tracing::warn!(%exe, %error, "no TLS plaintext from this executable (HTTP/2 headers and syscalls are still captured)");
+                }
+                tls_index
+            }
+            Err(GoAttachError::Plan(
+                NoGoPlan::NothingToProbe | NoGoPlan::Binary(GoBinError::NotGo),
+            )) => {
+                tracing::debug!(%exe, "no Go probes: not a Go binary, or no crypto/tls or HTTP/2");
+                None
             }
             Err(error) => {
-                tracing::warn!(%exe, %error, "no TLS plaintext from this executable (its syscalls are still captured)")
+                tracing::warn!(%exe, %error, "no Go probes on this executable (its syscalls are still captured)");
+                None
             }
-        }
-        self.go_binaries.insert(file, outcome.is_ok());
+        };
+        self.go_binaries.insert(file, tls_index);
     }
 
-    fn attach_go_tls_to(&mut self, exe: &Path) -> Result<usize, GoAttachError> {
-        let plan = tls_plan(exe)?;
-        let index = self
-            .go_binaries
-            .values()
-            .filter(|attached| **attached)
-            .count() as u32;
-        if index >= MAX_GO_BINARIES {
-            return Err(GoAttachError::TooManyBinaries);
+    fn attach_go_probes_to(&mut self, exe: &Path) -> Result<GoAttached, GoAttachError> {
+        let plan = go_plan(exe)?;
+        let mut points: Vec<(&'static str, u64, u64)> = Vec::new();
+        for (functions, side) in [
+            (&plan.hpack_encoders, HeaderSide::Encoder),
+            (&plan.hpack_decoders, HeaderSide::Decoder),
+        ] {
+            for function in functions {
+                points.push((
+                    PROGRAM_GO_HPACK_FIELD,
+                    function.file_offset + function.entry_probe_offset,
+                    side as u64,
+                ));
+            }
         }
-        let offsets = GoTlsOffsets {
-            tls_conn_conn: plan.offsets.tls_conn_conn as u32,
-            tcp_conn_fd: plan.offsets.tcp_conn_fd as u32,
-            net_fd_sysfd: plan.offsets.net_fd_sysfd as u32,
-            _pad: 0,
+        let (tls_index, unknown_release) = match &plan.offsets {
+            Ok(offsets) if !plan.tls_writes.is_empty() || !plan.tls_reads.is_empty() => {
+                let index = self.register_tls_offsets(offsets)?;
+                let cookie = u64::from(index);
+                for write in &plan.tls_writes {
+                    points.push((
+                        PROGRAM_GO_TLS_WRITE,
+                        write.file_offset + write.entry_probe_offset,
+                        cookie,
+                    ));
+                }
+                for read in &plan.tls_reads {
+                    points.push((
+                        PROGRAM_GO_TLS_READ,
+                        read.file_offset + read.entry_probe_offset,
+                        cookie,
+                    ));
+                    points.extend(
+                        read.ret_offsets
+                            .iter()
+                            .map(|ret| (PROGRAM_GO_TLS_READ_RET, read.file_offset + ret, cookie)),
+                    );
+                }
+                (Some(index), None)
+            }
+            Ok(_) => (None, None),
+            Err(error) => (
+                None,
+                (!plan.tls_writes.is_empty()).then(|| error.to_string()),
+            ),
         };
-        let map = self
-            .ebpf
-            .map_mut(MAP_GO_BINARIES)
-            .ok_or(CaptureError::MissingMap(MAP_GO_BINARIES))?;
-        let mut binaries: Array<_, GoTlsOffsets> =
-            Array::try_from(map).map_err(|source| CaptureError::Map {
-                name: MAP_GO_BINARIES,
-                source,
-            })?;
-        binaries
-            .set(index, offsets, 0)
-            .map_err(|source| CaptureError::Map {
-                name: MAP_GO_BINARIES,
-                source,
-            })?;
-
-        let cookie = u64::from(index);
-        let mut points: Vec<(&'static str, u64)> = Vec::new();
-        for write in &plan.writes {
-            points.push((
-                PROGRAM_GO_TLS_WRITE,
-                write.file_offset + write.entry_probe_offset,
-            ));
-        }
-        for read in &plan.reads {
-            points.push((
-                PROGRAM_GO_TLS_READ,
-                read.file_offset + read.entry_probe_offset,
-            ));
-            points.extend(
-                read.ret_offsets
-                    .iter()
-                    .map(|ret| (PROGRAM_GO_TLS_READ_RET, read.file_offset + ret)),
-            );
-        }
-        for (name, offset) in &points {
+        for (name, offset, cookie) in &points {
             let program: &mut UProbe = self
                 .ebpf
                 .program_mut(name)
@@ -360,13 +382,49 @@ impl Probes {
                 .ok_or(CaptureError::MissingProgram(name))?;
             let point = UProbeAttachPoint {
                 location: UProbeAttachLocation::AbsoluteOffset(*offset),
-                cookie: Some(cookie),
+                cookie: Some(*cookie),
             };
             program
                 .attach(point, exe, UProbeScope::AllProcesses)
                 .map_err(|source| CaptureError::Program { name, source })?;
         }
-        Ok(points.len())
+        Ok(GoAttached {
+            attachments: points.len(),
+            tls_index,
+            unknown_release,
+        })
+    }
+
+    /// Stores a binary's struct offsets in the next `GO_BINARIES` slot.
+    fn register_tls_offsets(
+        &mut self,
+        offsets: &tracer_gobin::StructOffsets,
+    ) -> Result<u32, GoAttachError> {
+        let index = self
+            .go_binaries
+            .values()
+            .filter(|slot| slot.is_some())
+            .count() as u32;
+        if index >= MAX_GO_BINARIES {
+            return Err(GoAttachError::TooManyBinaries);
+        }
+        let value = GoTlsOffsets {
+            tls_conn_conn: offsets.tls_conn_conn as u32,
+            tcp_conn_fd: offsets.tcp_conn_fd as u32,
+            net_fd_sysfd: offsets.net_fd_sysfd as u32,
+            _pad: 0,
+        };
+        let map_error = |source| CaptureError::Map {
+            name: MAP_GO_BINARIES,
+            source,
+        };
+        let map = self
+            .ebpf
+            .map_mut(MAP_GO_BINARIES)
+            .ok_or(CaptureError::MissingMap(MAP_GO_BINARIES))?;
+        let mut binaries: Array<_, GoTlsOffsets> = Array::try_from(map).map_err(map_error)?;
+        binaries.set(index, value, 0).map_err(map_error)?;
+        Ok(index)
     }
 
     /// Records, in the kernel's wire format, of what was already open at

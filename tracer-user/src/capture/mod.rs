@@ -18,5 +18,5 @@ pub mod wire;
 pub use loader::{CaptureError, CaptureOptions, DropCounts, Probes};
 pub use wire::{
     ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, ExitStatus, FileOpenRecord,
-    ForkRecord, FsyncRecord, Peer, ProcessIds, RawEvent,
+    ForkRecord, FsyncRecord, HeaderRecord, Peer, ProcessIds, RawEvent,
 };

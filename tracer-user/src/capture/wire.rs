@@ -16,7 +16,8 @@ use tracer_common::{
     },
     io::{
         ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_GO_TLS, DATA_TRUNCATED, DataEvent, Direction,
-        FdKind, FileOpenEvent, FsyncEvent, IoSyscall, UNIX_PATH_BYTES,
+        FdKind, FileOpenEvent, FsyncEvent, HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED,
+        HeaderEvent, HeaderSide, IoSyscall, UNIX_PATH_BYTES,
     },
 };
 
@@ -229,6 +230,24 @@ pub struct FileOpenRecord {
     pub path: String,
 }
 
+/// An HTTP/2 header field Go's HPACK code encoded or decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderRecord {
+    /// The thread that encoded or decoded it (user space ties it to the
+    /// connection that thread reads from or writes to next).
+    pub ids: ProcessIds,
+    /// Sent or received.
+    pub side: HeaderSide,
+    /// Field name.
+    pub name: String,
+    /// Field value (empty when redacted).
+    pub value: String,
+    /// HPACK marked it sensitive; its value was not captured.
+    pub redacted: bool,
+    /// The value was cut.
+    pub truncated: bool,
+}
+
 /// One event from the kernel, owned and validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RawEvent {
@@ -246,6 +265,8 @@ pub enum RawEvent {
     Fsync(FsyncRecord),
     /// See [`FileOpenRecord`].
     FileOpen(FileOpenRecord),
+    /// See [`HeaderRecord`].
+    Header(HeaderRecord),
 }
 
 impl RawEvent {
@@ -259,6 +280,7 @@ impl RawEvent {
             RawEvent::Conn(conn) => &conn.ids,
             RawEvent::Fsync(fsync) => &fsync.ids,
             RawEvent::FileOpen(open) => &open.ids,
+            RawEvent::Header(header) => &header.ids,
         }
     }
 }
@@ -386,6 +408,29 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
                 fd: event.fd,
                 fd_kind: enum_field("file open", "fd_kind", event.fd_kind)?,
                 path: String::from_utf8_lossy(path).into_owned(),
+            }))
+        }
+        EventKind::Header => {
+            let event: HeaderEvent = read_record("header field", bytes)?;
+            let malformed = |what: String| WireError::Malformed {
+                kind: "header field",
+                what,
+            };
+            let name = event
+                .name
+                .get(..usize::from(event.name_len))
+                .ok_or_else(|| malformed(format!("name_len {}", event.name_len)))?;
+            let value = event
+                .value
+                .get(..usize::from(event.value_len))
+                .ok_or_else(|| malformed(format!("value_len {}", event.value_len)))?;
+            Ok(RawEvent::Header(HeaderRecord {
+                ids,
+                side: enum_field("header field", "side", event.side)?,
+                name: String::from_utf8_lossy(name).into_owned(),
+                value: String::from_utf8_lossy(value).into_owned(),
+                redacted: event.flags & HEADER_VALUE_REDACTED != 0,
+                truncated: event.flags & HEADER_VALUE_TRUNCATED != 0,
             }))
         }
     }

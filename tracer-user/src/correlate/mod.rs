@@ -64,6 +64,9 @@ impl Correlator {
                 None
             }
             Message::Fsync(sync) => Some(Activity::FileSync(self.conns.on_fsync(sync))),
+            // Spans of HTTP/2 requests are built from these as the protocol
+            // stitching lands; alone they report nothing.
+            Message::Header(_) => None,
         }
     }
 

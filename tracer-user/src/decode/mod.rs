@@ -1,11 +1,15 @@
 //! Decode: captured records → typed messages that say what a component did.
 //!
 //! Pure and deterministic: no kernel, no tokio. In: [`RawEvent`]s. Out:
-//! [`Message`]s. Today it handles process events (argv with secrets
-//! redacted); the protocol decoders (HTTP/2, gRPC, protobuf, etcd WAL) join
-//! here, each in its own module.
+//! [`Message`]s: process events (argv with secrets redacted), connection and
+//! file events, and HTTP/2 header fields tied to their connection
+//! ([`headers`]). The protocol decoders (`tracer-decode`: HTTP/2, gRPC,
+//! protobuf, etcd WAL) are wired in here next.
 
+pub mod headers;
 pub mod process;
+
+pub use headers::{HeaderAttributor, HeaderMessage};
 
 use crate::capture::{
     ConnRecord, DataRecord, ExecRecord, ExitRecord, FileOpenRecord, ForkRecord, FsyncRecord,
@@ -29,20 +33,47 @@ pub enum Message {
     Fsync(FsyncRecord),
     /// A followed file was opened.
     FileOpen(FileOpenRecord),
+    /// An HTTP/2 header field on a connection.
+    Header(HeaderMessage),
 }
 
-/// Decodes one captured event.
-pub fn decode(event: RawEvent) -> Message {
-    match event {
-        RawEvent::Exec(mut exec) => {
-            process::redact_argv(&mut exec.argv);
-            Message::Exec(exec)
+/// The decode stage's state: what ties events to one another.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    /// Attribution of HPACK header fields to connections.
+    pub headers: HeaderAttributor,
+}
+
+impl Decoder {
+    /// Decodes one captured event into the messages it yields (header fields
+    /// an egress write releases come before the write itself).
+    pub fn decode(&mut self, event: RawEvent) -> Vec<Message> {
+        match event {
+            RawEvent::Exec(mut exec) => {
+                process::redact_argv(&mut exec.argv);
+                vec![Message::Exec(exec)]
+            }
+            RawEvent::Fork(fork) => vec![Message::Fork(fork)],
+            RawEvent::Exit(exit) => vec![Message::Exit(exit)],
+            RawEvent::Data(data) => {
+                let mut messages: Vec<Message> = self
+                    .headers
+                    .on_data(&data)
+                    .into_iter()
+                    .map(Message::Header)
+                    .collect();
+                messages.push(Message::Data(data));
+                messages
+            }
+            RawEvent::Conn(conn) => vec![Message::Conn(conn)],
+            RawEvent::Fsync(fsync) => vec![Message::Fsync(fsync)],
+            RawEvent::FileOpen(open) => vec![Message::FileOpen(open)],
+            RawEvent::Header(header) => self
+                .headers
+                .on_header(header)
+                .map(Message::Header)
+                .into_iter()
+                .collect(),
         }
-        RawEvent::Fork(fork) => Message::Fork(fork),
-        RawEvent::Exit(exit) => Message::Exit(exit),
-        RawEvent::Data(data) => Message::Data(data),
-        RawEvent::Conn(conn) => Message::Conn(conn),
-        RawEvent::Fsync(fsync) => Message::Fsync(fsync),
-        RawEvent::FileOpen(open) => Message::FileOpen(open),
     }
 }

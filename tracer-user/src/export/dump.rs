@@ -56,6 +56,17 @@ pub fn format_event(event: &RawEvent, clock: &WallClock) -> String {
             sync.duration_ns,
             sync.ret
         ),
+        RawEvent::Header(field) => format!(
+            "{head} hpack {:?} {}: {}{}",
+            field.side,
+            field.name,
+            if field.redacted {
+                "[sensitive]"
+            } else {
+                field.value.as_str()
+            },
+            if field.truncated { "…" } else { "" }
+        ),
         RawEvent::Data(data) => format!(
             "{head} {}{} {:?} fd {} conn {:#x} {} B{} {}",
             if data.tls_plaintext { "tls " } else { "" },
