@@ -84,6 +84,13 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
         .unwrap();
     assert_eq!(workload.filename, "/bin/sh");
     assert!(workload.depth >= 1, "{workload:?}");
+    // Its cgroup path names the Pod and the container, as the kubelet's
+    // cgroup parent and containerd lay it out.
+    let cgroup = workload.cgroup_path.as_deref().unwrap_or_default();
+    assert!(
+        cgroup.contains(&format!("pod{uid}")) && cgroup.contains(&pod.container_id),
+        "cgroup {cgroup:?}"
+    );
 
     // Every CRI request containerd received, decoded from what it read.
     let accepted: Vec<_> = events

@@ -22,6 +22,22 @@ use super::{
     wire::{RawEvent, parse_record},
 };
 
+/// The cgroup path of a live process: the unified (v2) entry of
+/// /proc/PID/cgroup, or on cgroup v1 the `pids` controller's (kubelet and
+/// containerd put a Pod's processes under `…/pod<UID>/<container id>` in each).
+fn cgroup_path(tgid: u32) -> Option<String> {
+    let table = std::fs::read_to_string(format!("/proc/{tgid}/cgroup")).ok()?;
+    let entry = |wanted: &dyn Fn(&str) -> bool| {
+        table.lines().find_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            wanted(controllers).then(|| path.to_owned())
+        })
+    };
+    entry(&|controllers| controllers.is_empty())
+        .or_else(|| entry(&|controllers| controllers.split(',').any(|c| c == "pids")))
+}
+
 /// Counters of the user-space side of capture.
 #[derive(Debug, Default)]
 pub struct ReaderStats {
@@ -65,9 +81,10 @@ pub async fn read_ring_buffer(
                 None => break,
             };
             match parsed {
-                Ok(event) => {
+                Ok(mut event) => {
                     stats.events.fetch_add(1, Ordering::Relaxed);
-                    if let RawEvent::Exec(exec) = &event {
+                    if let RawEvent::Exec(exec) = &mut event {
+                        exec.cgroup_path = cgroup_path(exec.ids.tgid);
                         if exec.depth == 0 {
                             // A component started (or re-exec'd): it may need
                             // its own Go TLS probes. Nobody listening is fine.

@@ -55,6 +55,10 @@ pub struct ExecRecord {
     pub argv: Vec<String>,
     /// argv was cut by the kernel side's bound; the last string may be partial.
     pub argv_truncated: bool,
+    /// The process's cgroup path (it names the Pod UID and container id),
+    /// read from /proc by the live reader when the exec arrives; `None` if
+    /// the process was already gone, and in replays.
+    pub cgroup_path: Option<String>,
 }
 
 /// A target process forked a new process.
@@ -553,6 +557,7 @@ fn parse_exec(ids: ProcessIds, event: &ExecEvent) -> Result<ExecRecord, WireErro
         filename_truncated: event.flags & EXEC_FILENAME_TRUNCATED != 0,
         argv: split_args(args),
         argv_truncated: event.flags & EXEC_ARGS_TRUNCATED != 0,
+        cgroup_path: None,
     })
 }
 

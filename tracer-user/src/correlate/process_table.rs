@@ -169,6 +169,7 @@ mod tests {
             filename_truncated: false,
             argv: vec![],
             argv_truncated: false,
+            cgroup_path: None,
         })
     }
 

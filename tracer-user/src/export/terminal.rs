@@ -91,6 +91,10 @@ pub fn format_activity(activity: &ProcessActivity) -> String {
                 .collect::<Vec<_>>()
                 .join(" ");
             let cut = if exec.argv_truncated { " …" } else { "" };
+            let cgroup = exec
+                .cgroup_path
+                .clone()
+                .unwrap_or_else(|| exec.cgroup_id.to_string());
             format!(
                 "{time}  exec  {comm}[{pid}] ← {parent}  {file}  argv: {argv}{cut}  ({reason:?}, depth {depth}, cgroup {cgroup})",
                 comm = exec.comm,
@@ -99,7 +103,6 @@ pub fn format_activity(activity: &ProcessActivity) -> String {
                 file = exec.filename,
                 reason = exec.target,
                 depth = exec.depth,
-                cgroup = exec.cgroup_id,
             )
         }
         ProcessEvent::Fork(fork) => format!(
@@ -193,6 +196,7 @@ mod tests {
                 filename_truncated: false,
                 argv: vec!["sh".into(), "-c".into(), "sleep 1".into()],
                 argv_truncated: false,
+                cgroup_path: None,
             }),
             time_unix_ns: 3_723_000_004_000,
             parent_name: Some("runc".into()),
