@@ -203,7 +203,7 @@ async fn long_argv_is_cut_and_flagged_without_reading_the_environment() {
     let root_sh = copy_executable(Path::new("/bin/sh"), dir.path(), "pt-argv-root");
     let mut capture = LiveCapture::start(&["pt-argv-root"], 1);
 
-    let long_arg = "a".repeat(2000);
+    let long_arg = "a".repeat(2 * tracer_common::event::ARGS_BYTES);
     let root = Command::new(&root_sh)
         .args(["-c", "exit 0", &long_arg])
         .env("PODTRACE_TEST_SECRET", "must-not-be-captured")

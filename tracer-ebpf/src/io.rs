@@ -27,7 +27,7 @@ use tracer_common::{
 };
 
 use crate::{
-    kernel_read::{read_user, read_user_bytes, read_user_str},
+    kernel_read::{Space, read_str, read_user, read_user_bytes},
     maps::{ACTIVE_CALLS, EVENTS, FDS, SCRATCH, SCRATCH_BYTES, config, count_drop, target_of},
 };
 
@@ -484,7 +484,8 @@ fn file_opened(ids: Ids, call: &ActiveCall, fd: u32) -> Result<(), DropReason> {
     let event = entry.as_mut_ptr();
     // SAFETY: a ring buffer reservation that only this program owns until
     // submit or discard; the path is read into it first.
-    let copied = read_user_str(unsafe { &raw mut (*event).path }, call.args[1]).unwrap_or(0);
+    let copied =
+        read_str(Space::User, unsafe { &raw mut (*event).path }, call.args[1]).unwrap_or(0);
     if copied < 5 {
         entry.discard(0);
         return Ok(());

@@ -117,39 +117,36 @@ pub(crate) unsafe fn read_user_bytes(dst: *mut u8, size: u32, src: u64) -> Resul
     if ret < 0 { Err(ret as i32) } else { Ok(()) }
 }
 
-/// Copies the NUL-terminated user string at `src` into `dst`; returns the
-/// bytes copied including the NUL.
-#[inline(always)]
-pub(crate) fn read_user_str(dst: *mut [u8; FILENAME_BYTES], src: u64) -> Result<usize, i32> {
-    // SAFETY: dst points to FILENAME_BYTES writable bytes; the helper writes at
-    // most that many and checks src.
-    let copied = unsafe {
-        generated::bpf_probe_read_user_str(
-            dst.cast::<c_void>(),
-            FILENAME_BYTES as u32,
-            src as *const c_void,
-        )
-    };
-    if copied < 0 {
-        Err(copied as i32)
-    } else {
-        Ok(copied as usize)
-    }
+/// Which address space a pointer is in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Space {
+    /// A process's memory (`bpf_probe_read_user_str`).
+    User,
+    /// Kernel memory (`bpf_probe_read_kernel_str`).
+    Kernel,
 }
 
-/// Copies the NUL-terminated kernel string at `src` into `dst`. Returns the
-/// number of bytes copied including the NUL; a result of `dst.len()` means the
+/// Copies the NUL-terminated string at `src` into `dst`. Returns the number
+/// of bytes copied including the NUL; a result of `FILENAME_BYTES` means the
 /// string may have been cut.
 #[inline(always)]
-pub(crate) fn read_kernel_str(dst: *mut [u8; FILENAME_BYTES], src: u64) -> Result<usize, i32> {
+pub(crate) fn read_str(
+    space: Space,
+    dst: *mut [u8; FILENAME_BYTES],
+    src: u64,
+) -> Result<usize, i32> {
+    let (dst, size, src) = (
+        dst.cast::<c_void>(),
+        FILENAME_BYTES as u32,
+        src as *const c_void,
+    );
     // SAFETY: dst points to FILENAME_BYTES writable bytes (a ring buffer
-    // reservation); the helper writes at most that many and checks src.
+    // reservation); the helpers write at most that many and check src.
     let copied = unsafe {
-        generated::bpf_probe_read_kernel_str(
-            dst.cast::<c_void>(),
-            FILENAME_BYTES as u32,
-            src as *const c_void,
-        )
+        match space {
+            Space::User => generated::bpf_probe_read_user_str(dst, size, src),
+            Space::Kernel => generated::bpf_probe_read_kernel_str(dst, size, src),
+        }
     };
     if copied < 0 {
         Err(copied as i32)

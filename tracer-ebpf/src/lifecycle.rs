@@ -31,7 +31,7 @@ use tracer_common::{
 };
 
 use crate::{
-    kernel_read::{Task, binprm_filename, read_kernel_str, read_user_args},
+    kernel_read::{Space, Task, binprm_filename, read_str, read_user_args},
     maps::{EVENTS, TARGET_COMMS, TARGETS, config, count_drop, target_of},
 };
 
@@ -223,7 +223,7 @@ fn read_filename(
     bprm: u64,
     offsets: &KernelOffsets,
 ) -> (u16, bool) {
-    let copied = binprm_filename(bprm, offsets).and_then(|name| read_kernel_str(dst, name));
+    let copied = binprm_filename(bprm, offsets).and_then(|name| read_str(Space::Kernel, dst, name));
     match copied {
         Ok(0) => (0, false),
         Ok(copied) => {
