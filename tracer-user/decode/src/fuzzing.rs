@@ -15,6 +15,7 @@ use crate::identity::clues_from_kv_request;
 use crate::kube::decode_stored_object;
 use crate::rest::RestRequest;
 use crate::wal::{MAX_RECORD_BYTES, RecordKind, WalEntry, WalReader};
+use crate::watch::{MAX_EVENT_BYTES, WatchDecoder, WatchFormat};
 use crate::{Chunk, Direction};
 
 /// How much the decoders kept from one input, for bounded-memory checks.
@@ -161,6 +162,24 @@ pub fn rest(data: &[u8]) -> Footprint {
     footprint
 }
 
+/// A watch body in both formats, in 97-byte pieces (the first byte's low
+/// bit marks a truncated piece).
+pub fn watch(data: &[u8]) -> Footprint {
+    let mut footprint = Footprint::default();
+    for format in [WatchFormat::Json, WatchFormat::Protobuf] {
+        let mut decoder = WatchDecoder::new(format);
+        let truncate = data.first().is_some_and(|b| b & 1 == 1);
+        for (i, piece) in data.chunks(97).enumerate() {
+            let (events, _) = decoder.push(piece, truncate && i == 2);
+            assert!(decoder.buffered_bytes() <= MAX_EVENT_BYTES + piece.len());
+            for _ in events {
+                footprint.saw(decoder.buffered_bytes());
+            }
+        }
+    }
+    footprint
+}
+
 /// Every entry point on the same bytes, as the cargo-fuzz target runs them.
 pub fn all(data: &[u8]) -> Footprint {
     let mut footprint = http2_connection(&chunks_from_bytes(data));
@@ -168,5 +187,6 @@ pub fn all(data: &[u8]) -> Footprint {
     footprint.add(wal(data));
     footprint.add(kube_object(data));
     footprint.add(rest(data));
+    footprint.add(watch(data));
     footprint
 }

@@ -42,6 +42,7 @@ pub mod kube;
 pub mod pb;
 pub mod rest;
 pub mod wal;
+pub mod watch;
 
 pub use decoded::Decoded;
 

@@ -8,6 +8,8 @@
 
 use std::time::{Duration, Instant};
 
+use prost::Message;
+
 use tracer_decode::fuzzing::{self, Footprint};
 use tracer_decode::recording::read_recording;
 use tracer_decode::{Chunk, Direction};
@@ -178,6 +180,27 @@ fn mutated_recordings_never_panic_and_stay_bounded() {
     byte_seeds.push(wal);
     byte_seeds.push(testdata("pod-web-7d4b9.k8spb"));
     byte_seeds.push(testdata("pod-web-7d4b9.json"));
+    // Watch bodies as apiserver writes them (see src/watch/tests.rs).
+    let json_pod = String::from_utf8_lossy(&testdata("pod-web-7d4b9.json"))
+        .trim()
+        .to_string();
+    byte_seeds.push(
+        format!("{{\"type\":\"ADDED\",\"object\":{json_pod}}}\n{{\"type\":\"DELETED\",\"object\":{json_pod}}}\n")
+            .into_bytes(),
+    );
+    let mut protobuf_watch = Vec::new();
+    for event_type in ["ADDED", "MODIFIED"] {
+        let frame = k8s_pb::apimachinery::pkg::apis::meta::v1::WatchEvent {
+            r#type: Some(event_type.into()),
+            object: Some(k8s_pb::apimachinery::pkg::runtime::RawExtension {
+                raw: Some(testdata("pod-web-7d4b9.k8spb")),
+            }),
+        }
+        .encode_to_vec();
+        protobuf_watch.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+        protobuf_watch.extend(frame);
+    }
+    byte_seeds.push(protobuf_watch);
     for target in [
         "\x00/api/v1/namespaces/default/pods?watch=true&fieldSelector=metadata.name%3Dweb\napplication/json",
         "\x01/api/v1/namespaces/default/pods/web-7d4b9/binding?dryRun=All",

@@ -104,10 +104,10 @@ fn decode_envelope(envelope: &[u8]) -> Result<StoredObject, KubeError> {
 }
 
 /// Only the fields podtrace reads; serde skips everything else without
-/// keeping it.
+/// keeping it. Shared with [`crate::watch`], whose JSON events embed objects.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct JsonObject {
+pub(crate) struct JsonObject {
     #[serde(default)]
     api_version: String,
     #[serde(default)]
@@ -117,7 +117,22 @@ struct JsonObject {
     #[serde(default)]
     spec: JsonSpec,
     #[serde(default)]
-    status: JsonStatus,
+    status: JsonStatusField,
+}
+
+/// `status` is a struct on most kinds but a string on `Status` objects
+/// (watch ERROR events, API errors): anything else is skipped.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum JsonStatusField {
+    Object(JsonStatus),
+    Other(serde::de::IgnoredAny),
+}
+
+impl Default for JsonStatusField {
+    fn default() -> Self {
+        JsonStatusField::Other(serde::de::IgnoredAny)
+    }
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -144,21 +159,29 @@ fn decode_json(value: &[u8]) -> Result<StoredObject, KubeError> {
     let object: JsonObject = serde_json::from_slice(value).map_err(|e| KubeError::Json {
         reason: e.to_string(),
     })?;
+    Ok(stored_from_json(object))
+}
+
+/// Keeps the identity of a parsed JSON object.
+pub(crate) fn stored_from_json(object: JsonObject) -> StoredObject {
     if object.api_version != "v1" || object.kind != "Pod" {
-        return Ok(StoredObject::Other {
+        return StoredObject::Other {
             api_version: object.api_version,
             kind: object.kind,
-        });
+        };
     }
     let metadata = object.metadata;
-    Ok(StoredObject::Pod(PodIdentity {
+    StoredObject::Pod(PodIdentity {
         namespace: metadata.namespace,
         name: metadata.name,
         generate_name: metadata.generate_name,
         uid: metadata.uid,
         node_name: object.spec.node_name,
-        phase: object.status.phase,
-    }))
+        phase: match object.status {
+            JsonStatusField::Object(status) => status.phase,
+            JsonStatusField::Other(_) => None,
+        },
+    })
 }
 
 #[cfg(test)]
