@@ -3,8 +3,10 @@
 //! In: a [`GrpcCall`] to `runtime.v1.RuntimeService` or
 //! `runtime.v1.ImageService`. Out: a [`CriCall`] with typed request and
 //! response ([`CriRequest`], [`CriResponse`] hold the prost messages) and the
-//! [`PodClue`]s it carries. Container configs hold env values and mounts:
-//! `Debug` prints only the method, and [`CriCall::clues`] only identifiers.
+//! [`PodClue`]s it carries. Secrets are dropped at decode time: env values
+//! of CreateContainer configs (names kept), PullImage registry credentials
+//! and verbose `info` maps (which hold the OCI spec with its env). `Debug`
+//! prints only the method, and [`CriCall::clues`] only identifiers.
 
 use prost::Message;
 
@@ -61,7 +63,7 @@ macro_rules! cri_methods {
             /// Decodes the request of `service`/`method`.
             pub fn decode(service: &str, method: &str, bytes: &[u8]) -> Result<Self, CriError> {
                 match (service, method) {
-                    $(($service, stringify!($method)) => Ok(Self::$method(Box::new(decode_message(method, "request", bytes)?))),)*
+                    $(($service, stringify!($method)) => Ok(Self::$method(Box::new(decode_message(method, "request", bytes)?)).without_secrets()),)*
                     _ => Err(CriError::UnknownMethod { service: service.into(), method: method.into() }),
                 }
             }
@@ -76,7 +78,7 @@ macro_rules! cri_methods {
             /// Decodes the response of `service`/`method`.
             pub fn decode(service: &str, method: &str, bytes: &[u8]) -> Result<Self, CriError> {
                 match (service, method) {
-                    $(($service, stringify!($method)) => Ok(Self::$method(Box::new(decode_message(method, "response", bytes)?))),)*
+                    $(($service, stringify!($method)) => Ok(Self::$method(Box::new(decode_message(method, "response", bytes)?)).without_secrets()),)*
                     _ => Err(CriError::UnknownMethod { service: service.into(), method: method.into() }),
                 }
             }
@@ -112,6 +114,42 @@ cri_methods! {
     ("runtime.v1.ImageService", ImageStatus, ImageStatusRequest, ImageStatusResponse),
     ("runtime.v1.ImageService", ListImages, ListImagesRequest, ListImagesResponse),
     ("runtime.v1.ImageService", RemoveImage, RemoveImageRequest, RemoveImageResponse),
+}
+
+/// Placeholder for a dropped env value: the name stays (it says what a
+/// container was configured with), the value never leaves the decoder.
+pub const REDACTED: &str = "<redacted>";
+
+impl CriRequest {
+    /// Drops what must not travel further: env values of CreateContainer
+    /// configs and PullImage registry credentials.
+    fn without_secrets(mut self) -> Self {
+        match &mut self {
+            CriRequest::CreateContainer(r) => {
+                for env in r.config.iter_mut().flat_map(|c| c.envs.iter_mut()) {
+                    env.value = REDACTED.into();
+                }
+            }
+            CriRequest::PullImage(r) => r.auth = None,
+            _ => {}
+        }
+        self
+    }
+}
+
+impl CriResponse {
+    /// Drops verbose `info` maps: runtimes put the whole OCI spec there,
+    /// env values included.
+    fn without_secrets(mut self) -> Self {
+        match &mut self {
+            CriResponse::PodSandboxStatus(r) => r.info.clear(),
+            CriResponse::ContainerStatus(r) => r.info.clear(),
+            CriResponse::ImageStatus(r) => r.info.clear(),
+            CriResponse::Status(r) => r.info.clear(),
+            _ => {}
+        }
+        self
+    }
 }
 
 impl std::fmt::Debug for CriRequest {
@@ -233,6 +271,52 @@ mod tests {
             .filter_map(GrpcCall::from_exchange)
             .filter_map(|c| CriCall::from_grpc(&c))
             .collect()
+    }
+
+    #[test]
+    fn create_container_env_values_and_pull_credentials_are_dropped() {
+        let request = pb::CreateContainerRequest {
+            pod_sandbox_id: "sandbox".into(),
+            config: Some(pb::ContainerConfig {
+                envs: vec![pb::KeyValue {
+                    key: "DB_PASSWORD".into(),
+                    value: "hunter2".into(),
+                }],
+                ..Default::default()
+            }),
+            sandbox_config: None,
+        };
+        let decoded =
+            CriRequest::decode(RUNTIME_SERVICE, "CreateContainer", &request.encode_to_vec());
+        let Ok(CriRequest::CreateContainer(decoded)) = decoded else {
+            panic!("{decoded:?}")
+        };
+        let envs = &decoded.config.as_ref().expect("config").envs;
+        assert_eq!(envs[0].key, "DB_PASSWORD");
+        assert_eq!(envs[0].value, REDACTED);
+
+        let pull = pb::PullImageRequest {
+            auth: Some(pb::AuthConfig {
+                password: "hunter2".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let decoded = CriRequest::decode(IMAGE_SERVICE, "PullImage", &pull.encode_to_vec());
+        let Ok(CriRequest::PullImage(decoded)) = decoded else {
+            panic!("{decoded:?}")
+        };
+        assert_eq!(decoded.auth, None);
+    }
+
+    #[test]
+    fn recorded_create_container_keeps_no_env_values() {
+        for call in calls() {
+            if let Some(Ok(CriRequest::CreateContainer(r))) = &call.request {
+                let envs = &r.config.as_ref().expect("config").envs;
+                assert!(envs.iter().all(|e| e.value == REDACTED), "{envs:?}");
+            }
+        }
     }
 
     #[test]
