@@ -19,6 +19,7 @@ use tracer_decode::kube::decode_stored_object;
 use tracer_decode::recording::read_recording;
 use tracer_decode::rest::RestRequest;
 use tracer_decode::wal::{RecordKind, WalEntry, WalReader};
+use tracer_decode::watch::{WatchDecoder, WatchFormat};
 
 const RUN_FOR: Duration = Duration::from_millis(500);
 
@@ -142,6 +143,37 @@ fn main() -> Result<(), String> {
             }),
         );
     }
+
+    // A watch of 200 Pod events as apiserver streams them (see
+    // src/watch/tests.rs): no recording of a live apiserver here.
+    let pod_json = String::from_utf8_lossy(&testdata("pod-web-7d4b9.json")?)
+        .trim()
+        .to_string();
+    let watch: Vec<u8> = (0..200)
+        .flat_map(|_| format!("{{\"type\":\"MODIFIED\",\"object\":{pod_json}}}\n").into_bytes())
+        .collect();
+    let watch_chunks: Vec<Chunk> = watch
+        .chunks(16 << 10)
+        .map(|piece| Chunk {
+            direction: tracer_decode::Direction::ServerToClient,
+            ts_ns: 0,
+            bytes: piece.to_vec(),
+            truncated: false,
+        })
+        .collect();
+    let (base, _) = measure(watch.len(), || baseline(&watch_chunks));
+    report(
+        "watch json (200 Pod events)",
+        watch.len(),
+        base,
+        measure(watch.len(), || {
+            let mut decoder = WatchDecoder::new(WatchFormat::Json);
+            watch_chunks
+                .iter()
+                .map(|c| decoder.push(&c.bytes, false).0.len())
+                .sum()
+        }),
+    );
 
     let targets = [
         "/api/v1/namespaces/default/pods",
