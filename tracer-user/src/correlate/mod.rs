@@ -7,6 +7,7 @@
 
 pub mod conn_table;
 pub mod process_table;
+pub mod span;
 
 pub use conn_table::{ConnActivity, ConnTable, FileSyncActivity};
 pub use process_table::{ProcessActivity, ProcessEvent, ProcessTable};

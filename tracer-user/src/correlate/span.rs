@@ -1,0 +1,174 @@
+//! The span model correlate produces and export consumes, and the ids that
+//! let agents on different nodes build one trace per Pod without talking.
+//!
+//! Ids are derived, not random: the trace id from (cluster id, Pod UID), the
+//! ids of well-known spans (the Pod's root span, a node's span) from the trace
+//! id and a role. Two agents that see the same Pod compute the same ids, so
+//! the spans each exports join in Jaeger or Tempo (DESIGN.md §7).
+
+use sha2::{Digest as _, Sha256};
+
+/// A 16-byte trace id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TraceId(pub [u8; 16]);
+
+/// An 8-byte span id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SpanId(pub [u8; 8]);
+
+impl TraceId {
+    /// The trace of one Pod: the first 16 bytes of SHA-256 over the cluster
+    /// id, a NUL, and the Pod UID.
+    pub fn for_pod(cluster_id: &str, pod_uid: &str) -> TraceId {
+        let digest = Sha256::new()
+            .chain_update(b"podtrace/trace\0")
+            .chain_update(cluster_id.as_bytes())
+            .chain_update([0])
+            .chain_update(pod_uid.as_bytes())
+            .finalize();
+        let mut id = [0; 16];
+        id.copy_from_slice(&digest[..16]);
+        TraceId(id)
+    }
+
+    /// Lower-case hex, as OTLP-JSON and Jaeger show it.
+    pub fn to_hex(self) -> String {
+        hex(&self.0)
+    }
+}
+
+impl SpanId {
+    /// The id of a well-known span of a trace, e.g. `"root"` or
+    /// `"node/worker-1"`: the same on every agent.
+    pub fn well_known(trace: TraceId, role: &str) -> SpanId {
+        Self::derived(trace, role.as_bytes())
+    }
+
+    /// The id of a span identified by a causal key every observer of it sees
+    /// the same way (a CRI call's sandbox id and method, a runc exec's pid and
+    /// start time on that node): deterministic, so a replay exports the same ids.
+    pub fn for_key(trace: TraceId, key: &[u8]) -> SpanId {
+        Self::derived(trace, key)
+    }
+
+    fn derived(trace: TraceId, key: &[u8]) -> SpanId {
+        let digest = Sha256::new()
+            .chain_update(b"podtrace/span\0")
+            .chain_update(trace.0)
+            .chain_update(key)
+            .finalize();
+        let mut id = [0; 8];
+        id.copy_from_slice(&digest[..8]);
+        // An all-zero span id is invalid in OTLP.
+        if id == [0; 8] {
+            id[7] = 1;
+        }
+        SpanId(id)
+    }
+
+    /// Lower-case hex.
+    pub fn to_hex(self) -> String {
+        hex(&self.0)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// OpenTelemetry span kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpanKind {
+    /// Work inside one process (the Pod's root, a kubelet phase).
+    Internal,
+    /// Handling of a request (containerd's side of a CRI call).
+    Server,
+    /// A request to another component (kubelet's side of a CRI call).
+    Client,
+}
+
+/// How a span ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SpanStatus {
+    /// Nothing known to be wrong.
+    Unset,
+    /// Failed, with a message that carries no payload (a gRPC status, an
+    /// HTTP status line, an exit code).
+    Error(String),
+}
+
+/// An attribute value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttributeValue {
+    /// A string.
+    String(String),
+    /// An integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+}
+
+/// One span, in unix nanoseconds. Attributes follow OpenTelemetry semantic
+/// conventions (`rpc.*`, `k8s.*`, `container.*`, `process.*`, …);
+/// podtrace's own are under `podtrace.*`. They never hold payloads,
+/// credentials, Secret data or environment values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Span {
+    /// The Pod's trace.
+    pub trace_id: TraceId,
+    /// This span.
+    pub span_id: SpanId,
+    /// Its parent, if any (the root has none).
+    pub parent_span_id: Option<SpanId>,
+    /// Name, e.g. `runtime.v1.RuntimeService/RunPodSandbox`.
+    pub name: String,
+    /// Kind.
+    pub kind: SpanKind,
+    /// Start, unix ns.
+    pub start_unix_ns: u64,
+    /// End, unix ns.
+    pub end_unix_ns: u64,
+    /// Attributes.
+    pub attributes: Vec<(String, AttributeValue)>,
+    /// Status.
+    pub status: SpanStatus,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_pod_gives_the_same_trace_on_every_agent() {
+        let uid = "5d0c7a52-1b8e-4e1f-9d5a-0f6f3a4b2c10";
+        assert_eq!(TraceId::for_pod("prod", uid), TraceId::for_pod("prod", uid));
+        assert_ne!(
+            TraceId::for_pod("prod", uid),
+            TraceId::for_pod("staging", uid)
+        );
+        assert_ne!(
+            TraceId::for_pod("prod", uid),
+            TraceId::for_pod("prod", "another-uid")
+        );
+        // Pinned: changing the derivation would split traces across agent versions.
+        assert_eq!(TraceId::for_pod("prod", uid).to_hex().len(), 32);
+    }
+
+    #[test]
+    fn well_known_span_ids_are_shared_and_distinct() {
+        let trace = TraceId::for_pod("c", "u");
+        assert_eq!(
+            SpanId::well_known(trace, "root"),
+            SpanId::well_known(trace, "root")
+        );
+        assert_ne!(
+            SpanId::well_known(trace, "root"),
+            SpanId::well_known(trace, "node/worker-1")
+        );
+        assert_ne!(
+            SpanId::well_known(trace, "root"),
+            SpanId::well_known(TraceId::for_pod("c", "v"), "root")
+        );
+        assert_ne!(SpanId::for_key(trace, b"x").0, [0; 8]);
+    }
+}
