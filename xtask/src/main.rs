@@ -40,7 +40,20 @@ enum Task {
     Offsets,
     /// Run the benchmarks (each reports a ratio against a baseline measured in the same run).
     Bench,
+    /// Fuzz every parser with libFuzzer (cargo-fuzz, nightly) for a while each.
+    /// `cargo xtask test` runs only the bounded stable fuzz smoke tests.
+    Fuzz {
+        /// Seconds per fuzz target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
 }
+
+/// The cargo-fuzz workspaces and their targets.
+const FUZZ_TARGETS: &[(&str, &str)] = &[
+    ("tracer-user/gobin/fuzz", "parse_go_binary"),
+    ("tracer-user/decode/fuzz", "decode_bytes"),
+];
 
 fn main() -> ExitCode {
     match run(Cli::parse().task) {
@@ -131,7 +144,29 @@ fn run(task: Task) -> anyhow::Result<()> {
                 ],
             );
             command.env("PODTRACE_BENCH_BINARIES", joined);
-            run_command(command)
+            run_command(command)?;
+            cargo(
+                &root,
+                &[
+                    "bench",
+                    "-p",
+                    "tracer-decode",
+                    "--bench",
+                    "decode_throughput",
+                ],
+            )
+        }
+        Task::Fuzz { seconds } => {
+            setup::cargo_fuzz()?;
+            for (dir, target) in FUZZ_TARGETS {
+                let max_time = format!("-max_total_time={seconds}");
+                let mut command = Command::new("cargo");
+                command
+                    .args(["+nightly", "fuzz", "run", target, "--", &max_time])
+                    .current_dir(root.join(dir));
+                run_command(command)?;
+            }
+            Ok(())
         }
     }
 }

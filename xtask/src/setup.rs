@@ -261,6 +261,19 @@ pub(crate) fn bench_dockerd(root: &Path) -> anyhow::Result<PathBuf> {
     Ok(dockerd)
 }
 
+/// cargo-fuzz, for `cargo xtask fuzz` only (it runs on rustup's nightly).
+pub(crate) fn cargo_fuzz() -> anyhow::Result<()> {
+    let installed = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if installed {
+        return Ok(());
+    }
+    println!("setup: → cargo install cargo-fuzz");
+    run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
+}
+
 fn tracefs() -> anyhow::Result<()> {
     if Path::new("/sys/kernel/tracing/events").is_dir() {
         println!("setup: ✓ tracefs mounted");
