@@ -36,6 +36,7 @@ mod decoded;
 pub mod etcd;
 pub mod fuzzing;
 pub mod grpc;
+pub mod http1;
 pub mod http2;
 pub mod identity;
 pub mod kube;

@@ -84,8 +84,9 @@ impl HeaderBlockError {
     }
 }
 
-/// Header names whose values are credentials and never leave the decoder.
-const CREDENTIAL_HEADERS: [&str; 4] = [
+/// Header names whose values are credentials and never leave the decoder
+/// (HTTP/1.1 drops the same ones).
+pub(crate) const CREDENTIAL_HEADERS: [&str; 4] = [
     "authorization",
     "proxy-authorization",
     "cookie",
