@@ -14,6 +14,7 @@ use tracer_decode::Chunk;
 use tracer_decode::cri::CriCall;
 use tracer_decode::etcd::KvCall;
 use tracer_decode::grpc::GrpcCall;
+use tracer_decode::http1::Http1Connection;
 use tracer_decode::http2::Http2Connection;
 use tracer_decode::kube::decode_stored_object;
 use tracer_decode::recording::read_recording;
@@ -83,6 +84,21 @@ fn http2_stack(chunks: &[Chunk]) -> usize {
     messages
 }
 
+/// HTTP/1.1 with REST resolution of each request and watch events: what
+/// the pipeline runs on a plaintext apiserver or kubelet connection.
+fn http1_stack(chunks: &[Chunk]) -> usize {
+    let mut connection = Http1Connection::default();
+    let mut messages = 0;
+    for chunk in chunks {
+        connection.push(chunk);
+        messages += connection.take_watch_events().len();
+    }
+    for exchange in connection.finish() {
+        messages += usize::from(exchange.rest().is_some());
+    }
+    messages
+}
+
 fn main() -> Result<(), String> {
     println!("tracer-decode throughput (baseline: copy + byte fold of the same input)");
     for name in [
@@ -99,6 +115,18 @@ fn main() -> Result<(), String> {
             bytes,
             base,
             measure(bytes, || http2_stack(&chunks)),
+        );
+    }
+
+    for name in ["http1-keepalive.rec", "http1-watch.rec"] {
+        let chunks = read_recording(&testdata(name)?).map_err(|e| format!("{name}: {e}"))?;
+        let bytes = chunks.iter().map(|c| c.bytes.len()).sum();
+        let (base, _) = measure(bytes, || baseline(&chunks));
+        report(
+            &format!("http1+rest {name}"),
+            bytes,
+            base,
+            measure(bytes, || http1_stack(&chunks)),
         );
     }
 

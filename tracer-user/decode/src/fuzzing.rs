@@ -10,6 +10,7 @@
 use crate::cri::CriCall;
 use crate::etcd::KvCall;
 use crate::grpc::{GrpcCall, split_body};
+use crate::http1::{self, Http1Connection};
 use crate::http2::{Http2Connection, Limits};
 use crate::identity::clues_from_kv_request;
 use crate::kube::decode_stored_object;
@@ -92,6 +93,39 @@ pub fn http2_connection(chunks: &[Chunk]) -> Footprint {
             let method = exchange.request.header(":method").map_or("GET", |(m, _)| m);
             let _ = RestRequest::resolve(method, path, &[]);
         }
+    }
+    footprint
+}
+
+/// HTTP/1.1 connection decoding, watch events taken as they come, and REST
+/// resolution of every request.
+pub fn http1_connection(chunks: &[Chunk]) -> Footprint {
+    let limits = http1::Limits::default();
+    let mut connection = Http1Connection::new(limits);
+    let mut footprint = Footprint::default();
+    let mut exchanges = Vec::new();
+    for chunk in chunks {
+        connection.push(chunk);
+        // At most a partial head, chunk-size line or start line per direction.
+        assert!(connection.buffered_bytes() <= 2 * limits.max_head_bytes.max(8 << 10));
+        for _ in connection.take_watch_events() {
+            footprint.saw(0);
+        }
+        exchanges.extend(connection.take_exchanges());
+    }
+    assert!(connection.errors().len() <= limits.max_errors);
+    exchanges.extend(connection.finish());
+    for exchange in &exchanges {
+        let halves = [
+            exchange.request.as_ref().map(|r| &r.half),
+            exchange.response.as_ref().map(|r| &r.half),
+        ];
+        for half in halves.into_iter().flatten() {
+            assert!(half.body.len() <= limits.max_body_bytes);
+            assert!(half.body.len() as u64 <= half.body_len);
+            footprint.saw(half.body.len());
+        }
+        let _ = exchange.rest();
     }
     footprint
 }
@@ -182,7 +216,9 @@ pub fn watch(data: &[u8]) -> Footprint {
 
 /// Every entry point on the same bytes, as the cargo-fuzz target runs them.
 pub fn all(data: &[u8]) -> Footprint {
-    let mut footprint = http2_connection(&chunks_from_bytes(data));
+    let chunks = chunks_from_bytes(data);
+    let mut footprint = http2_connection(&chunks);
+    footprint.add(http1_connection(&chunks));
     footprint.add(grpc_body(data));
     footprint.add(wal(data));
     footprint.add(kube_object(data));

@@ -1,6 +1,7 @@
 //! A bounded fuzz run on the stable toolchain: every entry point of
 //! `tracer_decode::fuzzing` (the same ones the cargo-fuzz target drives) on a
-//! few thousand inputs mutated from the recordings in `testdata/` — bit
+//! few thousand inputs mutated from the recordings in `testdata/` (HTTP/2
+//! connections go through the HTTP/1.1 decoder too, and the other way) — bit
 //! flips, byte overwrites, truncations, splices between recordings, lost and
 //! re-cut chunks — with a fixed seed, so a failure reproduces. Seconds, not
 //! minutes: regressions show in every `cargo test`; long runs belong to
@@ -44,7 +45,13 @@ impl Rng {
     }
 }
 
-const RECORDINGS: [&str; 7] = [
+const RECORDINGS: [&str; 13] = [
+    "http1-keepalive.rec",
+    "http1-watch.rec",
+    "http1-pipelined.rec",
+    "http1-upgrade.rec",
+    "http1-close.rec",
+    "http1-expect.rec",
     "etcdctl-put.rec",
     "etcdctl-txn-create-pod.rec",
     "etcdctl-get-pod.rec",
@@ -219,9 +226,13 @@ fn mutated_recordings_never_panic_and_stay_bounded() {
         let donor = &connections[rng.below(connections.len())];
         let mut chunks = seed.clone();
         mutate_chunks(&mut rng, &mut chunks, donor);
-        let footprint = fuzzing::http2_connection(&chunks);
-        check(footprint);
-        messages += footprint.messages;
+        for footprint in [
+            fuzzing::http2_connection(&chunks),
+            fuzzing::http1_connection(&chunks),
+        ] {
+            check(footprint);
+            messages += footprint.messages;
+        }
         runs[0] += 1;
 
         let seed = &byte_seeds[i % byte_seeds.len()];

@@ -460,8 +460,9 @@ impl Http1Connection {
         self.book.bytes_after_switch
     }
 
-    /// Bytes buffered in both directions (a partial head, chunk-size line or
-    /// start line): at most [`Limits::max_head_bytes`] plus one chunk each.
+    /// Bytes buffered in both directions between pushes (a partial head,
+    /// chunk-size line or trailer section, at most [`Limits::max_head_bytes`]
+    /// each; or the start of a line being searched, at most 8 KiB).
     pub fn buffered_bytes(&self) -> usize {
         self.client.buf.len() + self.server.buf.len()
     }
@@ -511,7 +512,11 @@ fn drive(parser: &mut Parser, book: &mut Book, ts_ns: u64) {
                 }
             }
             State::Head => {
-                if rest.is_empty() || !may_hold_head_end(rest, parser.head_checked) {
+                // Parse once a head may have ended, or to report one over the limit.
+                if rest.is_empty()
+                    || (rest.len() <= limits.max_head_bytes
+                        && !may_hold_head_end(rest, parser.head_checked))
+                {
                     parser.head_checked = rest.len();
                     break;
                 }
@@ -631,8 +636,8 @@ fn drive(parser: &mut Parser, book: &mut Book, ts_ns: u64) {
 /// empty line has arrived past what was checked before. Saves re-parsing a
 /// head arriving in many small pieces.
 fn may_hold_head_end(buf: &[u8], checked: usize) -> bool {
-    let from = checked.saturating_sub(2);
-    buf[from..].windows(2).any(|w| w == b"\n\n") || buf[from..].windows(3).any(|w| w == b"\n\r\n")
+    let new = buf.get(checked.saturating_sub(2)..).unwrap_or(buf);
+    new.windows(2).any(|w| w == b"\n\n") || new.windows(3).any(|w| w == b"\n\r\n")
 }
 
 /// A parsed head of either direction.

@@ -512,3 +512,47 @@ fn conflicting_lengths_cut_the_message() {
     );
     assert!(exchanges[0].request.as_ref().is_some_and(|r| r.half.lossy));
 }
+
+#[test]
+fn oversized_head_is_dropped_and_the_next_request_found() {
+    let limits = Limits {
+        max_head_bytes: 1024,
+        ..Limits::default()
+    };
+    let mut connection = Http1Connection::new(limits);
+    let mut bytes = b"GET /big HTTP/1.1\r\n".to_vec();
+    for i in 0..200 {
+        bytes.extend_from_slice(format!("x-filler-{i}: {}\r\n", "v".repeat(20)).as_bytes());
+    }
+    bytes.extend_from_slice(b"\r\nGET /next HTTP/1.1\r\n\r\n");
+    for piece in bytes.chunks(50) {
+        connection.push(&Chunk {
+            direction: Direction::ClientToServer,
+            ts_ns: 1,
+            bytes: piece.to_vec(),
+            truncated: false,
+        });
+        assert!(connection.buffered_bytes() <= limits.max_head_bytes + 50);
+    }
+    assert!(
+        connection.errors().iter().any(|e| matches!(
+            e,
+            Http1Error::Head {
+                error: framing::HeadError::TooLarge { .. },
+                ..
+            }
+        )),
+        "{:?}",
+        connection.errors()
+    );
+    let exchanges = connection.finish();
+    // The big request keeps its line; the next one is found after it.
+    assert_eq!(
+        summary(&exchanges),
+        [
+            (Some("GET"), Some("/big"), None),
+            (Some("GET"), Some("/next"), None)
+        ]
+    );
+    assert!(exchanges[0].head_lost);
+}
