@@ -156,6 +156,17 @@ impl LiveCapture {
         }
     }
 
+    /// Collects whatever arrives during `duration` (events already in the
+    /// ring buffer come first).
+    pub async fn collect_for(&mut self, duration: Duration) -> Vec<RawEvent> {
+        let deadline = tokio::time::Instant::now() + duration;
+        let mut collected = Vec::new();
+        while let Ok(Some(event)) = tokio::time::timeout_at(deadline, self.events.recv()).await {
+            collected.push(event);
+        }
+        collected
+    }
+
     /// Kernel-side drop counters now.
     pub fn drop_counts(&self) -> DropCounts {
         self.probes.drop_counts().unwrap()

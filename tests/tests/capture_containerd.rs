@@ -22,7 +22,14 @@ use tracer_decode::{
     Chunk,
     http2::{Http2Connection, Limits},
 };
-use tracer_user::capture::RawEvent;
+use tracer_user::{
+    capture::{RawEvent, clock::WallClock},
+    correlate::{
+        Activity, Correlator, Span, TraceConfig,
+        span::{AttributeValue, SpanId, TraceId},
+    },
+    decode::Decoder,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -43,11 +50,13 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
     let pod = cri.create_pod("cap-pod", "default", uid).await.unwrap();
 
     // Until the container's first process: the workload's shell.
-    let events = capture
+    let mut events = capture
         .collect_until(TIMEOUT, |event| {
             matches!(event, RawEvent::Exec(exec) if exec.argv.iter().any(|arg| arg == "echo started; sleep 3600"))
         })
         .await;
+    // StartContainer's response and runc's exit follow the workload's exec.
+    events.extend(capture.collect_for(Duration::from_secs(2)).await);
     capture.stop().await;
 
     let runc_with = |subcommand: &str| {
@@ -134,4 +143,80 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
         let path = format!("/runtime.v1.RuntimeService/{call}");
         assert!(paths.contains(&path), "{path} not among {paths:?}");
     }
+
+    // The same events through decode and correlate: the node side of the
+    // Pod's trace, every span in the trace derived from the Pod's UID.
+    let traces = TraceConfig {
+        cluster_id: "test-cluster".into(),
+        node_name: "node-a".into(),
+    };
+    let mut decoder = Decoder::default();
+    let mut correlator = Correlator::new(WallClock::anchor(), traces);
+    let spans: Vec<Span> = events
+        .into_iter()
+        .flat_map(|event| decoder.decode(event))
+        .flat_map(|message| correlator.observe(message))
+        .filter_map(|activity| match activity {
+            Activity::Spans(spans) => Some(spans),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let trace = TraceId::for_pod("test-cluster", uid);
+    assert!(
+        spans.iter().all(|span| span.trace_id == trace),
+        "{spans:#?}"
+    );
+    let named = |name: &str| {
+        spans
+            .iter()
+            .find(|span| span.name == name)
+            .unwrap_or_else(|| panic!("no {name} span: {spans:#?}"))
+    };
+    let node = named("node node-a");
+    assert_eq!(node.span_id, SpanId::well_known(trace, "node/node-a"));
+    assert_eq!(node.parent_span_id, Some(SpanId::well_known(trace, "root")));
+    for call in ["RunPodSandbox", "CreateContainer", "StartContainer"] {
+        let span = named(&format!("runtime.v1.RuntimeService/{call}"));
+        assert_eq!(span.parent_span_id, Some(node.span_id), "{span:#?}");
+        assert!(span.start_unix_ns < span.end_unix_ns && node.start_unix_ns <= span.start_unix_ns);
+    }
+    // runc runs are children of the calls that caused them.
+    let create = named("runtime.v1.RuntimeService/CreateContainer");
+    let start = named("runtime.v1.RuntimeService/StartContainer");
+    let runc_of = |name: &str, container: &str| {
+        spans.iter().find(|span| {
+            span.name == name
+                && span.attributes.iter().any(|(key, value)| {
+                    key == "container.id" && *value == AttributeValue::String(container.to_owned())
+                })
+        })
+    };
+    assert_eq!(
+        runc_of("runc create", &pod.container_id)
+            .expect("runc create span")
+            .parent_span_id,
+        Some(create.span_id)
+    );
+    assert_eq!(
+        runc_of("runc start", &pod.container_id)
+            .expect("runc start span")
+            .parent_span_id,
+        Some(start.span_id)
+    );
+    let sandbox_create =
+        runc_of("runc create", &pod.sandbox_id).expect("runc create of the sandbox");
+    assert_eq!(
+        sandbox_create.parent_span_id,
+        Some(named("runtime.v1.RuntimeService/RunPodSandbox").span_id)
+    );
+    // Nothing but metadata: no payload bytes in any attribute.
+    assert!(
+        spans
+            .iter()
+            .all(|span| span.attributes.iter().all(|(_, value)| match value {
+                AttributeValue::String(text) => text.len() < 256,
+                _ => true,
+            }))
+    );
 }

@@ -21,7 +21,10 @@ use tracer_user::{
         uprobes::CallCounter,
     },
     check::run_checks,
+    correlate::TraceConfig,
+    export::otlp::{OtlpOptions, OtlpProtocol, local_host_name},
     pipeline,
+    pipeline::ExportOptions,
 };
 
 #[derive(Debug, Parser)]
@@ -52,6 +55,59 @@ enum Command {
     Replay(ReplayArgs),
 }
 
+/// Where the spans of Pod traces go.
+#[derive(Debug, clap::Args)]
+struct ExportArgs {
+    /// Names this cluster in trace ids; every agent of the cluster must use
+    /// the same value so their spans join one trace per Pod.
+    #[arg(long, env = "PODTRACE_CLUSTER_ID", default_value = "default")]
+    cluster_id: String,
+    /// This node's name (default: the host name).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
+    /// Append spans to this OTLP-JSON file (one ExportTraceServiceRequest per line).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Send spans to this OTLP endpoint (e.g. http://tempo:4317).
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    /// OTLP protocol for --otlp-endpoint.
+    #[arg(long, value_enum, default_value_t = OtlpProtocolArg::Grpc)]
+    otlp_protocol: OtlpProtocolArg,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum OtlpProtocolArg {
+    /// OTLP/gRPC (port 4317).
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies (port 4318).
+    Http,
+}
+
+impl ExportArgs {
+    fn options(self) -> ExportOptions {
+        let node_name = self
+            .node_name
+            .or_else(local_host_name)
+            .unwrap_or_else(|| "unknown".to_owned());
+        let otlp = self.otlp_endpoint.map(|endpoint| {
+            let protocol = match self.otlp_protocol {
+                OtlpProtocolArg::Grpc => OtlpProtocol::Grpc,
+                OtlpProtocolArg::Http => OtlpProtocol::HttpProtobuf,
+            };
+            OtlpOptions::new(endpoint, protocol, node_name.clone())
+        });
+        ExportOptions {
+            traces: TraceConfig {
+                cluster_id: self.cluster_id,
+                node_name,
+            },
+            out: self.out,
+            otlp,
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 struct RecordArgs {
     /// Where to write the recording (must not exist).
@@ -71,6 +127,8 @@ struct ReplayArgs {
     /// Print every event, with payload excerpts, instead of running the pipeline.
     #[arg(long)]
     dump: bool,
+    #[command(flatten)]
+    export: ExportArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -115,6 +173,8 @@ struct RunArgs {
     /// Ring buffer size in bytes (a power of two, at least 4096).
     #[arg(long, default_value_t = DEFAULT_RING_BUFFER_BYTES)]
     ring_buffer_bytes: u32,
+    #[command(flatten)]
+    export: ExportArgs,
     /// Payload bytes kept per socket or WAL syscall (at most 8192).
     #[arg(long, default_value_t = DEFAULT_DATA_BYTES, value_parser = clap::value_parser!(u32).range(0..=DATA_BYTES_MAX as i64))]
     data_bytes: u32,
@@ -225,7 +285,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let summary = runtime.block_on(pipeline::replay(reader, args.dump))?;
+    let summary = runtime.block_on(pipeline::replay(reader, args.dump, args.export.options()))?;
     if summary.truncated {
         tracing::warn!(
             records = summary.records,
@@ -243,6 +303,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> {
+    let export = args.export.options();
     let defaults = if args.only_targets {
         &[][..]
     } else {
@@ -297,7 +358,7 @@ fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> 
             }
             None => None,
         };
-        let summary = pipeline::run(probes, shutdown, recorder).await?;
+        let summary = pipeline::run(probes, shutdown, recorder, export).await?;
         if let Some(records) = summary.recorded {
             tracing::info!(records, "recording written");
         }

@@ -8,6 +8,7 @@
 
 use std::{
     io::{self, Write as _},
+    path::PathBuf,
     sync::{Arc, atomic::Ordering},
     time::Duration,
 };
@@ -24,10 +25,12 @@ use crate::{
         ring::{ReaderStats, read_ring_buffer},
         wire::parse_record,
     },
-    correlate::{Activity, Correlator},
+    correlate::{Activity, Correlator, Span, TraceConfig},
     decode::{Decoder, Message},
     export::{
         dump,
+        otlp::{OtlpExporter, OtlpOptions, local_host_name},
+        otlp_json::OtlpJsonFile,
         terminal::{self, TerminalPrinter},
     },
 };
@@ -58,13 +61,69 @@ struct Stages {
     input: mpsc::Sender<RawEvent>,
     decode: JoinHandle<()>,
     correlate: JoinHandle<u64>,
-    export: JoinHandle<io::Result<()>>,
+    export: JoinHandle<anyhow::Result<()>>,
+}
+
+/// Where finished spans go besides the terminal.
+#[derive(Debug, Default)]
+pub struct ExportOptions {
+    /// Which traces the spans belong to.
+    pub traces: TraceConfig,
+    /// OTLP-JSON file to append to (one `ExportTraceServiceRequest` per line).
+    pub out: Option<PathBuf>,
+    /// OTLP endpoint to send to.
+    pub otlp: Option<OtlpOptions>,
+}
+
+/// The span exporters that are configured.
+struct SpanSinks {
+    json: Option<OtlpJsonFile>,
+    otlp: Option<OtlpExporter>,
+}
+
+impl SpanSinks {
+    fn open(
+        out: Option<&std::path::Path>,
+        otlp: Option<OtlpOptions>,
+        node_name: &str,
+    ) -> anyhow::Result<Self> {
+        let json = out
+            .map(|path| OtlpJsonFile::open(path, node_name, local_host_name().as_deref()))
+            .transpose()?;
+        let otlp = otlp.map(OtlpExporter::start).transpose()?;
+        Ok(Self { json, otlp })
+    }
+
+    fn export(&mut self, spans: &[Span]) {
+        if let Some(json) = self.json.as_mut() {
+            if let Err(error) = json.write(spans) {
+                tracing::warn!(%error, "cannot write spans to the OTLP-JSON file");
+            }
+        }
+        if let Some(otlp) = &self.otlp {
+            for span in spans {
+                // A full queue is counted by the exporter.
+                let _ = otlp.export(span.clone());
+            }
+        }
+    }
+
+    async fn close(self) {
+        if let Some(otlp) = self.otlp {
+            let counts = otlp.shutdown().await;
+            tracing::info!(
+                sent = counts.spans_sent,
+                dropped = counts.spans_dropped(),
+                "OTLP exporter stopped"
+            );
+        }
+    }
 }
 
 impl Stages {
     /// Starts the stages. `known_processes` names processes that were running
     /// before the events begin.
-    fn spawn(clock: WallClock, known_processes: Vec<(u32, String)>) -> Self {
+    fn spawn(clock: WallClock, known_processes: Vec<(u32, String)>, export: ExportOptions) -> Self {
         let (input, mut raw_rx) = mpsc::channel::<RawEvent>(CHANNEL_CAPACITY);
         let (msg_tx, mut msg_rx) = mpsc::channel::<Message>(CHANNEL_CAPACITY);
         let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
@@ -78,33 +137,39 @@ impl Stages {
                 }
             }
         });
+        let traces = export.traces.clone();
         let correlate = tokio::spawn(async move {
-            let mut correlator = Correlator::new(clock);
+            let mut correlator = Correlator::new(clock, traces);
             for (tgid, name) in known_processes {
                 correlator.processes.seed(tgid, name);
             }
             while let Some(message) = msg_rx.recv().await {
-                let Some(activity) = correlator.observe(message) else {
-                    continue;
-                };
-                let tgid = match &activity {
-                    Activity::Process(_) => None,
-                    Activity::Conn(conn) => Some(conn.conn.tgid),
-                    Activity::FileSync(sync) => Some(sync.sync.ids.tgid),
-                };
-                let name = tgid.and_then(|tgid| correlator.processes.name_of(tgid));
-                if out_tx.send((activity, name)).await.is_err() {
-                    break;
+                for activity in correlator.observe(message) {
+                    let tgid = match &activity {
+                        Activity::Process(_) | Activity::Spans(_) => None,
+                        Activity::Conn(conn) => Some(conn.conn.tgid),
+                        Activity::FileSync(sync) => Some(sync.sync.ids.tgid),
+                    };
+                    let name = tgid.and_then(|tgid| correlator.processes.name_of(tgid));
+                    if out_tx.send((activity, name)).await.is_err() {
+                        return correlator.full_drops();
+                    }
                 }
             }
             correlator.full_drops()
         });
         let export = tokio::spawn(async move {
             let mut printer = TerminalPrinter::new(io::stdout());
+            let mut sinks =
+                SpanSinks::open(export.out.as_deref(), export.otlp, &export.traces.node_name)?;
             while let Some((activity, name)) = out_rx.recv().await {
                 printer.print(&terminal::format(&activity, |_| name.clone()))?;
+                if let Activity::Spans(spans) = &activity {
+                    sinks.export(spans);
+                }
             }
-            io::Result::Ok(())
+            sinks.close().await;
+            anyhow::Ok(())
         });
         Self {
             input,
@@ -130,11 +195,12 @@ pub async fn run(
     mut probes: Probes,
     shutdown: CancellationToken,
     mut recorder: Option<RecordingWriter>,
+    export: ExportOptions,
 ) -> anyhow::Result<RunSummary> {
     let clock = WallClock::anchor();
     let ring = probes.take_ring_buffer()?;
     let stats = Arc::new(ReaderStats::default());
-    let stages = Stages::spawn(clock, probes.known_processes());
+    let stages = Stages::spawn(clock, probes.known_processes(), export);
 
     // What was open before start goes first, so the correlator knows the
     // connections and files later events refer to.
@@ -198,10 +264,11 @@ pub struct ReplaySummary {
 pub async fn replay<R: io::Read>(
     mut reader: RecordingReader<R>,
     dump: bool,
+    export: ExportOptions,
 ) -> anyhow::Result<ReplaySummary> {
     let clock = reader.clock();
     let known = reader.header.known_processes.clone();
-    let stages = (!dump).then(|| Stages::spawn(clock, known));
+    let stages = (!dump).then(|| Stages::spawn(clock, known, export));
     let mut malformed = 0;
     let mut out = io::stdout().lock();
     while let Some(record) = reader.next_record()? {

@@ -3,19 +3,23 @@
 //!
 //! Pure and deterministic: no kernel, no tokio. In: [`Message`]s. Out:
 //! [`Activity`]: process events with parent and lifetime, connections with
-//! their peers and byte counts, WAL syncs with their durations.
+//! their peers and byte counts, WAL syncs with their durations, and spans of
+//! Pod traces ([`span`], built by [`node_spans`] from CRI calls and runc).
 
 pub mod conn_table;
+pub mod node_spans;
 pub mod process_table;
 pub mod span;
 
 pub use conn_table::{ConnActivity, ConnTable, FileSyncActivity};
+pub use node_spans::NodeSpans;
 pub use process_table::{ProcessActivity, ProcessEvent, ProcessTable};
+pub use span::Span;
 
 use crate::{capture::clock::WallClock, decode::Message};
 
 /// Something worth reporting.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Activity {
     /// A process event.
     Process(ProcessActivity),
@@ -23,6 +27,17 @@ pub enum Activity {
     Conn(ConnActivity),
     /// A followed file was synced.
     FileSync(FileSyncActivity),
+    /// Finished spans of Pod traces.
+    Spans(Vec<Span>),
+}
+
+/// Which traces this agent contributes to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceConfig {
+    /// Names the cluster in trace ids: agents of one cluster must agree.
+    pub cluster_id: String,
+    /// This node's name (`k8s.node.name`).
+    pub node_name: String,
 }
 
 /// The correlation state of one agent.
@@ -32,42 +47,61 @@ pub struct Correlator {
     pub processes: ProcessTable,
     /// Connections and files.
     pub conns: ConnTable,
+    /// The node side of Pod traces.
+    pub node_spans: NodeSpans,
 }
 
 impl Correlator {
     /// Empty tables with the default bounds.
-    pub fn new(clock: WallClock) -> Self {
+    pub fn new(clock: WallClock, traces: TraceConfig) -> Self {
         Self {
             processes: ProcessTable::new(clock, process_table::DEFAULT_PROCESS_CAPACITY),
             conns: ConnTable::new(clock, conn_table::DEFAULT_CONN_CAPACITY),
+            node_spans: NodeSpans::new(clock, traces.cluster_id, traces.node_name),
         }
     }
 
-    /// Takes one message; returns what to report, if anything.
-    pub fn observe(&mut self, message: Message) -> Option<Activity> {
+    /// Takes one message; returns what to report.
+    pub fn observe(&mut self, message: Message) -> Vec<Activity> {
+        let spans = |spans: Vec<Span>| {
+            if spans.is_empty() {
+                None
+            } else {
+                Some(Activity::Spans(spans))
+            }
+        };
         match message {
-            Message::Exec(exec) => Some(Activity::Process(
-                self.processes.observe(ProcessEvent::Exec(exec)),
-            )),
-            Message::Fork(fork) => Some(Activity::Process(
+            Message::Exec(exec) => {
+                self.node_spans.on_exec(&exec);
+                vec![Activity::Process(
+                    self.processes.observe(ProcessEvent::Exec(exec)),
+                )]
+            }
+            Message::Fork(fork) => vec![Activity::Process(
                 self.processes.observe(ProcessEvent::Fork(fork)),
-            )),
-            Message::Exit(exit) => Some(Activity::Process(
-                self.processes.observe(ProcessEvent::Exit(exit)),
-            )),
-            Message::Conn(conn) => Some(Activity::Conn(self.conns.on_conn(conn))),
+            )],
+            Message::Exit(exit) => {
+                let finished = spans(self.node_spans.on_exit(&exit));
+                let mut activities = vec![Activity::Process(
+                    self.processes.observe(ProcessEvent::Exit(exit)),
+                )];
+                activities.extend(finished);
+                activities
+            }
+            Message::Conn(conn) => vec![Activity::Conn(self.conns.on_conn(conn))],
             Message::FileOpen(open) => {
                 self.conns.on_file_open(open);
-                None
+                Vec::new()
             }
             Message::Data(data) => {
                 self.conns.on_data(&data);
-                None
+                Vec::new()
             }
-            Message::Fsync(sync) => Some(Activity::FileSync(self.conns.on_fsync(sync))),
-            // Spans of HTTP/2 requests are built from these as the protocol
-            // stitching lands; alone they report nothing.
-            Message::Header(_) => None,
+            Message::Fsync(sync) => vec![Activity::FileSync(self.conns.on_fsync(sync))],
+            // Spans of other HTTP/2 requests are built from these as the
+            // control-plane stitching lands; alone they report nothing.
+            Message::Header(_) => Vec::new(),
+            Message::Cri(call) => spans(self.node_spans.on_cri(&call)).into_iter().collect(),
         }
     }
 

@@ -6,9 +6,11 @@
 //! ([`headers`]). The protocol decoders (`tracer-decode`: HTTP/2, gRPC,
 //! protobuf, etcd WAL) are wired in here next.
 
+pub mod grpc_calls;
 pub mod headers;
 pub mod process;
 
+pub use grpc_calls::{CriMessage, GrpcDecoder};
 pub use headers::{HeaderAttributor, HeaderMessage};
 
 use crate::capture::{
@@ -35,6 +37,8 @@ pub enum Message {
     FileOpen(FileOpenRecord),
     /// An HTTP/2 header field on a connection.
     Header(HeaderMessage),
+    /// A finished CRI call.
+    Cri(CriMessage),
 }
 
 /// The decode stage's state: what ties events to one another.
@@ -42,6 +46,8 @@ pub enum Message {
 pub struct Decoder {
     /// Attribution of HPACK header fields to connections.
     pub headers: HeaderAttributor,
+    /// HTTP/2 and gRPC decoding of connections seen from their start.
+    pub grpc: GrpcDecoder,
 }
 
 impl Decoder {
@@ -62,10 +68,20 @@ impl Decoder {
                     .into_iter()
                     .map(Message::Header)
                     .collect();
+                messages.extend(self.grpc.on_data(&data).into_iter().map(Message::Cri));
                 messages.push(Message::Data(data));
                 messages
             }
-            RawEvent::Conn(conn) => vec![Message::Conn(conn)],
+            RawEvent::Conn(conn) => {
+                let mut messages: Vec<Message> = self
+                    .grpc
+                    .on_conn(&conn)
+                    .into_iter()
+                    .map(Message::Cri)
+                    .collect();
+                messages.push(Message::Conn(conn));
+                messages
+            }
             RawEvent::Fsync(fsync) => vec![Message::Fsync(fsync)],
             RawEvent::FileOpen(open) => vec![Message::FileOpen(open)],
             RawEvent::Header(header) => self

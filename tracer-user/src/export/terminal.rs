@@ -7,7 +7,10 @@ use tracer_common::io::{ConnAction, FdKind};
 
 use crate::{
     capture::{ExitStatus, Peer},
-    correlate::{Activity, ConnActivity, FileSyncActivity, ProcessActivity, ProcessEvent},
+    correlate::{
+        Activity, ConnActivity, FileSyncActivity, ProcessActivity, ProcessEvent, Span,
+        span::{AttributeValue, SpanStatus},
+    },
 };
 
 /// Formats any activity as one line (no trailing newline). `name_of` gives
@@ -17,7 +20,33 @@ pub fn format(activity: &Activity, name_of: impl Fn(u32) -> Option<String>) -> S
         Activity::Process(process) => format_activity(process),
         Activity::Conn(conn) => format_conn(conn, name_of(conn.conn.tgid)),
         Activity::FileSync(sync) => format_sync(sync, name_of(sync.sync.ids.tgid)),
+        Activity::Spans(spans) => spans.iter().map(format_span).collect::<Vec<_>>().join("\n"),
     }
+}
+
+/// A finished span: name, duration, Pod, trace id.
+fn format_span(span: &Span) -> String {
+    let attribute = |key: &str| {
+        span.attributes
+            .iter()
+            .find_map(|(name, value)| match value {
+                AttributeValue::String(value) if name == key => Some(value.as_str()),
+                _ => None,
+            })
+    };
+    let failed = match &span.status {
+        SpanStatus::Error(message) => format!("  ERROR {message}"),
+        SpanStatus::Unset => String::new(),
+    };
+    format!(
+        "{time}  span  {name}  {ms:.3} ms  pod {namespace}/{pod}  trace {trace}{failed}",
+        time = format_time(span.start_unix_ns),
+        name = span.name,
+        ms = span.end_unix_ns.saturating_sub(span.start_unix_ns) as f64 / 1e6,
+        namespace = attribute("k8s.namespace.name").unwrap_or("?"),
+        pod = attribute("k8s.pod.name").unwrap_or("?"),
+        trace = span.trace_id.to_hex(),
+    )
 }
 
 fn process_tag(tgid: u32, name: Option<String>) -> String {
