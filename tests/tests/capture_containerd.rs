@@ -181,8 +181,8 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
         assert_eq!(span.parent_span_id, Some(node.span_id), "{span:#?}");
         assert!(span.start_unix_ns < span.end_unix_ns && node.start_unix_ns <= span.start_unix_ns);
     }
-    // runc runs are children of the calls that caused them.
-    let create = named("runtime.v1.RuntimeService/CreateContainer");
+    // runc runs are children of the calls that caused them: containerd
+    // creates and starts a workload's runc container in StartContainer.
     let start = named("runtime.v1.RuntimeService/StartContainer");
     let runc_of = |name: &str, container: &str| {
         spans.iter().find(|span| {
@@ -196,7 +196,7 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
         runc_of("runc create", &pod.container_id)
             .expect("runc create span")
             .parent_span_id,
-        Some(create.span_id)
+        Some(start.span_id)
     );
     assert_eq!(
         runc_of("runc start", &pod.container_id)

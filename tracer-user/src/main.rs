@@ -55,6 +55,9 @@ enum Command {
     Replay(ReplayArgs),
 }
 
+/// Where spans go when neither `--out` nor `--otlp-endpoint` is given.
+const DEFAULT_OTLP_JSON_FILE: &str = "podtrace-traces.otlp.jsonl";
+
 /// Where the spans of Pod traces go.
 #[derive(Debug, clap::Args)]
 struct ExportArgs {
@@ -65,7 +68,8 @@ struct ExportArgs {
     /// This node's name (default: the host name).
     #[arg(long, env = "NODE_NAME")]
     node_name: Option<String>,
-    /// Append spans to this OTLP-JSON file (one ExportTraceServiceRequest per line).
+    /// Append spans to this OTLP-JSON file (one ExportTraceServiceRequest per
+    /// line). Without --otlp-endpoint, spans go to ./podtrace-traces.otlp.jsonl.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
     /// Send spans to this OTLP endpoint (e.g. http://tempo:4317).
@@ -97,12 +101,17 @@ impl ExportArgs {
             };
             OtlpOptions::new(endpoint, protocol, node_name.clone())
         });
+        // Spans must go somewhere: a file when no collector is configured.
+        let out = match (self.out, &otlp) {
+            (None, None) => Some(PathBuf::from(DEFAULT_OTLP_JSON_FILE)),
+            (out, _) => out,
+        };
         ExportOptions {
             traces: TraceConfig {
                 cluster_id: self.cluster_id,
                 node_name,
             },
-            out: self.out,
+            out,
             otlp,
         }
     }

@@ -32,6 +32,7 @@ use crate::{
         otlp::{OtlpExporter, OtlpOptions, local_host_name},
         otlp_json::OtlpJsonFile,
         terminal::{self, TerminalPrinter},
+        waterfall::Waterfalls,
     },
 };
 
@@ -162,10 +163,14 @@ impl Stages {
             let mut printer = TerminalPrinter::new(io::stdout());
             let mut sinks =
                 SpanSinks::open(export.out.as_deref(), export.otlp, &export.traces.node_name)?;
+            let mut waterfalls = Waterfalls::default();
             while let Some((activity, name)) = out_rx.recv().await {
                 printer.print(&terminal::format(&activity, |_| name.clone()))?;
                 if let Activity::Spans(spans) = &activity {
                     sinks.export(spans);
+                    for waterfall in waterfalls.on_spans(spans) {
+                        printer.print(&waterfall)?;
+                    }
                 }
             }
             sinks.close().await;

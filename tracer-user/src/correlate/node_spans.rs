@@ -268,10 +268,9 @@ impl NodeSpans {
         }
     }
 
-    /// A runc execution ended: its span (now, or once the CRI call that
-    /// caused it names its container), a child of that call —
-    /// CreateContainer for `create`, StartContainer for `start`, or
-    /// RunPodSandbox for the sandbox's own container.
+    /// A runc execution ended: its span (now, or once the CRI calls name its
+    /// container), a child of the call that caused it — StartContainer for a
+    /// workload container, RunPodSandbox for the sandbox's own container.
     pub fn on_exit(&mut self, exit: &ExitRecord) -> Vec<Span> {
         let Some(run) = self.runc_runs.remove(&exit.ids.tgid) else {
             return Vec::new();
@@ -313,10 +312,14 @@ impl NodeSpans {
             None => (run.container_id.clone(), true),
         };
         let pod = self.pods_by_sandbox.get(&sandbox_id)?;
-        let parent_method = match (is_sandbox, run.subcommand.as_str()) {
-            (true, _) => "RunPodSandbox",
-            (false, "start") => "StartContainer",
-            (false, _) => "CreateContainer",
+        // containerd (1.6, 1.7) creates a workload's runc container in
+        // StartContainer, not CreateContainer (which only prepares it): both
+        // `runc create` and `runc start` are children of StartContainer; the
+        // sandbox's own container is created and started by RunPodSandbox.
+        let parent_method = if is_sandbox {
+            "RunPodSandbox"
+        } else {
+            "StartContainer"
         };
         let parent = Self::call_span_id(pod.trace, Side::Server, parent_method, &run.container_id);
         let mut attributes = vec![

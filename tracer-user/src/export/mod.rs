@@ -10,3 +10,4 @@ pub mod dump;
 pub mod otlp;
 pub mod otlp_json;
 pub mod terminal;
+pub mod waterfall;

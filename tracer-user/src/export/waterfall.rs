@@ -1,0 +1,223 @@
+//! A terminal waterfall per finished Pod trace: each span on one line,
+//! indented under its parent, with a bar placed on the trace's timeline.
+//!
+//! In: finished spans as they come. Out: the rendered waterfall of a trace
+//! once its node span ends (the Pod's containers were started on this node),
+//! which is when this agent's part of the trace is complete.
+
+use std::collections::HashMap;
+
+use crate::correlate::{
+    Span,
+    span::{AttributeValue, SpanStatus, TraceId},
+};
+
+/// Traces buffered at once; past it the oldest-started is dropped (counted).
+const MAX_TRACES: usize = 1024;
+/// Spans buffered per trace; more are counted and left out.
+const MAX_SPANS_PER_TRACE: usize = 256;
+/// Width of the timeline in characters.
+const BAR_WIDTH: usize = 40;
+
+/// Spans of unfinished traces.
+#[derive(Debug, Default)]
+pub struct Waterfalls {
+    traces: HashMap<TraceId, Vec<Span>>,
+    /// Spans left out because a bound was reached.
+    pub dropped_spans: u64,
+}
+
+impl Waterfalls {
+    /// Takes finished spans; returns the waterfalls of traces they complete.
+    pub fn on_spans(&mut self, spans: &[Span]) -> Vec<String> {
+        let mut done = Vec::new();
+        for span in spans {
+            if !self.traces.contains_key(&span.trace_id) && self.traces.len() >= MAX_TRACES {
+                let oldest = self
+                    .traces
+                    .iter()
+                    .min_by_key(|(_, spans)| {
+                        spans.iter().map(|s| s.start_unix_ns).min().unwrap_or(0)
+                    })
+                    .map(|(trace, _)| *trace);
+                if let Some(oldest) = oldest {
+                    self.dropped_spans += self
+                        .traces
+                        .remove(&oldest)
+                        .map_or(0, |spans| spans.len() as u64);
+                }
+            }
+            let trace = self.traces.entry(span.trace_id).or_default();
+            if trace.len() >= MAX_SPANS_PER_TRACE {
+                self.dropped_spans += 1;
+            } else {
+                trace.push(span.clone());
+            }
+            if span.name.starts_with("node ") {
+                if let Some(spans) = self.traces.remove(&span.trace_id) {
+                    done.push(render(&spans));
+                }
+            }
+        }
+        done
+    }
+}
+
+/// The waterfall of one trace's spans.
+pub fn render(spans: &[Span]) -> String {
+    let start = spans
+        .iter()
+        .map(|span| span.start_unix_ns)
+        .min()
+        .unwrap_or(0);
+    let end = spans
+        .iter()
+        .map(|span| span.end_unix_ns)
+        .max()
+        .unwrap_or(start);
+    let total = end.saturating_sub(start).max(1);
+    let pod = spans.iter().find_map(|span| {
+        let get = |key: &str| {
+            span.attributes
+                .iter()
+                .find_map(|(name, value)| match value {
+                    AttributeValue::String(value) if name == key => Some(value.clone()),
+                    _ => None,
+                })
+        };
+        Some(format!(
+            "{}/{} (uid {})",
+            get("k8s.namespace.name")?,
+            get("k8s.pod.name")?,
+            get("k8s.pod.uid")?
+        ))
+    });
+    let mut lines = vec![format!(
+        "trace {}  pod {}  {:.1} ms on this node",
+        spans
+            .first()
+            .map(|span| span.trace_id.to_hex())
+            .unwrap_or_default(),
+        pod.unwrap_or_else(|| "?".into()),
+        total as f64 / 1e6
+    )];
+    // Depth-first from the spans whose parent is not here (the node span).
+    let ids: Vec<_> = spans.iter().map(|span| span.span_id).collect();
+    let mut roots: Vec<&Span> = spans
+        .iter()
+        .filter(|span| {
+            span.parent_span_id
+                .is_none_or(|parent| !ids.contains(&parent))
+        })
+        .collect();
+    roots.sort_by_key(|span| span.start_unix_ns);
+    let mut stack: Vec<(&Span, usize)> = roots.into_iter().rev().map(|span| (span, 0)).collect();
+    while let Some((span, depth)) = stack.pop() {
+        let offset = ((span.start_unix_ns.saturating_sub(start)) as u128 * BAR_WIDTH as u128
+            / u128::from(total)) as usize;
+        let length = ((span.end_unix_ns.saturating_sub(span.start_unix_ns)) as u128
+            * BAR_WIDTH as u128
+            / u128::from(total))
+        .max(1) as usize;
+        let offset = offset.min(BAR_WIDTH - 1);
+        let length = length.min(BAR_WIDTH - offset);
+        let bar = format!(
+            "{}{}{}",
+            " ".repeat(offset),
+            "█".repeat(length),
+            " ".repeat(BAR_WIDTH - offset - length)
+        );
+        let error = match &span.status {
+            SpanStatus::Error(message) => format!("  ✗ {message}"),
+            SpanStatus::Unset => String::new(),
+        };
+        let label = format!("{}{}", "  ".repeat(depth), span.name);
+        lines.push(format!(
+            "  {label:<52} |{bar}| {:>9.3} ms{error}",
+            span.end_unix_ns.saturating_sub(span.start_unix_ns) as f64 / 1e6
+        ));
+        let mut children: Vec<&Span> = spans
+            .iter()
+            .filter(|child| child.parent_span_id == Some(span.span_id))
+            .collect();
+        children.sort_by_key(|child| std::cmp::Reverse(child.start_unix_ns));
+        stack.extend(children.into_iter().map(|child| (child, depth + 1)));
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::correlate::span::{SpanId, SpanKind};
+
+    fn span(
+        trace: TraceId,
+        name: &str,
+        id: &str,
+        parent: Option<&str>,
+        start_ms: u64,
+        end_ms: u64,
+    ) -> Span {
+        Span {
+            trace_id: trace,
+            span_id: SpanId::well_known(trace, id),
+            parent_span_id: parent.map(|parent| SpanId::well_known(trace, parent)),
+            name: name.into(),
+            kind: SpanKind::Internal,
+            start_unix_ns: start_ms * 1_000_000,
+            end_unix_ns: end_ms * 1_000_000,
+            attributes: vec![
+                (
+                    "k8s.namespace.name".into(),
+                    AttributeValue::String("default".into()),
+                ),
+                ("k8s.pod.name".into(), AttributeValue::String("web".into())),
+                ("k8s.pod.uid".into(), AttributeValue::String("u-1".into())),
+            ],
+            status: SpanStatus::Unset,
+        }
+    }
+
+    #[test]
+    fn waterfall_is_printed_when_the_node_span_ends_with_children_indented() {
+        let trace = TraceId::for_pod("c", "u-1");
+        let mut waterfalls = Waterfalls::default();
+        let first = waterfalls.on_spans(&[
+            span(
+                trace,
+                "runtime.v1.RuntimeService/RunPodSandbox",
+                "sandbox",
+                Some("node"),
+                0,
+                400,
+            ),
+            span(trace, "runc create", "runc", Some("sandbox"), 100, 200),
+        ]);
+        assert!(first.is_empty());
+        let done =
+            waterfalls.on_spans(&[span(trace, "node node-a", "node", Some("root"), 0, 1000)]);
+        assert_eq!(done.len(), 1);
+        let lines: Vec<&str> = done[0].lines().collect();
+        assert!(
+            lines[0].contains("pod default/web (uid u-1)") && lines[0].contains("1000.0 ms"),
+            "{}",
+            done[0]
+        );
+        assert!(
+            lines[1].trim_start().starts_with("node node-a"),
+            "{}",
+            done[0]
+        );
+        assert!(
+            lines[2].starts_with("    runtime.v1.RuntimeService/RunPodSandbox"),
+            "{}",
+            done[0]
+        );
+        assert!(lines[3].starts_with("      runc create"), "{}", done[0]);
+        // The runc bar starts a tenth into the timeline.
+        let bar = lines[3].split('|').nth(1).unwrap();
+        assert_eq!(bar.chars().position(|c| c == '█'), Some(4));
+        assert!(waterfalls.traces.is_empty());
+    }
+}
