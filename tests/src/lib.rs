@@ -138,7 +138,7 @@ impl LiveCapture {
                 event = tokio::time::timeout_at(deadline, self.events.recv()) => event,
                 Some(tgid) = self.new_components.recv() => {
                     // As the agent does: a component that execs gets its Go TLS probes.
-                    self.probes.attach_go_tls(tgid);
+                    self.probes.attach_go_probes(tgid);
                     continue;
                 }
             };
@@ -154,6 +154,15 @@ impl LiveCapture {
                 Err(_) => panic!("timed out after {timeout:?}; collected {collected:#?}"),
             }
         }
+    }
+
+    /// Collects events until process `tgid` has exited (its exit included).
+    pub async fn collect_until_exit(&mut self, tgid: u32, timeout: Duration) -> Vec<RawEvent> {
+        self.collect_until(
+            timeout,
+            |event| matches!(event, RawEvent::Exit(exit) if exit.ids.tgid == tgid),
+        )
+        .await
     }
 
     /// Collects whatever arrives during `duration` (events already in the

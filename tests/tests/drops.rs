@@ -54,10 +54,7 @@ async fn flood_larger_than_the_ring_buffer_is_counted() {
     let status = child.wait_with_output().unwrap().status;
     assert!(status.success());
     let events = capture
-        .collect_until(
-            Duration::from_secs(60),
-            |event| matches!(event, RawEvent::Exit(exit) if exit.ids.tgid == pid),
-        )
+        .collect_until_exit(pid, Duration::from_secs(60))
         .await;
     let dropped = capture.drop_counts().get(DropReason::RingBufFull) - before;
     capture.stop().await;

@@ -69,12 +69,7 @@ async fn process_tree_of_a_target_is_followed_with_pids_argv_and_exit_codes() {
     let root_status = root.wait_with_output().unwrap().status;
     assert_eq!(root_status.code(), Some(3));
 
-    let events = capture
-        .collect_until(
-            TIMEOUT,
-            |event| matches!(event, RawEvent::Exit(exit) if exit.ids.tgid == root_pid),
-        )
-        .await;
+    let events = capture.collect_until_exit(root_pid, TIMEOUT).await;
     capture.stop().await;
 
     assert!(
@@ -168,12 +163,7 @@ async fn descendants_below_the_depth_limit_are_counted_not_followed() {
         .unwrap();
     let root_pid = root.id();
     root.wait_with_output().unwrap();
-    let events = capture
-        .collect_until(
-            TIMEOUT,
-            |event| matches!(event, RawEvent::Exit(exit) if exit.ids.tgid == root_pid),
-        )
-        .await;
+    let events = capture.collect_until_exit(root_pid, TIMEOUT).await;
     let after = capture.drop_counts().get(DropReason::DescendantDepthLimit);
     capture.stop().await;
 
@@ -211,12 +201,7 @@ async fn long_argv_is_cut_and_flagged_without_reading_the_environment() {
         .unwrap();
     let root_pid = root.id();
     root.wait_with_output().unwrap();
-    let events = capture
-        .collect_until(
-            TIMEOUT,
-            |event| matches!(event, RawEvent::Exit(exit) if exit.ids.tgid == root_pid),
-        )
-        .await;
+    let events = capture.collect_until_exit(root_pid, TIMEOUT).await;
     capture.stop().await;
 
     let exec = execs(&events)
@@ -253,12 +238,7 @@ async fn target_running_before_start_is_found_in_proc_and_followed() {
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     let mut capture = LiveCapture::start(&["pt-seeded-root"], 2);
-    let events = capture
-        .collect_until(
-            TIMEOUT,
-            |event| matches!(event, RawEvent::Exit(exit) if exit.ids.tgid == root_pid),
-        )
-        .await;
+    let events = capture.collect_until_exit(root_pid, TIMEOUT).await;
     capture.stop().await;
     assert_eq!(root.wait_with_output().unwrap().status.code(), Some(4));
 

@@ -282,6 +282,13 @@ impl TryFrom<u8> for ConnAction {
     }
 }
 
+/// `ConnEvent::family`: a unix socket (include/linux/socket.h).
+pub const AF_UNIX: u16 = 1;
+/// `ConnEvent::family`: IPv4.
+pub const AF_INET: u16 = 2;
+/// `ConnEvent::family`: IPv6.
+pub const AF_INET6: u16 = 10;
+
 /// A socket connected, accepted or closed (and files closed).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

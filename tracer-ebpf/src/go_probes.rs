@@ -14,9 +14,7 @@
 //!   request's `:path` is known on an HTTP/2 connection older than podtrace.
 
 use aya_ebpf::{
-    EbpfContext as _,
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated::bpf_get_attach_cookie},
-    macros::uprobe,
+    EbpfContext as _, helpers::generated::bpf_get_attach_cookie, macros::uprobe,
     programs::ProbeContext,
 };
 use tracer_common::{
@@ -31,16 +29,11 @@ use tracer_common::{
 };
 
 use crate::{
-    io::{Buffers, Ids, data_event, header},
+    io::{Buffers, data_event},
     kernel_read::{read_user, read_user_bytes},
     maps::{EVENTS, FDS, GO_BINARIES, GO_TLS_READS, PROBE_HITS, count_drop, target_of},
+    record::{Ids, header, now_ns},
 };
-
-#[inline(always)]
-fn now_ns() -> u64 {
-    // SAFETY: helper without arguments.
-    unsafe { bpf_ktime_get_ns() }
-}
 
 /// Counts one hit of the attachment whose cookie is the slot.
 #[uprobe]
@@ -148,11 +141,7 @@ fn followed_socket(tgid: u32, conn: u64, offsets: &GoTlsOffsets) -> Option<(u32,
 /// The process and thread, if the process is a component podtrace captures.
 #[inline(always)]
 fn component_ids() -> Option<Ids> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let ids = Ids {
-        tgid: (pid_tgid >> 32) as u32,
-        tid: pid_tgid as u32,
-    };
+    let ids = Ids::current();
     target_of(ids.tgid)
         .filter(|target| target.depth == 0)
         .map(|_| ids)
@@ -347,7 +336,7 @@ fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
     };
     // SAFETY: as above.
     unsafe {
-        (*event).header = header(EventKind::Header, ids);
+        (*event).header = header(EventKind::Header, now_ns(), ids);
         (*event).side = attach_cookie(ctx) as u8;
         (*event).flags = flags;
         (*event).name_len = name_size as u8;

@@ -12,23 +12,25 @@
 //! value an 8-byte field at offset 16 in `sys_exit_*`.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id},
     macros::tracepoint,
     programs::TracePointContext,
 };
 use tracer_common::{
     config::TARGET_WAL,
     drop_reason::DropReason,
-    event::{EventHeader, EventKind, FILENAME_BYTES},
+    event::{EventKind, FILENAME_BYTES},
     io::{
-        ActiveCall, ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_TRUNCATED, DataEvent, FD_TLS,
-        FdInfo, FdKey, FdKind, FileOpenEvent, FsyncEvent, IoSyscall, MAX_IOVECS, UNIX_PATH_BYTES,
+        AF_INET, AF_INET6, AF_UNIX, ActiveCall, ConnAction, ConnEvent, DATA_BYTES_MAX,
+        DATA_TRUNCATED, DataEvent, FD_TLS, FdInfo, FdKey, FdKind, FileOpenEvent, FsyncEvent,
+        IoSyscall, MAX_IOVECS, UNIX_PATH_BYTES,
     },
 };
 
 use crate::{
     kernel_read::{Space, read_str, read_user, read_user_bytes},
     maps::{ACTIVE_CALLS, EVENTS, FDS, SCRATCH, SCRATCH_BYTES, config, count_drop, target_of},
+    record::{Ids, header, now_ns},
 };
 
 /// Offset of the first argument in a `sys_enter_*` record.
@@ -37,9 +39,6 @@ const ENTER_ARGS_OFFSET: usize = 16;
 const EXIT_RET_OFFSET: usize = 16;
 /// `EINPROGRESS`: a non-blocking connect (Go's) that is under way.
 const EINPROGRESS: i64 = 115;
-const AF_UNIX: u16 = 1;
-const AF_INET: u16 = 2;
-const AF_INET6: u16 = 10;
 
 /// One enter and one exit program per syscall, each a thin wrapper around the
 /// shared handlers.
@@ -81,12 +80,6 @@ syscall_programs! {
     Fsync: sys_enter_fsync, sys_exit_fsync;
     Fdatasync: sys_enter_fdatasync, sys_exit_fdatasync;
     Openat: sys_enter_openat, sys_exit_openat;
-}
-
-#[inline(always)]
-fn now_ns() -> u64 {
-    // SAFETY: helper without arguments.
-    unsafe { bpf_ktime_get_ns() }
 }
 
 /// A new connection or file identity: the time, with the CPU in the low
@@ -165,10 +158,7 @@ fn on_exit(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason
     }
     // SAFETY: offset of `ret` inside the sys_exit record.
     let ret = unsafe { ctx.read_at::<i64>(EXIT_RET_OFFSET) }.map_err(|_| DropReason::ReadFailed)?;
-    let ids = Ids {
-        tgid: (pid_tgid >> 32) as u32,
-        tid: pid_tgid as u32,
-    };
+    let ids = Ids::from_pid_tgid(pid_tgid);
     match syscall {
         IoSyscall::Read | IoSyscall::Write | IoSyscall::Sendto | IoSyscall::Recvfrom => data_event(
             ids,
@@ -212,23 +202,6 @@ fn on_exit(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason
         IoSyscall::Fsync | IoSyscall::Fdatasync => fsync_event(ids, &call, syscall, ret),
         IoSyscall::Openat if ret >= 0 => file_opened(ids, &call, ret as u32),
         IoSyscall::Connect | IoSyscall::Accept | IoSyscall::Accept4 | IoSyscall::Openat => Ok(()),
-    }
-}
-
-#[derive(Clone, Copy)]
-pub(crate) struct Ids {
-    pub(crate) tgid: u32,
-    pub(crate) tid: u32,
-}
-
-#[inline(always)]
-pub(crate) fn header(kind: EventKind, ids: Ids) -> EventHeader {
-    EventHeader {
-        ts_ns: now_ns(),
-        kind: kind as u32,
-        tgid: ids.tgid,
-        tid: ids.tid,
-        _pad: 0,
     }
 }
 
@@ -288,7 +261,7 @@ pub(crate) fn data_event(
     // SAFETY: as above; every field is written before the record is output.
     unsafe {
         event.write(DataEvent {
-            header: header(EventKind::Data, ids),
+            header: header(EventKind::Data, now_ns(), ids),
             conn_id: call.conn_id,
             ret,
             enter_ts_ns: call.ts_ns,
@@ -379,7 +352,7 @@ fn socket_opened(
     // SAFETY: a ring buffer reservation of size_of::<ConnEvent>() bytes that
     // only this program owns until submit; every field is written below.
     unsafe {
-        (*event).header = header(EventKind::Conn, ids);
+        (*event).header = header(EventKind::Conn, now_ns(), ids);
         (*event).conn_id = conn_id;
         (*event).ret = ret;
         (*event).fd = fd;
@@ -432,7 +405,7 @@ fn fd_closed(ids: Ids, call: &ActiveCall, ret: i64) -> Result<(), DropReason> {
         .reserve::<ConnEvent>(0)
         .ok_or(DropReason::RingBufFull)?;
     entry.write(ConnEvent {
-        header: header(EventKind::Conn, ids),
+        header: header(EventKind::Conn, now_ns(), ids),
         conn_id: call.conn_id,
         ret,
         fd,
@@ -457,7 +430,7 @@ fn fsync_event(
     syscall: IoSyscall,
     ret: i64,
 ) -> Result<(), DropReason> {
-    let header = header(EventKind::Fsync, ids);
+    let header = header(EventKind::Fsync, now_ns(), ids);
     let mut entry = EVENTS
         .reserve::<FsyncEvent>(0)
         .ok_or(DropReason::RingBufFull)?;
@@ -518,7 +491,7 @@ fn file_opened(ids: Ids, call: &ActiveCall, fd: u32) -> Result<(), DropReason> {
     }
     // SAFETY: as above; the remaining fields are written here.
     unsafe {
-        (*event).header = header(EventKind::FileOpen, ids);
+        (*event).header = header(EventKind::FileOpen, now_ns(), ids);
         (*event).conn_id = conn_id;
         (*event).fd = fd;
         (*event).path_len = end as u16;

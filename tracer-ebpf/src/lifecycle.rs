@@ -15,9 +15,7 @@
 //! target names, since that is how a new target appears.
 
 use aya_ebpf::{
-    helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-    },
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm},
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
@@ -25,7 +23,7 @@ use tracer_common::{
     config::{COMM_BYTES, KernelOffsets, TargetInfo, TargetReason},
     drop_reason::DropReason,
     event::{
-        EXEC_ARGS_TRUNCATED, EXEC_FILENAME_TRUNCATED, EventHeader, EventKind, ExecEvent, ExitEvent,
+        EXEC_ARGS_TRUNCATED, EXEC_FILENAME_TRUNCATED, EventKind, ExecEvent, ExitEvent,
         FILENAME_BYTES, ForkEvent,
     },
 };
@@ -33,6 +31,7 @@ use tracer_common::{
 use crate::{
     kernel_read::{Space, Task, binprm_filename, read_str, read_user_args},
     maps::{EVENTS, TARGET_COMMS, TARGETS, config, count_drop, target_of},
+    record::{Ids, header, now_ns},
 };
 
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
@@ -59,24 +58,6 @@ fn sched_process_exit(_ctx: RawTracePointContext) -> u32 {
     0
 }
 
-/// Splits `bpf_get_current_pid_tgid()` into (tgid, tid).
-#[inline(always)]
-fn current_ids() -> (u32, u32) {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    ((pid_tgid >> 32) as u32, pid_tgid as u32)
-}
-
-#[inline(always)]
-fn header(kind: EventKind, ts_ns: u64, tgid: u32, tid: u32) -> EventHeader {
-    EventHeader {
-        ts_ns,
-        kind: kind as u32,
-        tgid,
-        tid,
-        _pad: 0,
-    }
-}
-
 #[inline(always)]
 fn current_comm() -> [u8; COMM_BYTES] {
     bpf_get_current_comm().unwrap_or_else(|_| {
@@ -91,14 +72,9 @@ fn cgroup_id() -> u64 {
     unsafe { bpf_get_current_cgroup_id() }
 }
 
-#[inline(always)]
-fn now_ns() -> u64 {
-    // SAFETY: helper without arguments.
-    unsafe { bpf_ktime_get_ns() }
-}
-
 fn try_fork(ctx: &RawTracePointContext) -> Result<(), DropReason> {
-    let (parent_tgid, parent_tid) = current_ids();
+    let parent_ids = Ids::current();
+    let (parent_tgid, parent_tid) = (parent_ids.tgid, parent_ids.tid);
     let Some(parent) = target_of(parent_tgid) else {
         return Ok(());
     };
@@ -121,7 +97,14 @@ fn try_fork(ctx: &RawTracePointContext) -> Result<(), DropReason> {
         .reserve::<ForkEvent>(0)
         .ok_or(DropReason::RingBufFull)?;
     entry.write(ForkEvent {
-        header: header(EventKind::Fork, ts_ns, child_tgid, child_tid),
+        header: header(
+            EventKind::Fork,
+            ts_ns,
+            Ids {
+                tgid: child_tgid,
+                tid: child_tid,
+            },
+        ),
         cgroup_id: cgroup_id(),
         parent_tgid,
         parent_tid,
@@ -134,7 +117,8 @@ fn try_fork(ctx: &RawTracePointContext) -> Result<(), DropReason> {
 }
 
 fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
-    let (tgid, tid) = current_ids();
+    let ids = Ids::current();
+    let tgid = ids.tgid;
     let config = config();
     if tgid == config.agent_tgid {
         return Ok(());
@@ -164,7 +148,7 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
     // Every field is assigned below; the filename and args arrays are valid up
     // to the lengths written, which is all user space reads.
     unsafe {
-        (*event).header = header(EventKind::Exec, ts_ns, tgid, tid);
+        (*event).header = header(EventKind::Exec, ts_ns, ids);
         (*event).cgroup_id = cgroup_id();
         (*event).target_reason = info.reason;
         (*event).depth = info.depth;
@@ -268,7 +252,8 @@ fn read_args(
 }
 
 fn try_exit() -> Result<(), DropReason> {
-    let (tgid, tid) = current_ids();
+    let ids = Ids::current();
+    let tgid = ids.tgid;
     if target_of(tgid).is_none() {
         return Ok(());
     }
@@ -292,7 +277,7 @@ fn try_exit() -> Result<(), DropReason> {
         .reserve::<ExitEvent>(0)
         .ok_or(DropReason::RingBufFull)?;
     entry.write(ExitEvent {
-        header: header(EventKind::Exit, ts_ns, tgid, tid),
+        header: header(EventKind::Exit, ts_ns, ids),
         cgroup_id: cgroup_id(),
         exit_code,
         _pad: 0,

@@ -21,6 +21,7 @@ mod io;
 mod kernel_read;
 mod lifecycle;
 mod maps;
+mod record;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]

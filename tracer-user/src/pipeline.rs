@@ -230,7 +230,7 @@ pub async fn run(
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
-            Some(tgid) = new_components.recv() => probes.attach_go_tls(tgid),
+            Some(tgid) = new_components.recv() => probes.attach_go_probes(tgid),
             _ = interval.tick() => {
                 let now = probes.drop_counts()?;
                 report_new_drops(&reported, &now);

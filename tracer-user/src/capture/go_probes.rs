@@ -124,24 +124,15 @@ impl From<&Module> for ModuleVersion {
 /// exactly, with their RETs.
 pub fn inspect(path: &Path, extra: &[String]) -> Result<GoInspection, GoBinError> {
     let binary = GoBinary::open(path)?;
-    let mut functions = std::collections::BTreeMap::new();
-    let mut found_probe = [false; GO_PROBES.len()];
-    for function in binary.functions() {
-        let function = function?;
-        let Some(index) = GO_PROBES
-            .iter()
-            .position(|spec| is_copy_of(&function.name, spec.function))
-        else {
-            continue;
-        };
-        found_probe[index] = true;
-        functions.insert(function.name.clone(), resolve(&binary, function)?);
-    }
+    let probed = probed_functions(&binary)?;
     let mut missing: Vec<String> = GO_PROBES
         .iter()
-        .zip(found_probe)
-        .filter(|(_, found)| !found)
-        .map(|(spec, _)| spec.function.to_owned())
+        .filter(|spec| !probed.iter().any(|(role, _)| *role == spec.role))
+        .map(|spec| spec.function.to_owned())
+        .collect();
+    let mut functions: std::collections::BTreeMap<String, ResolvedFunction> = probed
+        .into_iter()
+        .map(|(_, function)| (function.name.clone(), function))
         .collect();
     for name in extra {
         match binary.function(name)? {
@@ -232,36 +223,38 @@ pub enum NoGoPlan {
 /// Resolves where podtrace's probes go in the Go binary at `path`.
 pub fn go_plan(path: &Path) -> Result<GoPlan, NoGoPlan> {
     let binary = GoBinary::open(path)?;
-    let mut plan = GoPlan {
-        offsets: Err(GoBinError::NotGo),
-        tls_writes: Vec::new(),
-        tls_reads: Vec::new(),
-        hpack_encoders: Vec::new(),
-        hpack_decoders: Vec::new(),
-    };
-    for function in binary.functions() {
-        let function = function?;
-        let Some(spec) = GO_PROBES
-            .iter()
-            .find(|spec| is_copy_of(&function.name, spec.function))
-        else {
-            continue;
-        };
-        let resolved = resolve(&binary, function)?;
-        match spec.role {
-            GoProbeRole::TlsConnWrite => plan.tls_writes.push(resolved),
-            GoProbeRole::TlsConnRead => plan.tls_reads.push(resolved),
-            GoProbeRole::HpackEncoderWriteField => plan.hpack_encoders.push(resolved),
-            GoProbeRole::HpackDecoderCallEmit => plan.hpack_decoders.push(resolved),
-        }
-    }
-    let empty = plan.tls_writes.is_empty()
-        && plan.tls_reads.is_empty()
-        && plan.hpack_encoders.is_empty()
-        && plan.hpack_decoders.is_empty();
-    if empty {
+    let probed = probed_functions(&binary)?;
+    if probed.is_empty() {
         return Err(NoGoPlan::NothingToProbe);
     }
-    plan.offsets = tracer_gobin::StructOffsets::for_binary(binary.build_info());
-    Ok(plan)
+    let of_role = |wanted: GoProbeRole| -> Vec<ResolvedFunction> {
+        probed
+            .iter()
+            .filter(|(role, _)| *role == wanted)
+            .map(|(_, function)| function.clone())
+            .collect()
+    };
+    Ok(GoPlan {
+        offsets: tracer_gobin::StructOffsets::for_binary(binary.build_info()),
+        tls_writes: of_role(GoProbeRole::TlsConnWrite),
+        tls_reads: of_role(GoProbeRole::TlsConnRead),
+        hpack_encoders: of_role(GoProbeRole::HpackEncoderWriteField),
+        hpack_decoders: of_role(GoProbeRole::HpackDecoderCallEmit),
+    })
+}
+
+/// Every copy of every function in [`GO_PROBES`] that `binary` holds, with
+/// its role, resolved for attach.
+fn probed_functions(binary: &GoBinary) -> Result<Vec<(GoProbeRole, ResolvedFunction)>, GoBinError> {
+    let mut probed = Vec::new();
+    for function in binary.functions() {
+        let function = function?;
+        if let Some(spec) = GO_PROBES
+            .iter()
+            .find(|spec| is_copy_of(&function.name, spec.function))
+        {
+            probed.push((spec.role, resolve(binary, function)?));
+        }
+    }
+    Ok(probed)
 }

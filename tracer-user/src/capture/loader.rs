@@ -21,8 +21,9 @@ use tracer_common::{
     drop_reason::DropReason,
     event::{EventHeader, EventKind, FILENAME_BYTES},
     io::{
-        ConnAction, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FileOpenEvent, GoTlsOffsets,
-        HeaderSide, IoSyscall, MAX_GO_BINARIES, UNIX_PATH_BYTES, USER_CONN_ID_BIT,
+        AF_INET, AF_INET6, AF_UNIX, ConnAction, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey,
+        FileOpenEvent, GoTlsOffsets, HeaderSide, IoSyscall, MAX_GO_BINARIES, UNIX_PATH_BYTES,
+        USER_CONN_ID_BIT,
     },
     names::{
         GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_GO_BINARIES,
@@ -39,7 +40,7 @@ use super::{
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
     proc_fds::{OpenFd, open_fds},
     targets::{FoundTarget, TargetMatcher, scan_proc},
-    wire::{AF_INET, AF_INET6, AF_UNIX, Peer, record_bytes},
+    wire::{Peer, record_bytes},
 };
 
 /// `BPF_NOEXIST` map update flag (include/uapi/linux/bpf.h): insert only if absent.
@@ -271,12 +272,12 @@ impl Probes {
             .map(|t| t.tgid)
             .collect();
         for tgid in components {
-            probes.attach_go_tls(tgid);
+            probes.attach_go_probes(tgid);
         }
         // Executables of the target names on PATH get their probes now, so a
         // short-lived client's first TLS write is not lost to attach latency.
         for exe in options.targets.executables_on_path() {
-            probes.attach_go_tls_path(&exe);
+            probes.attach_go_probes_path(&exe);
         }
         Ok(probes)
     }
@@ -286,13 +287,13 @@ impl Probes {
     /// is logged; nothing here stops the agent (a component that is not Go,
     /// or whose Go release podtrace has no offsets for, is still followed at
     /// the syscall level).
-    pub fn attach_go_tls(&mut self, tgid: u32) {
-        self.attach_go_tls_path(Path::new(&format!("/proc/{tgid}/exe")));
+    pub fn attach_go_probes(&mut self, tgid: u32) {
+        self.attach_go_probes_path(Path::new(&format!("/proc/{tgid}/exe")));
     }
 
     /// Attaches the Go probes to the executable at `exe` (see
-    /// [`Self::attach_go_tls`]).
-    pub fn attach_go_tls_path(&mut self, exe: &Path) {
+    /// [`Self::attach_go_probes`]).
+    pub fn attach_go_probes_path(&mut self, exe: &Path) {
         let Ok(meta) = std::fs::metadata(exe) else {
             return; // gone already
         };

@@ -15,9 +15,10 @@ use tracer_common::{
         ExecEvent, ExitEvent, FILENAME_BYTES, ForkEvent,
     },
     io::{
-        ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_GO_TLS, DATA_TRUNCATED, DataEvent, Direction,
-        FdKind, FileOpenEvent, FsyncEvent, HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED,
-        HeaderEvent, HeaderSide, IoSyscall, UNIX_PATH_BYTES,
+        AF_INET, AF_INET6, AF_UNIX, ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_GO_TLS,
+        DATA_TRUNCATED, DataEvent, Direction, FdKind, FileOpenEvent, FsyncEvent,
+        HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED, HeaderEvent, HeaderSide, IoSyscall,
+        UNIX_PATH_BYTES,
     },
 };
 
@@ -482,13 +483,6 @@ fn parse_data(ids: ProcessIds, event: &DataEvent, payload: &[u8]) -> Result<Data
         tls_plaintext: event.flags & DATA_GO_TLS != 0,
     })
 }
-
-/// Address families of `ConnEvent::family` (include/linux/socket.h).
-pub(crate) const AF_UNIX: u16 = 1;
-/// IPv4.
-pub(crate) const AF_INET: u16 = 2;
-/// IPv6.
-pub(crate) const AF_INET6: u16 = 10;
 
 fn parse_conn(ids: ProcessIds, event: &ConnEvent) -> Result<ConnRecord, WireError> {
     let peer = match event.family {
