@@ -78,6 +78,10 @@ struct ExportArgs {
     /// OTLP protocol for --otlp-endpoint.
     #[arg(long, value_enum, default_value_t = OtlpProtocolArg::Grpc)]
     otlp_protocol: OtlpProtocolArg,
+    /// A Pod not reported Running this many seconds after its create is
+    /// exported as an incomplete trace, with the phase it is stuck in.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    trace_timeout: u64,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -110,6 +114,7 @@ impl ExportArgs {
             traces: TraceConfig {
                 cluster_id: self.cluster_id,
                 node_name,
+                trace_timeout_ns: self.trace_timeout * 1_000_000_000,
             },
             out,
             otlp,

@@ -38,6 +38,8 @@ use crate::{
 
 /// Capacity of each inter-stage channel, in items.
 const CHANNEL_CAPACITY: usize = 4096;
+/// How often correlation looks at the clock when no event comes.
+const CORRELATE_TICK: Duration = Duration::from_secs(1);
 /// How often the drop counters are checked.
 const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -123,8 +125,15 @@ impl SpanSinks {
 
 impl Stages {
     /// Starts the stages. `known_processes` names processes that were running
-    /// before the events begin.
-    fn spawn(clock: WallClock, known_processes: Vec<(u32, String)>, export: ExportOptions) -> Self {
+    /// before the events begin. `live`: events arrive as they happen, so
+    /// correlation also follows the clock (waits and trace timeouts end
+    /// when nothing happens); a replay follows the events' own time.
+    fn spawn(
+        clock: WallClock,
+        known_processes: Vec<(u32, String)>,
+        export: ExportOptions,
+        live: bool,
+    ) -> Self {
         let (input, mut raw_rx) = mpsc::channel::<RawEvent>(CHANNEL_CAPACITY);
         let (msg_tx, mut msg_rx) = mpsc::channel::<Message>(CHANNEL_CAPACITY);
         let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
@@ -144,8 +153,17 @@ impl Stages {
             for (tgid, name) in known_processes {
                 correlator.processes.seed(tgid, name);
             }
-            while let Some(message) = msg_rx.recv().await {
-                for activity in correlator.observe(message) {
+            let mut ticks = tokio::time::interval(CORRELATE_TICK);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                let activities = tokio::select! {
+                    message = msg_rx.recv() => match message {
+                        Some(message) => correlator.observe(message),
+                        None => break,
+                    },
+                    _ = ticks.tick(), if live => correlator.tick(WallClock::monotonic_now_ns()),
+                };
+                for activity in activities {
                     let tgid = match &activity {
                         Activity::Process(_) | Activity::Spans(_) => None,
                         Activity::Conn(conn) => Some(conn.conn.tgid),
@@ -155,6 +173,11 @@ impl Stages {
                     if out_tx.send((activity, name)).await.is_err() {
                         return correlator.full_drops();
                     }
+                }
+            }
+            for activity in correlator.finish() {
+                if out_tx.send((activity, None)).await.is_err() {
+                    break;
                 }
             }
             correlator.full_drops()
@@ -205,7 +228,7 @@ pub async fn run(
     let clock = WallClock::anchor();
     let ring = probes.take_ring_buffer()?;
     let stats = Arc::new(ReaderStats::default());
-    let stages = Stages::spawn(clock, probes.known_processes(), export);
+    let stages = Stages::spawn(clock, probes.known_processes(), export, true);
 
     // What was open before start goes first, so the correlator knows the
     // connections and files later events refer to.
@@ -273,7 +296,7 @@ pub async fn replay<R: io::Read>(
 ) -> anyhow::Result<ReplaySummary> {
     let clock = reader.clock();
     let known = reader.header.known_processes.clone();
-    let stages = (!dump).then(|| Stages::spawn(clock, known, export));
+    let stages = (!dump).then(|| Stages::spawn(clock, known, export, false));
     let mut malformed = 0;
     let mut out = io::stdout().lock();
     while let Some(record) = reader.next_record()? {

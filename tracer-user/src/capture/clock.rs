@@ -25,6 +25,11 @@ impl WallClock {
         }
     }
 
+    /// CLOCK_MONOTONIC now, in nanoseconds: the kernel timestamps' clock.
+    pub fn monotonic_now_ns() -> u64 {
+        u64::try_from(clock_ns(libc::CLOCK_MONOTONIC)).unwrap_or(0)
+    }
+
     /// CLOCK_REALTIME − CLOCK_MONOTONIC, in nanoseconds.
     pub fn realtime_minus_monotonic_ns(&self) -> i128 {
         self.realtime_minus_monotonic_ns

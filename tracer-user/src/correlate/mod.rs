@@ -1,17 +1,23 @@
 //! Correlate: messages → what happened to which process, connection and
-//! file (and, as the protocol decoders arrive, to which Pod).
+//! file, and to which Pod.
 //!
-//! Pure and deterministic: no kernel, no tokio. In: [`Message`]s. Out:
+//! Pure and deterministic: no kernel, no tokio. In: [`Message`]s, and the
+//! passing of time ([`Correlator::tick`], [`Correlator::finish`]). Out:
 //! [`Activity`]: process events with parent and lifetime, connections with
 //! their peers and byte counts, WAL syncs with their durations, and spans of
-//! Pod traces ([`span`], built by [`node_spans`] from CRI calls and runc).
+//! Pod traces ([`span`]): built by [`control_spans`] from etcd writes and
+//! WAL syncs, and by [`node_spans`] from CRI calls, runc and the container's
+//! first process.
 
 pub mod conn_table;
+pub mod control_spans;
 pub mod node_spans;
+pub mod pod;
 pub mod process_table;
 pub mod span;
 
 pub use conn_table::{ConnActivity, ConnTable, FileSyncActivity};
+pub use control_spans::ControlSpans;
 pub use node_spans::NodeSpans;
 pub use process_table::{ProcessActivity, ProcessEvent, ProcessTable};
 pub use span::Span;
@@ -32,13 +38,30 @@ pub enum Activity {
 }
 
 /// Which traces this agent contributes to.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceConfig {
     /// Names the cluster in trace ids: agents of one cluster must agree.
     pub cluster_id: String,
     /// This node's name (`k8s.node.name`).
     pub node_name: String,
+    /// A Pod not reported Running this long after its create is exported
+    /// as an incomplete trace.
+    pub trace_timeout_ns: u64,
 }
+
+impl Default for TraceConfig {
+    fn default() -> Self {
+        Self {
+            cluster_id: String::new(),
+            node_name: String::new(),
+            trace_timeout_ns: control_spans::DEFAULT_TRACE_TIMEOUT_NS,
+        }
+    }
+}
+
+/// How often (in event time) waiting spans and trace timeouts are checked
+/// while messages flow.
+const TICK_NS: u64 = 500_000_000;
 
 /// The correlation state of one agent.
 #[derive(Debug)]
@@ -47,8 +70,12 @@ pub struct Correlator {
     pub processes: ProcessTable,
     /// Connections and files.
     pub conns: ConnTable,
+    /// The control-plane side of Pod traces.
+    pub control_spans: ControlSpans,
     /// The node side of Pod traces.
     pub node_spans: NodeSpans,
+    /// Event time of the next [`Correlator::tick`] made by `observe`.
+    next_tick_ns: u64,
 }
 
 impl Correlator {
@@ -57,29 +84,57 @@ impl Correlator {
         Self {
             processes: ProcessTable::new(clock, process_table::DEFAULT_PROCESS_CAPACITY),
             conns: ConnTable::new(clock, conn_table::DEFAULT_CONN_CAPACITY),
+            control_spans: ControlSpans::new(
+                clock,
+                traces.cluster_id.clone(),
+                traces.trace_timeout_ns,
+            ),
             node_spans: NodeSpans::new(clock, traces.cluster_id, traces.node_name),
+            next_tick_ns: 0,
         }
+    }
+
+    /// Time passed without events (live agents call this every second with
+    /// the monotonic clock): spans whose wait is over, timed-out traces.
+    pub fn tick(&mut self, now_ns: u64) -> Vec<Activity> {
+        spans(self.control_spans.tick(now_ns)).into_iter().collect()
+    }
+
+    /// No more messages: everything still waiting, unfinished traces as
+    /// incomplete.
+    pub fn finish(&mut self) -> Vec<Activity> {
+        spans(self.control_spans.finish()).into_iter().collect()
     }
 
     /// Takes one message; returns what to report.
     pub fn observe(&mut self, message: Message) -> Vec<Activity> {
-        let spans = |spans: Vec<Span>| {
-            if spans.is_empty() {
-                None
-            } else {
-                Some(Activity::Spans(spans))
+        let mut activities = match message.ts_ns() {
+            Some(ts) if ts >= self.next_tick_ns => {
+                self.next_tick_ns = ts + TICK_NS;
+                self.tick(ts)
             }
+            _ => Vec::new(),
         };
+        activities.extend(self.observe_message(message));
+        activities
+    }
+
+    fn observe_message(&mut self, message: Message) -> Vec<Activity> {
         match message {
             Message::Exec(exec) => {
-                self.node_spans.on_exec(&exec);
-                vec![Activity::Process(
+                let started = spans(self.node_spans.on_exec(&exec));
+                let mut activities = vec![Activity::Process(
                     self.processes.observe(ProcessEvent::Exec(exec)),
+                )];
+                activities.extend(started);
+                activities
+            }
+            Message::Fork(fork) => {
+                self.node_spans.on_fork(&fork);
+                vec![Activity::Process(
+                    self.processes.observe(ProcessEvent::Fork(fork)),
                 )]
             }
-            Message::Fork(fork) => vec![Activity::Process(
-                self.processes.observe(ProcessEvent::Fork(fork)),
-            )],
             Message::Exit(exit) => {
                 let finished = spans(self.node_spans.on_exit(&exit));
                 let mut activities = vec![Activity::Process(
@@ -97,16 +152,35 @@ impl Correlator {
                 self.conns.on_data(&data);
                 Vec::new()
             }
-            Message::Fsync(sync) => vec![Activity::FileSync(self.conns.on_fsync(sync))],
+            Message::Fsync(sync) => {
+                let durable = spans(self.control_spans.on_fsync(&sync));
+                let mut activities = vec![Activity::FileSync(self.conns.on_fsync(sync))];
+                activities.extend(durable);
+                activities
+            }
             // Spans of other HTTP/2 requests are built from these as the
             // control-plane stitching lands; alone they report nothing.
             Message::Header(_) => Vec::new(),
             Message::Cri(call) => spans(self.node_spans.on_cri(&call)).into_iter().collect(),
+            Message::Etcd(call) => spans(self.control_spans.on_etcd(&call))
+                .into_iter()
+                .collect(),
+            Message::Wal(write) => spans(self.control_spans.on_wal(&write))
+                .into_iter()
+                .collect(),
         }
     }
 
     /// Entries not tracked because a table was full.
     pub fn full_drops(&self) -> u64 {
         self.processes.full_drops + self.conns.full_drops
+    }
+}
+
+fn spans(spans: Vec<Span>) -> Option<Activity> {
+    if spans.is_empty() {
+        None
+    } else {
+        Some(Activity::Spans(spans))
     }
 }

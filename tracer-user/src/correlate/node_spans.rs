@@ -12,23 +12,17 @@ use std::collections::HashMap;
 
 use tracer_decode::identity::PodClue;
 
-use super::span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, TraceId};
+use super::{
+    pod::{Pod, string_attribute},
+    span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, TraceId},
+};
 use crate::{
-    capture::{ExecRecord, ExitRecord, ExitStatus, clock::WallClock},
+    capture::{ExecRecord, ExitRecord, ExitStatus, ForkRecord, clock::WallClock},
     decode::{CriMessage, grpc_calls::Side},
 };
 
 /// Bound on remembered sandboxes, containers and running runc processes.
 const MAX_ENTRIES: usize = 16_384;
-
-/// A Pod as the node knows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Pod {
-    namespace: String,
-    name: String,
-    uid: String,
-    trace: TraceId,
-}
 
 /// A runc execution waiting for its exit.
 #[derive(Clone, Debug)]
@@ -49,7 +43,38 @@ struct FinishedRun {
     status: ExitStatus,
 }
 
-/// How long a finished runc execution waits for its Pod to become known.
+/// A process event of a container's first process: its exec (the
+/// container started) or its exit.
+#[derive(Clone, Debug)]
+struct ContainerProcess {
+    container_id: String,
+    pid: u32,
+    executable: String,
+    ts_ns: u64,
+    /// `None` for the exec; the exit status for the exit.
+    exit: Option<ExitStatus>,
+}
+
+/// A node span whose Pod is not known yet: `runc create` of a workload
+/// container ends before containerd's CreateContainer response names the
+/// container; the sandbox's runc runs and first exec happen before the
+/// RunPodSandbox response names the sandbox.
+#[derive(Clone, Debug)]
+enum Pending {
+    Run(FinishedRun),
+    Process(ContainerProcess),
+}
+
+impl Pending {
+    fn ts_ns(&self) -> u64 {
+        match self {
+            Self::Run(run) => run.end_ns,
+            Self::Process(process) => process.ts_ns,
+        }
+    }
+}
+
+/// How long a node span waits for its Pod to become known.
 const PENDING_NS: u64 = 60_000_000_000;
 
 /// Builds the node-side spans of Pod traces.
@@ -63,9 +88,14 @@ pub struct NodeSpans {
     runc_runs: HashMap<u32, RuncRun>,
     /// When each Pod's first CRI call started (for its node span).
     first_call_ns: HashMap<String, u64>,
-    /// Finished runc executions waiting for their Pod (bounded).
-    pending_runs: Vec<FinishedRun>,
-    /// CRI calls and runc runs whose Pod was not known.
+    /// Processes between `runc create` and the container's first exec
+    /// (runc init and its clones), by pid, with the container id.
+    container_inits: HashMap<u32, String>,
+    /// Containers' first processes, by pid, until they exit.
+    container_processes: HashMap<u32, (String, String)>,
+    /// Spans waiting for their Pod (bounded).
+    pending: Vec<Pending>,
+    /// CRI calls, runc runs and container processes whose Pod was not known.
     pub unattributed: u64,
 }
 
@@ -80,7 +110,9 @@ impl NodeSpans {
             sandbox_by_container: HashMap::new(),
             runc_runs: HashMap::new(),
             first_call_ns: HashMap::new(),
-            pending_runs: Vec::new(),
+            container_inits: HashMap::new(),
+            container_processes: HashMap::new(),
+            pending: Vec::new(),
             unattributed: 0,
         }
     }
@@ -109,13 +141,7 @@ impl NodeSpans {
                     if let (Some(namespace), Some(name), Some(uid)) =
                         (&pod.namespace, &pod.name, &pod.uid)
                     {
-                        let trace = TraceId::for_pod(&self.cluster_id, uid);
-                        let pod = Pod {
-                            namespace: namespace.clone(),
-                            name: name.clone(),
-                            uid: uid.clone(),
-                            trace,
-                        };
+                        let pod = Pod::new(&self.cluster_id, namespace, name, uid);
                         if self.pods_by_sandbox.len() < MAX_ENTRIES {
                             self.pods_by_sandbox.insert(sandbox_id.clone(), pod);
                         }
@@ -224,35 +250,41 @@ impl NodeSpans {
             });
             self.first_call_ns.remove(&pod.uid);
         }
-        spans.extend(self.attribute_pending_runs(call.end_ts_ns.unwrap_or(0)));
+        spans.extend(self.attribute_pending(call.end_ts_ns.unwrap_or(0)));
         spans
     }
 
     fn pod_attributes(&self, pod: &Pod) -> Vec<(String, AttributeValue)> {
-        vec![
-            (
-                "k8s.pod.name".to_owned(),
-                AttributeValue::String(pod.name.clone()),
-            ),
-            (
-                "k8s.namespace.name".to_owned(),
-                AttributeValue::String(pod.namespace.clone()),
-            ),
-            (
-                "k8s.pod.uid".to_owned(),
-                AttributeValue::String(pod.uid.clone()),
-            ),
-            (
-                "k8s.node.name".to_owned(),
-                AttributeValue::String(self.node_name.clone()),
-            ),
-        ]
+        let mut attributes = pod.attributes();
+        attributes.push(string_attribute("k8s.node.name", &self.node_name));
+        attributes
     }
 
-    /// Notes a runc execution (`runc … create|start … <container id>`).
-    pub fn on_exec(&mut self, exec: &ExecRecord) {
+    /// Notes a runc execution (`runc … create|start … <container id>`), or
+    /// a container's first process replacing runc init.
+    pub fn on_exec(&mut self, exec: &ExecRecord) -> Vec<Span> {
+        if let Some(container_id) = self.container_inits.get(&exec.ids.tgid) {
+            // runc create runs `runc init` (an exec of runc itself, argv
+            // `runc init`); the next exec is the container's own process.
+            if exec.argv.get(1).map(String::as_str) != Some("init") {
+                let container_id = container_id.clone();
+                self.container_inits.remove(&exec.ids.tgid);
+                if self.container_processes.len() < MAX_ENTRIES {
+                    self.container_processes
+                        .insert(exec.ids.tgid, (container_id.clone(), exec.comm.clone()));
+                }
+                return self.hold(Pending::Process(ContainerProcess {
+                    container_id,
+                    pid: exec.ids.tgid,
+                    executable: exec.comm.clone(),
+                    ts_ns: exec.ids.ts_ns,
+                    exit: None,
+                }));
+            }
+            return Vec::new();
+        }
         if exec.comm != "runc" || self.runc_runs.len() >= MAX_ENTRIES {
-            return;
+            return Vec::new();
         }
         let subcommand = exec
             .argv
@@ -266,82 +298,156 @@ impl NodeSpans {
             };
             self.runc_runs.insert(exec.ids.tgid, run);
         }
+        Vec::new()
     }
 
-    /// A runc execution ended: its span (now, or once the CRI calls name its
-    /// container), a child of the call that caused it — StartContainer for a
-    /// workload container, RunPodSandbox for the sandbox's own container.
+    /// Follows `runc create`'s children (runc init and the processes it
+    /// clones): one of them becomes the container's first process.
+    pub fn on_fork(&mut self, fork: &ForkRecord) {
+        let container_id = match self.runc_runs.get(&fork.parent_tgid) {
+            Some(run) if run.subcommand == "create" => Some(run.container_id.clone()),
+            _ => self.container_inits.get(&fork.parent_tgid).cloned(),
+        };
+        if let Some(container_id) = container_id {
+            if self.container_inits.len() < MAX_ENTRIES {
+                self.container_inits.insert(fork.ids.tgid, container_id);
+            } else {
+                self.unattributed += 1;
+            }
+        }
+    }
+
+    /// A process ended: the span of a runc execution (now, or once the CRI
+    /// calls name its container), a child of the call that caused it —
+    /// StartContainer for a workload container, RunPodSandbox for the
+    /// sandbox's own container — or the exit of a container's first process.
     pub fn on_exit(&mut self, exit: &ExitRecord) -> Vec<Span> {
+        self.container_inits.remove(&exit.ids.tgid);
+        if let Some((container_id, executable)) = self.container_processes.remove(&exit.ids.tgid) {
+            return self.hold(Pending::Process(ContainerProcess {
+                container_id,
+                pid: exit.ids.tgid,
+                executable,
+                ts_ns: exit.ids.ts_ns,
+                exit: Some(exit.status),
+            }));
+        }
         let Some(run) = self.runc_runs.remove(&exit.ids.tgid) else {
             return Vec::new();
         };
-        if self.pending_runs.len() >= MAX_ENTRIES {
-            self.unattributed += 1;
-            return Vec::new();
-        }
-        self.pending_runs.push(FinishedRun {
+        self.hold(Pending::Run(FinishedRun {
             run,
             pid: exit.ids.tgid,
             end_ns: exit.ids.ts_ns,
             status: exit.status,
-        });
-        self.attribute_pending_runs(exit.ids.ts_ns)
+        }))
     }
 
-    /// Spans of the pending runs whose Pod is now known; runs pending for
-    /// longer than `PENDING_NS` at `now_ns` are given up and counted.
-    fn attribute_pending_runs(&mut self, now_ns: u64) -> Vec<Span> {
-        let pending = std::mem::take(&mut self.pending_runs);
+    /// Queues a span for its Pod; returns every queued span whose Pod is known.
+    fn hold(&mut self, pending: Pending) -> Vec<Span> {
+        let now = pending.ts_ns();
+        if self.pending.len() >= MAX_ENTRIES {
+            self.unattributed += 1;
+        } else {
+            self.pending.push(pending);
+        }
+        self.attribute_pending(now)
+    }
+
+    /// Spans of the pending node events whose Pod is now known; those
+    /// pending for longer than `PENDING_NS` at `now_ns` are given up and counted.
+    fn attribute_pending(&mut self, now_ns: u64) -> Vec<Span> {
+        let pending = std::mem::take(&mut self.pending);
         let mut spans = Vec::new();
-        for finished in pending {
-            match self.runc_span(&finished) {
+        for waiting in pending {
+            let span = match &waiting {
+                Pending::Run(run) => self.runc_span(run),
+                Pending::Process(process) => self.process_span(process),
+            };
+            match span {
                 Some(span) => spans.push(span),
-                None if now_ns.saturating_sub(finished.end_ns) > PENDING_NS => {
+                None if now_ns.saturating_sub(waiting.ts_ns()) > PENDING_NS => {
                     self.unattributed += 1
                 }
-                None => self.pending_runs.push(finished),
+                None => self.pending.push(waiting),
             }
         }
         spans
     }
 
+    /// The Pod of a container and the CRI call its runc runs and first
+    /// process belong to. containerd (1.6, 1.7) creates a workload's runc
+    /// container in StartContainer, not CreateContainer (which only prepares
+    /// it): its runc runs are children of StartContainer; the sandbox's own
+    /// container is created and started by RunPodSandbox.
+    fn container_parent(&self, container_id: &str) -> Option<(&Pod, SpanId)> {
+        let (sandbox_id, parent_method) = match self.sandbox_by_container.get(container_id) {
+            Some(sandbox_id) => (sandbox_id.as_str(), "StartContainer"),
+            None => (container_id, "RunPodSandbox"),
+        };
+        let pod = self.pods_by_sandbox.get(sandbox_id)?;
+        let parent = Self::call_span_id(pod.trace, Side::Server, parent_method, container_id);
+        Some((pod, parent))
+    }
+
+    fn process_span(&self, process: &ContainerProcess) -> Option<Span> {
+        let (pod, parent) = self.container_parent(&process.container_id)?;
+        let mut attributes = vec![
+            (
+                "process.pid".to_owned(),
+                AttributeValue::Int(i64::from(process.pid)),
+            ),
+            string_attribute("process.executable.name", &process.executable),
+            string_attribute("container.id", &process.container_id),
+        ];
+        let (name, role, status) = match process.exit {
+            None => (
+                format!("container process start: {}", process.executable),
+                "exec",
+                SpanStatus::Unset,
+            ),
+            Some(status) => {
+                let (code, status) = exit_status(status);
+                attributes.push(("process.exit.code".to_owned(), AttributeValue::Int(code)));
+                (
+                    format!("container process exit: {}", process.executable),
+                    "exit",
+                    status,
+                )
+            }
+        };
+        attributes.extend(self.pod_attributes(pod));
+        let ts = self.clock.unix_ns(process.ts_ns);
+        Some(Span {
+            trace_id: pod.trace,
+            span_id: SpanId::for_key(
+                pod.trace,
+                format!("container/{role}/{}/{}", process.container_id, process.pid).as_bytes(),
+            ),
+            parent_span_id: Some(parent),
+            name,
+            kind: SpanKind::Internal,
+            start_unix_ns: ts,
+            end_unix_ns: ts,
+            attributes,
+            status,
+        })
+    }
+
     fn runc_span(&self, finished: &FinishedRun) -> Option<Span> {
         let run = &finished.run;
-        let (sandbox_id, is_sandbox) = match self.sandbox_by_container.get(&run.container_id) {
-            Some(sandbox_id) => (sandbox_id.clone(), false),
-            None => (run.container_id.clone(), true),
-        };
-        let pod = self.pods_by_sandbox.get(&sandbox_id)?;
-        // containerd (1.6, 1.7) creates a workload's runc container in
-        // StartContainer, not CreateContainer (which only prepares it): both
-        // `runc create` and `runc start` are children of StartContainer; the
-        // sandbox's own container is created and started by RunPodSandbox.
-        let parent_method = if is_sandbox {
-            "RunPodSandbox"
-        } else {
-            "StartContainer"
-        };
-        let parent = Self::call_span_id(pod.trace, Side::Server, parent_method, &run.container_id);
+        let (pod, parent) = self.container_parent(&run.container_id)?;
         let mut attributes = vec![
             (
                 "process.pid".to_owned(),
                 AttributeValue::Int(i64::from(finished.pid)),
             ),
-            (
-                "process.executable.name".to_owned(),
-                AttributeValue::String("runc".into()),
-            ),
-            (
-                "container.id".to_owned(),
-                AttributeValue::String(run.container_id.clone()),
-            ),
+            string_attribute("process.executable.name", "runc"),
+            string_attribute("container.id", &run.container_id),
         ];
+        let (code, status) = exit_status(finished.status);
+        attributes.push(("process.exit.code".to_owned(), AttributeValue::Int(code)));
         attributes.extend(self.pod_attributes(pod));
-        let status = match finished.status {
-            ExitStatus::Code(0) => SpanStatus::Unset,
-            ExitStatus::Code(code) => SpanStatus::Error(format!("exit code {code}")),
-            ExitStatus::Signal(signal) => SpanStatus::Error(format!("killed by signal {signal}")),
-        };
         Some(Span {
             trace_id: pod.trace,
             span_id: SpanId::for_key(
@@ -356,5 +462,21 @@ impl NodeSpans {
             attributes,
             status,
         })
+    }
+}
+
+/// `process.exit.code` (128 + signal when killed, as shells report it) and
+/// the span status of an exit.
+fn exit_status(status: ExitStatus) -> (i64, SpanStatus) {
+    match status {
+        ExitStatus::Code(0) => (0, SpanStatus::Unset),
+        ExitStatus::Code(code) => (
+            i64::from(code),
+            SpanStatus::Error(format!("exit code {code}")),
+        ),
+        ExitStatus::Signal(signal) => (
+            128 + i64::from(signal),
+            SpanStatus::Error(format!("killed by signal {signal}")),
+        ),
     }
 }

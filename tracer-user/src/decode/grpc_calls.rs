@@ -1,23 +1,27 @@
-//! HTTP/2 connections → gRPC calls → CRI calls, with `tracer-decode`.
+//! HTTP/2 connections → gRPC calls → CRI and etcd KV calls, with `tracer-decode`.
 //!
 //! In: connection events (which side accepted: that fixes which direction is
-//! the client's) and data chunks of followed sockets. Out: [`CriMessage`]s,
-//! one per finished CRI call, with what identifies its Pod. Connections
-//! found open at start are not decoded here: which end is the client is not
-//! known from /proc alone (their header fields still arrive through
-//! [`super::headers`]).
+//! the client's) and data chunks of followed sockets — for TLS sockets, the
+//! plaintext Go's crypto/tls probes report. Out: one [`CriMessage`] per
+//! finished CRI call and one [`EtcdMessage`] per finished etcd write about a
+//! Pod, with what identifies the Pod. Connections found open at start are not
+//! decoded here: which end is the client is not known from /proc alone
+//! (their header fields still arrive through [`super::headers`]).
 
 use std::collections::HashMap;
 
+use sha2::{Digest as _, Sha256};
 use tracer_common::io::{ConnAction, Direction, FdKind};
 use tracer_decode::{
     Chunk,
     cri::CriCall,
+    etcd::{KvCall, WriteKind},
     grpc::GrpcCall,
     http2::{Http2Connection, Limits},
-    identity::PodClue,
+    identity::{PodClue, clues_from_kv_request},
 };
 
+use super::Message;
 use crate::capture::{ConnKey, ConnRecord, DataRecord};
 
 /// Connections decoded at once; past it new ones are counted and skipped.
@@ -53,9 +57,51 @@ pub struct CriMessage {
     pub end_ts_ns: Option<u64>,
 }
 
+/// One finished etcd KV write that names a Pod (reads and writes of other
+/// objects are not reported: no Pod span comes of them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdMessage {
+    /// The connection.
+    pub conn: ConnKey,
+    /// Whether the process handled (etcd) or made (kube-apiserver) the call.
+    pub side: Side,
+    /// `Txn`, `Put`, `DeleteRange`.
+    pub method: String,
+    /// Create, update or delete.
+    pub write: WriteKind,
+    /// The Pod keys and the identity in written Pod objects.
+    pub clues: Vec<PodClue>,
+    /// Digest of the request's canonical bytes: the same for the client's
+    /// call, the server's and the Raft entry in the WAL.
+    pub fingerprint: [u8; 16],
+    /// Store revision after the write, when the response was captured.
+    pub revision: Option<i64>,
+    /// For a Txn: whether its compares held (false: a conflict, no write).
+    pub txn_succeeded: Option<bool>,
+    /// gRPC status code, when the trailers were captured.
+    pub status_code: Option<u32>,
+    /// Request start and response end (CLOCK_MONOTONIC ns), where captured.
+    pub start_ts_ns: Option<u64>,
+    /// See `start_ts_ns`.
+    pub end_ts_ns: Option<u64>,
+}
+
+/// The digest that names a KV request wherever it was seen.
+pub fn request_fingerprint(request: &tracer_decode::etcd::KvRequest) -> [u8; 16] {
+    let digest = Sha256::digest(request.canonical_bytes());
+    let mut id = [0; 16];
+    id.copy_from_slice(&digest[..16]);
+    id
+}
+
 struct Connection {
     side: Side,
     http2: Http2Connection,
+    /// Bytes fed to `http2` so far.
+    fed_bytes: u64,
+    /// Plaintext from the TLS probes has been seen: the socket's own bytes
+    /// (the handshake, then ciphertext) are not HTTP/2.
+    tls: bool,
 }
 
 /// HTTP/2 state per connection.
@@ -77,7 +123,7 @@ impl std::fmt::Debug for GrpcDecoder {
 
 impl GrpcDecoder {
     /// Starts or ends decoding a connection; a close yields its last calls.
-    pub fn on_conn(&mut self, conn: &ConnRecord) -> Vec<CriMessage> {
+    pub fn on_conn(&mut self, conn: &ConnRecord) -> Vec<Message> {
         if conn.fd_kind != FdKind::Socket {
             return Vec::new();
         }
@@ -88,7 +134,7 @@ impl GrpcDecoder {
             ConnAction::Closed => {
                 return match self.connections.remove(&conn.conn) {
                     Some(connection) => {
-                        cri_messages(conn.conn, connection.side, connection.http2.finish())
+                        call_messages(conn.conn, connection.side, connection.http2.finish())
                     }
                     None => Vec::new(),
                 };
@@ -103,16 +149,29 @@ impl GrpcDecoder {
             Connection {
                 side,
                 http2: Http2Connection::new(Limits::default()),
+                fed_bytes: 0,
+                tls: false,
             },
         );
         Vec::new()
     }
 
     /// Feeds a chunk of a decoded connection; yields the calls it finished.
-    pub fn on_data(&mut self, data: &DataRecord) -> Vec<CriMessage> {
+    pub fn on_data(&mut self, data: &DataRecord) -> Vec<Message> {
         let Some(connection) = self.connections.get_mut(&data.conn) else {
             return Vec::new();
         };
+        if data.tls_plaintext && !connection.tls {
+            // The first plaintext of a TLS socket: what came before was the
+            // handshake, which put the HTTP/2 parser out of step.
+            connection.tls = true;
+            if connection.fed_bytes > 0 {
+                connection.http2 = Http2Connection::new(Limits::default());
+            }
+        } else if connection.tls && !data.tls_plaintext {
+            return Vec::new();
+        }
+        connection.fed_bytes += data.data.len() as u64;
         let client_to_server = match (connection.side, data.direction) {
             (Side::Server, Direction::Ingress) | (Side::Client, Direction::Egress) => true,
             (Side::Server, Direction::Egress) | (Side::Client, Direction::Ingress) => false,
@@ -129,30 +188,56 @@ impl GrpcDecoder {
             truncated: data.truncated,
         });
         let exchanges = connection.http2.take_exchanges();
-        cri_messages(data.conn, connection.side, exchanges)
+        call_messages(data.conn, connection.side, exchanges)
     }
 }
 
-fn cri_messages(
+fn call_messages(
     conn: ConnKey,
     side: Side,
     exchanges: Vec<tracer_decode::http2::Exchange>,
-) -> Vec<CriMessage> {
+) -> Vec<Message> {
     exchanges
         .iter()
         .filter_map(GrpcCall::from_exchange)
         .filter_map(|call| {
-            let cri = CriCall::from_grpc(&call)?;
-            Some(CriMessage {
-                conn,
-                side,
-                service: call.service.clone()?,
-                method: call.method.clone()?,
-                clues: cri.clues(),
-                status_code: call.status.as_ref().map(|status| status.code),
-                start_ts_ns: call.start_ts_ns,
-                end_ts_ns: call.end_ts_ns,
-            })
+            if let Some(cri) = CriCall::from_grpc(&call) {
+                return Some(Message::Cri(CriMessage {
+                    conn,
+                    side,
+                    service: call.service.clone()?,
+                    method: call.method.clone()?,
+                    clues: cri.clues(),
+                    status_code: call.status.as_ref().map(|status| status.code),
+                    start_ts_ns: call.start_ts_ns,
+                    end_ts_ns: call.end_ts_ns,
+                }));
+            }
+            etcd_message(conn, side, &call).map(Message::Etcd)
         })
         .collect()
+}
+
+fn etcd_message(conn: ConnKey, side: Side, call: &GrpcCall) -> Option<EtcdMessage> {
+    let kv = KvCall::from_grpc(call)?;
+    let request = kv.request?.ok()?;
+    let write = request.write_kind()?;
+    let clues = clues_from_kv_request(&request);
+    if clues.is_empty() {
+        return None;
+    }
+    let response = kv.response.and_then(Result::ok);
+    Some(EtcdMessage {
+        conn,
+        side,
+        method: request.method().to_owned(),
+        write,
+        clues,
+        fingerprint: request_fingerprint(&request),
+        revision: response.as_ref().and_then(|r| r.revision()),
+        txn_succeeded: response.as_ref().and_then(|r| r.txn_succeeded()),
+        status_code: call.status.as_ref().map(|status| status.code),
+        start_ts_ns: call.start_ts_ns,
+        end_ts_ns: call.end_ts_ns,
+    })
 }

@@ -2,16 +2,20 @@
 //!
 //! Pure and deterministic: no kernel, no tokio. In: [`RawEvent`]s. Out:
 //! [`Message`]s: process events (argv with secrets redacted), connection and
-//! file events, and HTTP/2 header fields tied to their connection
-//! ([`headers`]). The protocol decoders (`tracer-decode`: HTTP/2, gRPC,
-//! protobuf, etcd WAL) are wired in here next.
+//! file events, HTTP/2 header fields tied to their connection ([`headers`]),
+//! finished CRI calls and etcd writes ([`grpc_calls`]) and the Raft entries
+//! of WAL writes ([`wal_writes`]), decoded with `tracer-decode`.
 
 pub mod grpc_calls;
 pub mod headers;
 pub mod process;
+pub mod wal_writes;
 
-pub use grpc_calls::{CriMessage, GrpcDecoder};
+pub use grpc_calls::{CriMessage, EtcdMessage, GrpcDecoder};
 pub use headers::{HeaderAttributor, HeaderMessage};
+pub use wal_writes::{WalDecoder, WalMessage};
+
+use tracer_common::io::{ConnAction, FdKind};
 
 use crate::capture::{
     ConnRecord, DataRecord, ExecRecord, ExitRecord, FileOpenRecord, ForkRecord, FsyncRecord,
@@ -39,6 +43,29 @@ pub enum Message {
     Header(HeaderMessage),
     /// A finished CRI call.
     Cri(CriMessage),
+    /// A finished etcd write about a Pod.
+    Etcd(EtcdMessage),
+    /// A write to an etcd WAL segment.
+    Wal(WalMessage),
+}
+
+impl Message {
+    /// When it happened (CLOCK_MONOTONIC ns), for messages that say.
+    pub fn ts_ns(&self) -> Option<u64> {
+        match self {
+            Self::Exec(exec) => Some(exec.ids.ts_ns),
+            Self::Fork(fork) => Some(fork.ids.ts_ns),
+            Self::Exit(exit) => Some(exit.ids.ts_ns),
+            Self::Data(data) => Some(data.ids.ts_ns),
+            Self::Conn(conn) => Some(conn.ids.ts_ns),
+            Self::Fsync(sync) => Some(sync.ids.ts_ns),
+            Self::FileOpen(open) => Some(open.ids.ts_ns),
+            Self::Wal(write) => Some(write.start_ts_ns),
+            Self::Cri(call) => call.end_ts_ns,
+            Self::Etcd(call) => call.end_ts_ns,
+            Self::Header(_) => None,
+        }
+    }
 }
 
 /// The decode stage's state: what ties events to one another.
@@ -48,6 +75,8 @@ pub struct Decoder {
     pub headers: HeaderAttributor,
     /// HTTP/2 and gRPC decoding of connections seen from their start.
     pub grpc: GrpcDecoder,
+    /// Raft entries in etcd WAL writes.
+    pub wal: WalDecoder,
 }
 
 impl Decoder {
@@ -68,17 +97,16 @@ impl Decoder {
                     .into_iter()
                     .map(Message::Header)
                     .collect();
-                messages.extend(self.grpc.on_data(&data).into_iter().map(Message::Cri));
+                messages.extend(self.grpc.on_data(&data));
+                messages.extend(self.wal.on_data(&data).map(Message::Wal));
                 messages.push(Message::Data(data));
                 messages
             }
             RawEvent::Conn(conn) => {
-                let mut messages: Vec<Message> = self
-                    .grpc
-                    .on_conn(&conn)
-                    .into_iter()
-                    .map(Message::Cri)
-                    .collect();
+                if conn.fd_kind == FdKind::WalFile && conn.change == ConnAction::Closed {
+                    self.wal.on_close(&conn.conn);
+                }
+                let mut messages = self.grpc.on_conn(&conn);
                 messages.push(Message::Conn(conn));
                 messages
             }

@@ -2,8 +2,9 @@
 //! indented under its parent, with a bar placed on the trace's timeline.
 //!
 //! In: finished spans as they come. Out: the rendered waterfall of a trace
-//! once its node span ends (the Pod's containers were started on this node),
-//! which is when this agent's part of the trace is complete.
+//! once this agent's part of it is complete: at its root span where the
+//! agent saw the Pod's etcd writes, else at its node span (the Pod's
+//! containers were started on this node).
 
 use std::collections::HashMap;
 
@@ -53,7 +54,7 @@ impl Waterfalls {
             } else {
                 trace.push(span.clone());
             }
-            if span.name.starts_with("node ") {
+            if completes_trace(span, trace) {
                 if let Some(spans) = self.traces.remove(&span.trace_id) {
                     done.push(render(&spans));
                 }
@@ -61,6 +62,19 @@ impl Waterfalls {
         }
         done
     }
+}
+
+/// Whether this agent's part of a trace ends with `span`: the root (emitted
+/// last, by the agent that saw etcd handle the Pod's create), or, on an
+/// agent that saw no etcd write of the Pod (a worker node), the node span.
+fn completes_trace(span: &Span, trace: &[Span]) -> bool {
+    let from_etcd = |span: &Span| {
+        span.attributes.iter().any(|(key, value)| {
+            key == "db.system.name" && *value == AttributeValue::String("etcd".into())
+        })
+    };
+    span.parent_span_id.is_none()
+        || (span.name.starts_with("node ") && !trace.iter().any(from_etcd))
 }
 
 /// The waterfall of one trace's spans.

@@ -29,6 +29,28 @@ pub enum KvRequest {
     Compact(pb::CompactionRequest),
 }
 
+/// What a KV write does to its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    /// Creates keys that must not exist.
+    Create,
+    /// Writes keys (compare-and-swap on their revision, or blind).
+    Update,
+    /// Deletes keys.
+    Delete,
+}
+
+impl WriteKind {
+    /// Lower-case name, as `db.operation.name`-style attributes use it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Update => "update",
+            Self::Delete => "delete",
+        }
+    }
+}
+
 /// A decoded KV response.
 #[derive(Clone, PartialEq)]
 pub enum KvResponse {
@@ -119,6 +141,50 @@ impl KvRequest {
             Self::Range(_) | Self::DeleteRange(_) | Self::Compact(_) => {}
         }
         puts
+    }
+
+    /// The request re-encoded: the same bytes for the same request wherever
+    /// it was decoded — the client's gRPC message, the server's, and the Raft
+    /// entry etcd writes to its WAL (which carries the request message, not
+    /// the gRPC bytes) — so it names one write across all three.
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        match self {
+            Self::Range(r) => r.encode_to_vec(),
+            Self::Put(p) => p.encode_to_vec(),
+            Self::DeleteRange(d) => d.encode_to_vec(),
+            Self::Txn(t) => t.encode_to_vec(),
+            Self::Compact(c) => c.encode_to_vec(),
+        }
+    }
+
+    /// What the request does to the keys it names, as kube-apiserver's
+    /// storage layer shapes its writes: a create is a Txn whose compare
+    /// requires the key not to exist (`mod_revision == 0`).
+    pub fn write_kind(&self) -> Option<WriteKind> {
+        match self {
+            Self::Range(_) | Self::Compact(_) => None,
+            Self::Put(_) => Some(WriteKind::Update),
+            Self::DeleteRange(_) => Some(WriteKind::Delete),
+            Self::Txn(txn) => {
+                let ops = || txn.success.iter().filter_map(|op| op.request.as_ref());
+                let creates = txn.compare.iter().any(|c| {
+                    c.target == pb::compare::CompareTarget::Mod as i32
+                        && c.result == pb::compare::CompareResult::Equal as i32
+                        && matches!(c.target_union, Some(pb::compare::TargetUnion::ModRevision(0)))
+                });
+                if ops().any(|op| matches!(op, pb::request_op::Request::RequestDeleteRange(_))) {
+                    Some(WriteKind::Delete)
+                } else if ops().any(|op| matches!(op, pb::request_op::Request::RequestPut(_))) {
+                    Some(if creates {
+                        WriteKind::Create
+                    } else {
+                        WriteKind::Update
+                    })
+                } else {
+                    None
+                }
+            }
+        }
     }
 
     /// The method name.

@@ -123,3 +123,43 @@ fn mid_connection_txn_still_decodes() {
         "{calls:?}"
     );
 }
+
+#[test]
+fn write_kinds_follow_the_apiserver_storage_shapes() {
+    let request = |name| match kv_calls(name).into_iter().next() {
+        Some(KvCall {
+            request: Some(Ok(request)),
+            ..
+        }) => request,
+        other => panic!("{other:?}"),
+    };
+    // kube-apiserver's create: compare mod_revision == 0, then put.
+    assert_eq!(
+        request("etcdctl-txn-create-pod.rec").write_kind(),
+        Some(WriteKind::Create)
+    );
+    assert_eq!(request("etcdctl-put.rec").write_kind(), Some(WriteKind::Update));
+    assert_eq!(request("etcdctl-del.rec").write_kind(), Some(WriteKind::Delete));
+    assert_eq!(request("etcdctl-get-pod.rec").write_kind(), None);
+}
+
+#[test]
+fn canonical_bytes_name_one_request_however_it_was_framed() {
+    let Some(KvCall {
+        request: Some(Ok(request)),
+        ..
+    }) = kv_calls("etcdctl-txn-create-pod.rec").into_iter().next()
+    else {
+        panic!("no Txn")
+    };
+    let bytes = request.canonical_bytes();
+    let again = KvRequest::decode("Txn", &bytes).unwrap();
+    assert_eq!(again, request);
+    assert_eq!(again.canonical_bytes(), bytes);
+    assert_ne!(
+        bytes,
+        KvRequest::decode("Put", &[0x0a, 0x01, b'k'])
+            .unwrap()
+            .canonical_bytes()
+    );
+}

@@ -1,0 +1,545 @@
+//! The control-plane side of a Pod's trace: the etcd writes about the Pod as
+//! their client (kube-apiserver) made them and etcd handled them, the WAL
+//! appends and fdatasyncs that made them durable, and the Pod's root span.
+//!
+//! In: finished etcd writes, WAL writes and syncs. Out: [`Span`]s. Parents
+//! follow causal keys, not time: a write is named by the fingerprint of its
+//! KV request, which the client's call, etcd's handling and the Raft entry
+//! in the WAL share, so the server span is the child of the client span and
+//! a WAL sync the child of the server span that waited for it. The server
+//! side ends before its client reads the response, and a sync before the
+//! server responds: a span whose parent has not been seen yet waits (bounded
+//! in time and count) and falls back to the Pod's root when the parent is
+//! not seen on this node (a follower's WAL, an apiserver on another node).
+//!
+//! The root span — create write to the write that reports the Pod Running —
+//! is emitted by the agent that sees etcd handle the create (the leader's
+//! node), so exactly one agent emits it; a Pod that does not get there
+//! within the timeout is exported as incomplete, with the phase it is stuck in.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use tracer_decode::{etcd::WriteKind, identity::PodClue};
+
+use super::{
+    pod::{Pod, int_attribute, string_attribute},
+    span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, TraceId},
+};
+use crate::{
+    capture::{ConnKey, FsyncRecord, clock::WallClock},
+    decode::{EtcdMessage, WalMessage, grpc_calls::Side},
+};
+
+/// Bound on Pods remembered (name → UID, unfinished roots).
+const MAX_PODS: usize = 16_384;
+/// Bound on spans waiting for their Pod or parent.
+const MAX_WAITING: usize = 4096;
+/// Bound on span keys remembered as seen.
+const MAX_SEEN: usize = 16_384;
+/// Bound on WAL segments with unsynced writes.
+const MAX_WAL_FILES: usize = 64;
+/// Bound on Pod entries in one unsynced WAL batch.
+const MAX_BATCH_ENTRIES: usize = 4096;
+/// Pods named in a WAL span's batch attribute.
+const MAX_BATCH_NAMES: usize = 16;
+/// How long a span waits for its parent or its Pod's UID.
+pub const WAIT_NS: u64 = 2_000_000_000;
+/// Default time after the create write at which a Pod's trace is exported
+/// as incomplete.
+pub const DEFAULT_TRACE_TIMEOUT_NS: u64 = 300_000_000_000;
+
+/// A Pod named by a message, with its UID if the message or an earlier one
+/// told it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PodName {
+    namespace: String,
+    name: String,
+    uid: Option<String>,
+}
+
+/// A span whose trace or parent is not settled yet.
+#[derive(Clone, Debug)]
+struct Draft {
+    pod: PodName,
+    /// Span id key (see [`SpanId::for_key`]).
+    key: String,
+    /// Key of the causal parent, if it has one besides the root.
+    parent: Option<String>,
+    name: String,
+    kind: SpanKind,
+    start_unix_ns: u64,
+    end_unix_ns: u64,
+    attributes: Vec<(String, AttributeValue)>,
+    status: SpanStatus,
+    /// CLOCK_MONOTONIC ns after which it stops waiting.
+    deadline_ns: u64,
+}
+
+/// A Pod whose create this agent saw etcd handle: its root is ours to emit.
+#[derive(Clone, Debug)]
+struct Root {
+    pod: Pod,
+    /// Earliest start of the create write (client or server), monotonic ns.
+    start_ns: u64,
+    /// The node it was bound to, once a write names one.
+    node: Option<String>,
+}
+
+/// WAL writes since the segment's last sync.
+#[derive(Clone, Debug, Default)]
+struct WalBatch {
+    first_write_ns: u64,
+    bytes: u64,
+    entries: u64,
+    pod_entries: Vec<crate::decode::wal_writes::WalPodEntry>,
+}
+
+/// Builds the control-plane spans of Pod traces.
+#[derive(Debug)]
+pub struct ControlSpans {
+    clock: WallClock,
+    cluster_id: String,
+    trace_timeout_ns: u64,
+    uids: HashMap<(String, String), String>,
+    roots: HashMap<String, Root>,
+    batches: HashMap<ConnKey, WalBatch>,
+    seen: HashSet<String>,
+    seen_order: VecDeque<String>,
+    waiting: Vec<Draft>,
+    /// Latest event time seen (CLOCK_MONOTONIC ns).
+    now_ns: u64,
+    /// Spans exported without their Pod's UID (trace of their Pod name).
+    pub unattributed: u64,
+    /// Spans, Pods or WAL entries not kept because a bound was reached.
+    pub dropped: u64,
+}
+
+impl ControlSpans {
+    /// Spans of Pods of cluster `cluster_id`; a Pod not Running
+    /// `trace_timeout_ns` after its create is exported as incomplete.
+    pub fn new(clock: WallClock, cluster_id: String, trace_timeout_ns: u64) -> Self {
+        Self {
+            clock,
+            cluster_id,
+            trace_timeout_ns,
+            uids: HashMap::new(),
+            roots: HashMap::new(),
+            batches: HashMap::new(),
+            seen: HashSet::new(),
+            seen_order: VecDeque::new(),
+            waiting: Vec::new(),
+            now_ns: 0,
+            unattributed: 0,
+            dropped: 0,
+        }
+    }
+
+    /// Learns the Pods a message names; returns them with their UIDs where known.
+    fn learn(&mut self, clues: &[PodClue]) -> Vec<PodName> {
+        let mut pods: Vec<PodName> = Vec::new();
+        for clue in clues {
+            let (namespace, name, uid) = match clue {
+                PodClue::StorageKey { namespace, name } => (namespace, name, None),
+                PodClue::Object(identity) => match (&identity.namespace, &identity.name) {
+                    (Some(namespace), Some(name)) => (namespace, name, identity.uid.as_ref()),
+                    _ => continue,
+                },
+                PodClue::Sandbox { .. }
+                | PodClue::SandboxCall { .. }
+                | PodClue::Container { .. } => continue,
+            };
+            if let Some(uid) = uid {
+                let key = (namespace.clone(), name.clone());
+                if self.uids.len() < MAX_PODS || self.uids.contains_key(&key) {
+                    self.uids.insert(key, uid.clone());
+                } else {
+                    self.dropped += 1;
+                }
+            }
+            match pods
+                .iter_mut()
+                .find(|p| &p.namespace == namespace && &p.name == name)
+            {
+                Some(known) => {
+                    if known.uid.is_none() {
+                        known.uid = uid.cloned();
+                    }
+                }
+                None => pods.push(PodName {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    uid: uid.cloned(),
+                }),
+            }
+        }
+        for pod in &mut pods {
+            if pod.uid.is_none() {
+                pod.uid = self
+                    .uids
+                    .get(&(pod.namespace.clone(), pod.name.clone()))
+                    .cloned();
+            }
+        }
+        pods
+    }
+
+    /// A finished etcd write about Pods: its span, and the root span when
+    /// the write reports the Pod Running.
+    pub fn on_etcd(&mut self, call: &EtcdMessage) -> Vec<Span> {
+        let (Some(start), Some(end)) = (call.start_ts_ns, call.end_ts_ns) else {
+            self.unattributed += 1;
+            return Vec::new();
+        };
+        self.advance(end);
+        let pods = self.learn(&call.clues);
+        let fingerprint = hex(&call.fingerprint);
+        let side = match call.side {
+            Side::Client => "client",
+            Side::Server => "server",
+        };
+        let failed = match (call.status_code, call.txn_succeeded) {
+            (Some(code), _) if code != 0 => Some(format!("gRPC status {code}")),
+            (_, Some(false)) => Some("Txn compare failed: the key changed (conflict)".to_owned()),
+            _ => None,
+        };
+        let mut finished = Vec::new();
+        for pod in &pods {
+            let mut attributes = vec![
+                string_attribute("rpc.system", "grpc"),
+                string_attribute("rpc.service", tracer_decode::etcd::KV_SERVICE),
+                string_attribute("rpc.method", &call.method),
+                string_attribute("db.system.name", "etcd"),
+                string_attribute("db.operation.name", &call.method),
+                string_attribute("podtrace.etcd.write", call.write.name()),
+                string_attribute(
+                    "podtrace.etcd.key",
+                    &format!("/registry/pods/{}/{}", pod.namespace, pod.name),
+                ),
+            ];
+            if let Some(revision) = call.revision {
+                attributes.push(int_attribute("podtrace.etcd.revision", revision));
+            }
+            if let Some(code) = call.status_code {
+                attributes.push(int_attribute("rpc.grpc.status_code", i64::from(code)));
+            }
+            self.wait(Draft {
+                pod: pod.clone(),
+                key: format!("etcd/{side}/{fingerprint}"),
+                parent: (call.side == Side::Server).then(|| format!("etcd/client/{fingerprint}")),
+                name: format!("{}/{}", tracer_decode::etcd::KV_SERVICE, call.method),
+                kind: match call.side {
+                    Side::Client => SpanKind::Client,
+                    Side::Server => SpanKind::Server,
+                },
+                start_unix_ns: self.clock.unix_ns(start),
+                end_unix_ns: self.clock.unix_ns(end),
+                attributes,
+                status: failed.clone().map_or(SpanStatus::Unset, SpanStatus::Error),
+                deadline_ns: end + WAIT_NS,
+            });
+            if failed.is_none() {
+                finished.extend(self.track_root(call, pod, start, end));
+            }
+        }
+        finished.extend(self.release(false));
+        finished
+    }
+
+    /// Follows a Pod's progress through its writes; returns its root span
+    /// when a write reports it Running (or deletes it first).
+    fn track_root(
+        &mut self,
+        call: &EtcdMessage,
+        pod: &PodName,
+        start: u64,
+        end: u64,
+    ) -> Option<Span> {
+        let uid = pod.uid.as_ref()?;
+        if call.write == WriteKind::Create && call.side == Side::Server {
+            if !self.roots.contains_key(uid) && self.roots.len() >= MAX_PODS {
+                self.dropped += 1;
+                return None;
+            }
+            let root = self.roots.entry(uid.clone()).or_insert_with(|| Root {
+                pod: Pod::new(&self.cluster_id, &pod.namespace, &pod.name, uid),
+                start_ns: start,
+                node: None,
+            });
+            root.start_ns = root.start_ns.min(start);
+            return None;
+        }
+        let root = self.roots.get_mut(uid)?;
+        if call.write == WriteKind::Create {
+            // The apiserver's side of the create began before etcd's.
+            root.start_ns = root.start_ns.min(start);
+            return None;
+        }
+        if call.side != Side::Server {
+            return None;
+        }
+        let object = call.clues.iter().find_map(|clue| match clue {
+            PodClue::Object(identity) if identity.uid.as_ref() == Some(uid) => Some(identity),
+            _ => None,
+        });
+        if let Some(node) = object.and_then(|o| o.node_name.clone()) {
+            root.node = Some(node);
+        }
+        match (call.write, object.and_then(|o| o.phase.as_deref())) {
+            (WriteKind::Delete, _) => {
+                let root = self.roots.remove(uid)?;
+                Some(self.root_span(&root, end, Some("deleted before it was Running")))
+            }
+            (_, Some("Running")) => {
+                let root = self.roots.remove(uid)?;
+                Some(self.root_span(&root, end, None))
+            }
+            _ => None,
+        }
+    }
+
+    fn root_span(&self, root: &Root, end_ns: u64, incomplete: Option<&str>) -> Span {
+        let pod = &root.pod;
+        let mut attributes = pod.attributes();
+        if let Some(node) = &root.node {
+            attributes.push(string_attribute("k8s.node.name", node));
+        }
+        attributes.push((
+            "podtrace.trace.complete".to_owned(),
+            AttributeValue::Bool(incomplete.is_none()),
+        ));
+        let status = match incomplete {
+            None => SpanStatus::Unset,
+            Some(why) => {
+                // Where it is stuck, as far as the writes tell.
+                let phase = if root.node.is_some() {
+                    "node: bound, not reported Running"
+                } else {
+                    "scheduling: not bound to a node"
+                };
+                attributes.push(string_attribute("podtrace.trace.stuck_phase", phase));
+                SpanStatus::Error(format!("incomplete: {why}; stuck in {phase}"))
+            }
+        };
+        Span {
+            trace_id: pod.trace,
+            span_id: SpanId::well_known(pod.trace, "root"),
+            parent_span_id: None,
+            name: format!("pod.create {}/{}", pod.namespace, pod.name),
+            kind: SpanKind::Internal,
+            start_unix_ns: self.clock.unix_ns(root.start_ns),
+            end_unix_ns: self.clock.unix_ns(end_ns.max(root.start_ns)),
+            attributes,
+            status,
+        }
+    }
+
+    /// A write to a WAL segment: part of the batch its next sync makes durable.
+    pub fn on_wal(&mut self, write: &WalMessage) -> Vec<Span> {
+        self.advance(write.start_ts_ns);
+        if !self.batches.contains_key(&write.conn) && self.batches.len() >= MAX_WAL_FILES {
+            self.dropped += write.pod_entries.len() as u64;
+            return Vec::new();
+        }
+        let batch = self.batches.entry(write.conn).or_default();
+        if batch.bytes == 0 {
+            batch.first_write_ns = write.start_ts_ns;
+        }
+        batch.bytes += write.bytes;
+        batch.entries += write.entries;
+        let room = MAX_BATCH_ENTRIES.saturating_sub(batch.pod_entries.len());
+        self.dropped += write.pod_entries.len().saturating_sub(room) as u64;
+        batch
+            .pod_entries
+            .extend(write.pod_entries.iter().take(room).cloned());
+        Vec::new()
+    }
+
+    /// A sync of a file: for a WAL segment with Pod entries written since
+    /// its last sync, one span per entry in its Pod's trace. One fdatasync
+    /// often makes several Pods' writes durable (etcd batches proposals):
+    /// each span says how many entries and which Pods shared it.
+    pub fn on_fsync(&mut self, sync: &FsyncRecord) -> Vec<Span> {
+        self.advance(sync.ids.ts_ns);
+        let Some(batch) = self.batches.remove(&sync.conn) else {
+            return Vec::new();
+        };
+        let mut pods_in_batch: Vec<String> = Vec::new();
+        for entry in &batch.pod_entries {
+            for pod in self.learn(&entry.clues) {
+                let name = format!("{}/{}", pod.namespace, pod.name);
+                if !pods_in_batch.contains(&name) {
+                    pods_in_batch.push(name);
+                }
+            }
+        }
+        let batch_names = pods_in_batch
+            .iter()
+            .take(MAX_BATCH_NAMES)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(",");
+        let status = if sync.ret < 0 {
+            SpanStatus::Error(format!("{:?} failed: error {}", sync.syscall, -sync.ret))
+        } else {
+            SpanStatus::Unset
+        };
+        for entry in &batch.pod_entries {
+            let fingerprint = hex(&entry.fingerprint);
+            for pod in self.learn(&entry.clues) {
+                let attributes = vec![
+                    string_attribute("db.system.name", "etcd"),
+                    int_attribute("podtrace.etcd.raft.index", entry.index as i64),
+                    int_attribute("podtrace.etcd.raft.term", entry.term as i64),
+                    int_attribute("podtrace.etcd.wal.bytes", batch.bytes as i64),
+                    int_attribute("podtrace.etcd.wal.entries", batch.entries as i64),
+                    int_attribute("podtrace.etcd.wal.pods", pods_in_batch.len() as i64),
+                    string_attribute("podtrace.etcd.wal.batch", &batch_names),
+                    int_attribute("podtrace.etcd.wal.fsync_ns", sync.duration_ns as i64),
+                    (
+                        "podtrace.etcd.wal.shared".to_owned(),
+                        AttributeValue::Bool(pods_in_batch.len() > 1),
+                    ),
+                ];
+                self.wait(Draft {
+                    pod,
+                    key: format!(
+                        "etcd/wal/{}/{}/{}",
+                        sync.conn.conn_id, entry.index, fingerprint
+                    ),
+                    parent: Some(format!("etcd/server/{fingerprint}")),
+                    name: "etcd WAL append + fdatasync".to_owned(),
+                    kind: SpanKind::Internal,
+                    start_unix_ns: self.clock.unix_ns(batch.first_write_ns),
+                    end_unix_ns: self.clock.unix_ns(sync.ids.ts_ns),
+                    attributes,
+                    status: status.clone(),
+                    deadline_ns: sync.ids.ts_ns + WAIT_NS,
+                });
+            }
+        }
+        self.release(false)
+    }
+
+    /// Event time moved on (live: the clock; replay: the records): spans
+    /// whose wait is over go out, traces past their timeout as incomplete.
+    pub fn tick(&mut self, now_ns: u64) -> Vec<Span> {
+        self.advance(now_ns);
+        let mut spans = self.release(false);
+        let timeout = self.trace_timeout_ns;
+        let expired: Vec<String> = self
+            .roots
+            .iter()
+            .filter(|(_, root)| self.now_ns.saturating_sub(root.start_ns) > timeout)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in expired {
+            if let Some(root) = self.roots.remove(&uid) {
+                spans.push(self.root_span(&root, self.now_ns, Some("timed out")));
+            }
+        }
+        spans
+    }
+
+    /// The agent stops: every waiting span goes out with what is known, and
+    /// every unfinished trace as incomplete.
+    pub fn finish(&mut self) -> Vec<Span> {
+        let mut spans = self.release(true);
+        let mut roots: Vec<Root> = self.roots.drain().map(|(_, root)| root).collect();
+        roots.sort_by_key(|root| root.start_ns);
+        for root in roots {
+            spans.push(self.root_span(&root, self.now_ns, Some("podtrace stopped first")));
+        }
+        spans
+    }
+
+    fn advance(&mut self, now_ns: u64) {
+        self.now_ns = self.now_ns.max(now_ns);
+    }
+
+    fn wait(&mut self, draft: Draft) {
+        if self.seen_order.len() >= MAX_SEEN {
+            if let Some(oldest) = self.seen_order.pop_front() {
+                self.seen.remove(&oldest);
+            }
+        }
+        if self.seen.insert(draft.key.clone()) {
+            self.seen_order.push_back(draft.key.clone());
+        }
+        if self.waiting.len() >= MAX_WAITING {
+            self.dropped += 1;
+            return;
+        }
+        self.waiting.push(draft);
+    }
+
+    /// Spans whose Pod and parent are known, or whose wait is over (`all`:
+    /// every one), in the order they were drafted.
+    fn release(&mut self, all: bool) -> Vec<Span> {
+        let mut spans = Vec::new();
+        for mut draft in std::mem::take(&mut self.waiting) {
+            if draft.pod.uid.is_none() {
+                draft.pod.uid = self
+                    .uids
+                    .get(&(draft.pod.namespace.clone(), draft.pod.name.clone()))
+                    .cloned();
+            }
+            let parent_seen = draft.parent.as_ref().is_none_or(|p| self.seen.contains(p));
+            let over = all || self.now_ns >= draft.deadline_ns;
+            if (draft.pod.uid.is_some() && parent_seen) || over {
+                spans.push(self.resolve(draft, parent_seen));
+            } else {
+                self.waiting.push(draft);
+            }
+        }
+        spans
+    }
+
+    fn resolve(&mut self, draft: Draft, parent_seen: bool) -> Span {
+        let (trace, mut attributes) = match &draft.pod.uid {
+            Some(uid) => {
+                let pod = Pod::new(&self.cluster_id, &draft.pod.namespace, &draft.pod.name, uid);
+                (pod.trace, pod.attributes())
+            }
+            None => {
+                // No UID: the Pod was created before podtrace started. Its
+                // spans share a trace of their own, named by the Pod's name.
+                self.unattributed += 1;
+                let trace = TraceId::for_pod(
+                    &self.cluster_id,
+                    &format!("unattributed/{}/{}", draft.pod.namespace, draft.pod.name),
+                );
+                (
+                    trace,
+                    vec![
+                        string_attribute("k8s.pod.name", &draft.pod.name),
+                        string_attribute("k8s.namespace.name", &draft.pod.namespace),
+                        (
+                            "podtrace.unattributed".to_owned(),
+                            AttributeValue::Bool(true),
+                        ),
+                    ],
+                )
+            }
+        };
+        attributes.extend(draft.attributes);
+        let parent = match (&draft.parent, parent_seen) {
+            (Some(parent), true) => SpanId::for_key(trace, parent.as_bytes()),
+            _ => SpanId::well_known(trace, "root"),
+        };
+        Span {
+            trace_id: trace,
+            span_id: SpanId::for_key(trace, draft.key.as_bytes()),
+            parent_span_id: Some(parent),
+            name: draft.name,
+            kind: draft.kind,
+            start_unix_ns: draft.start_unix_ns,
+            end_unix_ns: draft.end_unix_ns,
+            attributes,
+            status: draft.status,
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

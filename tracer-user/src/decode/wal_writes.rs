@@ -1,0 +1,108 @@
+//! etcd WAL writes → the Raft entries they append, with `tracer-decode`.
+//!
+//! In: bytes etcd wrote to a followed WAL segment (`FdKind::WalFile`). Out:
+//! one [`WalMessage`] per write that completed entries naming Pods, with the
+//! fingerprint of each entry's KV request (the same as the gRPC call's, see
+//! [`super::grpc_calls::request_fingerprint`]). Writes are read from
+//! wherever the capture joins the file: the reader finds record boundaries
+//! itself, and a truncated capture costs the records it cut, counted.
+
+use std::collections::HashMap;
+
+use tracer_common::io::{Direction, FdKind};
+use tracer_decode::{
+    identity::{PodClue, clues_from_kv_request},
+    wal::{EntryPayload, RecordKind, WalEntry, WalReader},
+};
+
+use super::grpc_calls::request_fingerprint;
+use crate::capture::{ConnKey, DataRecord};
+
+/// WAL segments read at once (etcd keeps one open for writing; a few more
+/// appear while it cuts a new segment).
+const MAX_FILES: usize = 64;
+
+/// A Raft entry that writes a Pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalPodEntry {
+    /// Raft index.
+    pub index: u64,
+    /// Raft term.
+    pub term: u64,
+    /// The Pod keys and identity in the entry's request.
+    pub clues: Vec<PodClue>,
+    /// See [`super::grpc_calls::EtcdMessage::fingerprint`].
+    pub fingerprint: [u8; 16],
+}
+
+/// One write to a WAL segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalMessage {
+    /// The segment (as the file's connection key).
+    pub conn: ConnKey,
+    /// When the write syscall was entered (CLOCK_MONOTONIC ns).
+    pub start_ts_ns: u64,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Raft entries the write completed, of any content.
+    pub entries: u64,
+    /// Those that write Pods.
+    pub pod_entries: Vec<WalPodEntry>,
+}
+
+/// WAL readers per segment.
+#[derive(Debug, Default)]
+pub struct WalDecoder {
+    readers: HashMap<ConnKey, WalReader>,
+    /// Segments not read because `MAX_FILES` were being read.
+    pub skipped_files: u64,
+    /// Records that did not decode (the reader resynchronised after each).
+    pub bad_records: u64,
+}
+
+impl WalDecoder {
+    /// Reads a write to a WAL segment; other data yields nothing.
+    pub fn on_data(&mut self, data: &DataRecord) -> Option<WalMessage> {
+        if data.fd_kind != FdKind::WalFile || data.direction != Direction::Egress {
+            return None;
+        }
+        if !self.readers.contains_key(&data.conn) && self.readers.len() >= MAX_FILES {
+            self.skipped_files += 1;
+            return None;
+        }
+        let reader = self.readers.entry(data.conn).or_default();
+        let (records, errors) = reader.push(&data.data, data.truncated);
+        self.bad_records += errors.len() as u64;
+        let mut message = WalMessage {
+            conn: data.conn,
+            start_ts_ns: data.enter_ts_ns,
+            bytes: data.len,
+            entries: 0,
+            pod_entries: Vec::new(),
+        };
+        for record in records.iter().filter(|r| r.kind == RecordKind::Entry) {
+            message.entries += 1;
+            let Ok(entry) = WalEntry::decode(record) else {
+                self.bad_records += 1;
+                continue;
+            };
+            if let EntryPayload::Kv { request, .. } = &entry.payload {
+                let clues = clues_from_kv_request(request);
+                if !clues.is_empty() {
+                    message.pod_entries.push(WalPodEntry {
+                        index: entry.index,
+                        term: entry.term,
+                        clues,
+                        fingerprint: request_fingerprint(request),
+                    });
+                }
+            }
+        }
+        Some(message)
+    }
+
+    /// A segment was closed: forget its reader.
+    pub fn on_close(&mut self, conn: &ConnKey) {
+        self.readers.remove(conn);
+    }
+}
