@@ -543,3 +543,321 @@ impl ControlSpans {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::io::IoSyscall;
+    use tracer_decode::identity::PodIdentity;
+
+    use super::*;
+    use crate::{capture::ProcessIds, decode::wal_writes::WalPodEntry};
+
+    const ETCD: u32 = 100;
+    const APISERVER: u32 = 200;
+    const WAL: ConnKey = ConnKey {
+        tgid: ETCD,
+        conn_id: 7,
+    };
+    const MS: u64 = 1_000_000;
+
+    fn clues(name: &str, uid: Option<&str>, node: Option<&str>, phase: &str) -> Vec<PodClue> {
+        let mut clues = vec![PodClue::StorageKey {
+            namespace: "default".into(),
+            name: name.into(),
+        }];
+        if let Some(uid) = uid {
+            clues.push(PodClue::Object(PodIdentity {
+                namespace: Some("default".into()),
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+                node_name: node.map(Into::into),
+                phase: Some(phase.into()),
+                ..PodIdentity::default()
+            }));
+        }
+        clues
+    }
+
+    fn call(
+        side: Side,
+        write: WriteKind,
+        clues: Vec<PodClue>,
+        fingerprint: u8,
+        start_ms: u64,
+        end_ms: u64,
+    ) -> EtcdMessage {
+        EtcdMessage {
+            conn: ConnKey {
+                tgid: if side == Side::Server {
+                    ETCD
+                } else {
+                    APISERVER
+                },
+                conn_id: 1,
+            },
+            side,
+            method: "Txn".into(),
+            write,
+            clues,
+            fingerprint: [fingerprint; 16],
+            revision: Some(5),
+            txn_succeeded: Some(true),
+            status_code: Some(0),
+            start_ts_ns: Some(start_ms * MS),
+            end_ts_ns: Some(end_ms * MS),
+        }
+    }
+
+    fn wal_write(entries: &[(&str, &str, u8)], at_ms: u64) -> WalMessage {
+        WalMessage {
+            conn: WAL,
+            start_ts_ns: at_ms * MS,
+            bytes: 4096,
+            entries: entries.len() as u64 + 1,
+            pod_entries: entries
+                .iter()
+                .enumerate()
+                .map(|(i, (name, uid, fingerprint))| WalPodEntry {
+                    index: 10 + i as u64,
+                    term: 2,
+                    clues: clues(name, Some(uid), None, "Pending"),
+                    fingerprint: [*fingerprint; 16],
+                })
+                .collect(),
+        }
+    }
+
+    fn fsync(at_ms: u64) -> FsyncRecord {
+        FsyncRecord {
+            ids: ProcessIds {
+                ts_ns: at_ms * MS,
+                tgid: ETCD,
+                tid: ETCD,
+            },
+            conn: WAL,
+            fd: 9,
+            syscall: IoSyscall::Fdatasync,
+            duration_ns: 2 * MS,
+            ret: 0,
+        }
+    }
+
+    fn spans() -> ControlSpans {
+        ControlSpans::new(WallClock::from_offset(0), "test".into(), 60_000 * MS)
+    }
+
+    fn named<'a>(spans: &'a [Span], name: &str, kind: SpanKind) -> &'a Span {
+        spans
+            .iter()
+            .find(|s| s.name == name && s.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind:?} span {name}: {spans:#?}"))
+    }
+
+    fn attribute<'a>(span: &'a Span, key: &str) -> &'a AttributeValue {
+        &span
+            .attributes
+            .iter()
+            .find(|(k, _)| k == key)
+            .unwrap_or_else(|| panic!("no {key} on {span:#?}"))
+            .1
+    }
+
+    #[test]
+    fn client_server_and_wal_spans_nest_by_request_fingerprint_under_the_root() {
+        let mut control = spans();
+        let mut out = Vec::new();
+        // Order as events arrive: WAL write and sync during etcd's handling,
+        // then etcd's response, then the apiserver reading it.
+        out.extend(control.on_wal(&wal_write(&[("web", "uid-1", 1)], 11)));
+        out.extend(control.on_fsync(&fsync(13)));
+        let created = clues("web", Some("uid-1"), None, "Pending");
+        out.extend(control.on_etcd(&call(
+            Side::Server,
+            WriteKind::Create,
+            created.clone(),
+            1,
+            10,
+            14,
+        )));
+        out.extend(control.on_etcd(&call(Side::Client, WriteKind::Create, created, 1, 9, 15)));
+        let bound = clues("web", Some("uid-1"), Some("node-a"), "Pending");
+        out.extend(control.on_etcd(&call(
+            Side::Server,
+            WriteKind::Update,
+            bound.clone(),
+            2,
+            40,
+            42,
+        )));
+        out.extend(control.on_etcd(&call(Side::Client, WriteKind::Update, bound, 2, 39, 43)));
+        let running = clues("web", Some("uid-1"), Some("node-a"), "Running");
+        out.extend(control.on_etcd(&call(
+            Side::Server,
+            WriteKind::Update,
+            running.clone(),
+            3,
+            900,
+            902,
+        )));
+        out.extend(control.on_etcd(&call(Side::Client, WriteKind::Update, running, 3, 899, 903)));
+        out.extend(control.finish());
+
+        let trace = TraceId::for_pod("test", "uid-1");
+        assert!(out.iter().all(|s| s.trace_id == trace), "{out:#?}");
+        let root = named(&out, "pod.create default/web", SpanKind::Internal);
+        assert_eq!(root.span_id, SpanId::well_known(trace, "root"));
+        assert_eq!(root.parent_span_id, None);
+        // From the apiserver's create call to etcd's handling of the Running write.
+        assert_eq!((root.start_unix_ns, root.end_unix_ns), (9 * MS, 902 * MS));
+        assert_eq!(root.status, SpanStatus::Unset);
+        assert_eq!(
+            attribute(root, "k8s.node.name"),
+            &AttributeValue::String("node-a".into())
+        );
+
+        let txn = "etcdserverpb.KV/Txn";
+        let clients: Vec<&Span> = out.iter().filter(|s| s.kind == SpanKind::Client).collect();
+        let servers: Vec<&Span> = out.iter().filter(|s| s.kind == SpanKind::Server).collect();
+        assert_eq!((clients.len(), servers.len()), (3, 3));
+        for (client, server) in clients.iter().zip(&servers) {
+            assert_eq!(client.name, txn);
+            assert_eq!(client.parent_span_id, Some(root.span_id));
+            assert_eq!(server.parent_span_id, Some(client.span_id), "{server:#?}");
+        }
+        assert_eq!(
+            attribute(servers[0], "podtrace.etcd.write"),
+            &AttributeValue::String("create".into())
+        );
+        let wal = named(&out, "etcd WAL append + fdatasync", SpanKind::Internal);
+        assert_eq!(wal.parent_span_id, Some(servers[0].span_id));
+        assert_eq!((wal.start_unix_ns, wal.end_unix_ns), (11 * MS, 13 * MS));
+        assert_eq!(
+            attribute(wal, "podtrace.etcd.wal.shared"),
+            &AttributeValue::Bool(false)
+        );
+        assert_eq!(out.len(), 8);
+        // Ids are unique within the trace.
+        let mut ids: Vec<_> = out.iter().map(|s| s.span_id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), out.len());
+    }
+
+    #[test]
+    fn one_fdatasync_for_two_pods_is_a_span_in_each_trace_naming_the_batch() {
+        let mut control = spans();
+        control.on_wal(&wal_write(&[("a", "uid-a", 1), ("b", "uid-b", 2)], 11));
+        let mut out = control.on_fsync(&fsync(13));
+        out.extend(control.finish());
+        let wal: Vec<&Span> = out
+            .iter()
+            .filter(|s| s.name == "etcd WAL append + fdatasync")
+            .collect();
+        assert_eq!(wal.len(), 2, "{out:#?}");
+        assert_eq!(wal[0].trace_id, TraceId::for_pod("test", "uid-a"));
+        assert_eq!(wal[1].trace_id, TraceId::for_pod("test", "uid-b"));
+        for span in wal {
+            assert_eq!(
+                attribute(span, "podtrace.etcd.wal.pods"),
+                &AttributeValue::Int(2)
+            );
+            assert_eq!(
+                attribute(span, "podtrace.etcd.wal.shared"),
+                &AttributeValue::Bool(true)
+            );
+            assert_eq!(
+                attribute(span, "podtrace.etcd.wal.batch"),
+                &AttributeValue::String("default/a,default/b".into())
+            );
+            // No etcd handling seen here (a follower): under the root.
+            assert_eq!(
+                span.parent_span_id,
+                Some(SpanId::well_known(span.trace_id, "root"))
+            );
+        }
+    }
+
+    #[test]
+    fn a_server_span_waits_for_its_client_then_falls_back_to_the_root() {
+        let mut control = spans();
+        let created = clues("web", Some("uid-1"), None, "Pending");
+        let out = control.on_etcd(&call(Side::Server, WriteKind::Create, created, 1, 10, 14));
+        assert!(out.is_empty(), "released before its wait: {out:#?}");
+        assert!(control.tick(14 * MS + WAIT_NS / 2).is_empty());
+        let out = control.tick(14 * MS + WAIT_NS);
+        let server = named(&out, "etcdserverpb.KV/Txn", SpanKind::Server);
+        assert_eq!(
+            server.parent_span_id,
+            Some(SpanId::well_known(server.trace_id, "root"))
+        );
+    }
+
+    #[test]
+    fn a_pod_never_running_is_exported_incomplete_with_the_phase_it_is_stuck_in() {
+        let mut control = spans();
+        let bound = clues("web", Some("uid-1"), Some("node-a"), "Pending");
+        let created = clues("web", Some("uid-1"), None, "Pending");
+        control.on_etcd(&call(Side::Server, WriteKind::Create, created, 1, 10, 14));
+        control.on_etcd(&call(Side::Server, WriteKind::Update, bound, 2, 40, 42));
+        assert!(
+            !control
+                .tick(59_000 * MS)
+                .iter()
+                .any(|s| s.parent_span_id.is_none())
+        );
+        let out = control.tick(61_000 * MS);
+        let root = named(&out, "pod.create default/web", SpanKind::Internal);
+        assert!(
+            matches!(&root.status, SpanStatus::Error(m) if m.contains("timed out") && m.contains("node")),
+            "{root:#?}"
+        );
+        assert_eq!(
+            attribute(root, "podtrace.trace.complete"),
+            &AttributeValue::Bool(false)
+        );
+        assert!(control.finish().is_empty());
+    }
+
+    #[test]
+    fn a_write_about_a_pod_of_unknown_uid_waits_then_goes_out_unattributed() {
+        let mut control = spans();
+        let deleted = clues("old", None, None, "Running");
+        assert!(
+            control
+                .on_etcd(&call(Side::Server, WriteKind::Delete, deleted, 4, 10, 12))
+                .is_empty()
+        );
+        let out = control.tick(12 * MS + WAIT_NS);
+        assert_eq!(out.len(), 1, "{out:#?}");
+        assert_eq!(
+            attribute(&out[0], "podtrace.unattributed"),
+            &AttributeValue::Bool(true)
+        );
+        assert_eq!(control.unattributed, 1);
+        // A UID learned while waiting attributes it.
+        let mut control = spans();
+        control.on_etcd(&call(
+            Side::Server,
+            WriteKind::Delete,
+            clues("p", None, None, ""),
+            4,
+            10,
+            12,
+        ));
+        let out = control.on_etcd(&call(
+            Side::Server,
+            WriteKind::Update,
+            clues("p", Some("uid-p"), None, "Pending"),
+            5,
+            13,
+            14,
+        ));
+        let out: Vec<Span> = out.into_iter().chain(control.finish()).collect();
+        assert!(
+            out.iter()
+                .all(|s| s.trace_id == TraceId::for_pod("test", "uid-p")),
+            "{out:#?}"
+        );
+        assert_eq!(control.unattributed, 0);
+    }
+}
