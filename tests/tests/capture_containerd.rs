@@ -149,13 +149,18 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
     let traces = TraceConfig {
         cluster_id: "test-cluster".into(),
         node_name: "node-a".into(),
+        ..TraceConfig::default()
     };
     let mut decoder = Decoder::default();
     let mut correlator = Correlator::new(WallClock::anchor(), traces);
-    let spans: Vec<Span> = events
+    let mut activities: Vec<Activity> = events
         .into_iter()
         .flat_map(|event| decoder.decode(event))
         .flat_map(|message| correlator.observe(message))
+        .collect();
+    activities.extend(correlator.finish());
+    let spans: Vec<Span> = activities
+        .into_iter()
         .filter_map(|activity| match activity {
             Activity::Spans(spans) => Some(spans),
             _ => None,
@@ -209,6 +214,22 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
     assert_eq!(
         sandbox_create.parent_span_id,
         Some(named("runtime.v1.RuntimeService/RunPodSandbox").span_id)
+    );
+    // The container's first process, exec'd by runc init during StartContainer.
+    let first_exec = spans
+        .iter()
+        .find(|span| {
+            span.name.starts_with("container process start: ")
+                && span.attributes.iter().any(|(key, value)| {
+                    key == "container.id"
+                        && *value == AttributeValue::String(pod.container_id.clone())
+                })
+        })
+        .unwrap_or_else(|| panic!("no first exec of the workload: {spans:#?}"));
+    assert_eq!(first_exec.parent_span_id, Some(start.span_id));
+    assert!(
+        start.start_unix_ns <= first_exec.start_unix_ns
+            && first_exec.start_unix_ns <= start.end_unix_ns
     );
     // Nothing but metadata: no payload bytes in any attribute.
     assert!(

@@ -97,13 +97,17 @@ impl Correlator {
     /// Time passed without events (live agents call this every second with
     /// the monotonic clock): spans whose wait is over, timed-out traces.
     pub fn tick(&mut self, now_ns: u64) -> Vec<Activity> {
-        spans(self.control_spans.tick(now_ns)).into_iter().collect()
+        let mut finished = self.node_spans.tick(now_ns);
+        finished.extend(self.control_spans.tick(now_ns));
+        spans(finished).into_iter().collect()
     }
 
     /// No more messages: everything still waiting, unfinished traces as
     /// incomplete.
     pub fn finish(&mut self) -> Vec<Activity> {
-        spans(self.control_spans.finish()).into_iter().collect()
+        let mut finished = self.node_spans.finish();
+        finished.extend(self.control_spans.finish());
+        spans(finished).into_iter().collect()
     }
 
     /// Takes one message; returns what to report.

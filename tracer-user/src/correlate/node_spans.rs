@@ -74,6 +74,23 @@ impl Pending {
     }
 }
 
+/// A CRI server span waiting for the kubelet's client span of the call.
+#[derive(Clone, Debug)]
+struct HeldServerSpan {
+    span: Span,
+    /// The client span's id: the parent once seen.
+    client: SpanId,
+    pod: Pod,
+    /// CLOCK_MONOTONIC ns after which it goes out under the node span (the
+    /// kubelet is not followed, or its read of the response was lost).
+    deadline_ns: u64,
+    /// The call is StartContainer: it ends the node's part of the trace.
+    starts_workload: bool,
+}
+
+/// How long a CRI server span waits for its client span.
+const CLIENT_WAIT_NS: u64 = 2_000_000_000;
+
 /// How long a node span waits for its Pod to become known.
 const PENDING_NS: u64 = 60_000_000_000;
 
@@ -88,6 +105,10 @@ pub struct NodeSpans {
     runc_runs: HashMap<u32, RuncRun>,
     /// When each Pod's first CRI call started (for its node span).
     first_call_ns: HashMap<String, u64>,
+    /// Client-side CRI spans seen, with their end (unix ns).
+    client_calls: HashMap<SpanId, u64>,
+    /// Server-side CRI spans waiting for their client span.
+    held: Vec<HeldServerSpan>,
     /// Processes between `runc create` and the container's first exec
     /// (runc init and its clones), by pid, with the container id.
     container_inits: HashMap<u32, String>,
@@ -110,6 +131,8 @@ impl NodeSpans {
             sandbox_by_container: HashMap::new(),
             runc_runs: HashMap::new(),
             first_call_ns: HashMap::new(),
+            client_calls: HashMap::new(),
+            held: Vec::new(),
             container_inits: HashMap::new(),
             container_processes: HashMap::new(),
             pending: Vec::new(),
@@ -184,7 +207,8 @@ impl NodeSpans {
             return Vec::new();
         };
         let (start, end) = (self.clock.unix_ns(start), self.clock.unix_ns(end));
-        let first = *self.first_call_ns.entry(pod.uid.clone()).or_insert(start);
+        let first = self.first_call_ns.entry(pod.uid.clone()).or_insert(start);
+        *first = (*first).min(start);
         let span_key = container_id.clone().unwrap_or_else(|| sandbox_id.clone());
         let mut attributes = vec![
             (
@@ -221,7 +245,7 @@ impl NodeSpans {
             Some(0) | None => SpanStatus::Unset,
             Some(code) => SpanStatus::Error(format!("gRPC status {code}")),
         };
-        let mut spans = vec![Span {
+        let span = Span {
             trace_id: pod.trace,
             span_id: Self::call_span_id(pod.trace, call.side, &call.method, &span_key),
             parent_span_id: Some(self.node_span_id(pod.trace)),
@@ -234,23 +258,83 @@ impl NodeSpans {
             end_unix_ns: end,
             attributes,
             status,
-        }];
-        // The Pod's workload container has started: close the node's span.
-        if call.method == "StartContainer" {
-            spans.push(Span {
-                trace_id: pod.trace,
-                span_id: self.node_span_id(pod.trace),
-                parent_span_id: Some(SpanId::well_known(pod.trace, "root")),
-                name: format!("node {}", self.node_name),
-                kind: SpanKind::Internal,
-                start_unix_ns: first,
-                end_unix_ns: end,
-                attributes: self.pod_attributes(&pod),
-                status: SpanStatus::Unset,
-            });
-            self.first_call_ns.remove(&pod.uid);
+        };
+        let mut spans = Vec::new();
+        match call.side {
+            Side::Client => {
+                if self.client_calls.len() >= MAX_ENTRIES {
+                    self.client_calls.clear();
+                }
+                self.client_calls.insert(span.span_id, end);
+                spans.push(span);
+            }
+            // containerd answers before the kubelet reads the answer: the
+            // server span waits (briefly) for the client span it belongs in.
+            Side::Server => {
+                let client = Self::call_span_id(pod.trace, Side::Client, &call.method, &span_key);
+                if self.held.len() >= MAX_ENTRIES {
+                    self.unattributed += 1;
+                } else {
+                    self.held.push(HeldServerSpan {
+                        span,
+                        client,
+                        pod: pod.clone(),
+                        deadline_ns: call.end_ts_ns.unwrap_or(0) + CLIENT_WAIT_NS,
+                        starts_workload: call.method == "StartContainer",
+                    });
+                }
+            }
         }
-        spans.extend(self.attribute_pending(call.end_ts_ns.unwrap_or(0)));
+        let now = call.end_ts_ns.unwrap_or(0);
+        spans.extend(self.release_held(now, false));
+        spans.extend(self.attribute_pending(now));
+        spans
+    }
+
+    /// Time passed: server spans whose client was not seen go out under the
+    /// node span.
+    pub fn tick(&mut self, now_ns: u64) -> Vec<Span> {
+        self.release_held(now_ns, false)
+    }
+
+    /// No more events: every held span goes out.
+    pub fn finish(&mut self) -> Vec<Span> {
+        self.release_held(u64::MAX, true)
+    }
+
+    /// Server spans whose client span was seen (now their parent), or whose
+    /// wait is over; StartContainer's also closes the node's span — the Pod's
+    /// workload container has started.
+    fn release_held(&mut self, now_ns: u64, all: bool) -> Vec<Span> {
+        let mut spans = Vec::new();
+        for mut held in std::mem::take(&mut self.held) {
+            let client_end = self.client_calls.get(&held.client).copied();
+            if client_end.is_none() && !all && now_ns < held.deadline_ns {
+                self.held.push(held);
+                continue;
+            }
+            let mut end = held.span.end_unix_ns;
+            if let Some(client_end) = client_end {
+                held.span.parent_span_id = Some(held.client);
+                end = end.max(client_end);
+            }
+            let pod = held.pod;
+            spans.push(held.span);
+            if held.starts_workload {
+                let start = self.first_call_ns.remove(&pod.uid).unwrap_or(end);
+                spans.push(Span {
+                    trace_id: pod.trace,
+                    span_id: self.node_span_id(pod.trace),
+                    parent_span_id: Some(SpanId::well_known(pod.trace, "root")),
+                    name: format!("node {}", self.node_name),
+                    kind: SpanKind::Internal,
+                    start_unix_ns: start,
+                    end_unix_ns: end,
+                    attributes: self.pod_attributes(&pod),
+                    status: SpanStatus::Unset,
+                });
+            }
+        }
         spans
     }
 
