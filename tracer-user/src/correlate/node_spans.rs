@@ -207,8 +207,10 @@ impl NodeSpans {
             return Vec::new();
         };
         let (start, end) = (self.clock.unix_ns(start), self.clock.unix_ns(end));
-        let first = self.first_call_ns.entry(pod.uid.clone()).or_insert(start);
-        *first = (*first).min(start);
+        if self.first_call_ns.len() < MAX_ENTRIES || self.first_call_ns.contains_key(&pod.uid) {
+            let first = self.first_call_ns.entry(pod.uid.clone()).or_insert(start);
+            *first = (*first).min(start);
+        }
         let span_key = container_id.clone().unwrap_or_else(|| sandbox_id.clone());
         let mut attributes = vec![
             (
@@ -266,6 +268,11 @@ impl NodeSpans {
                     self.client_calls.clear();
                 }
                 self.client_calls.insert(span.span_id, end);
+                // containerd not followed: the kubelet's side ends the node span.
+                let server_held = self.held.iter().any(|held| held.client == span.span_id);
+                if call.method == "StartContainer" && !server_held {
+                    spans.extend(self.close_node_span(&pod, end));
+                }
                 spans.push(span);
             }
             // containerd answers before the kubelet reads the answer: the
@@ -321,21 +328,26 @@ impl NodeSpans {
             let pod = held.pod;
             spans.push(held.span);
             if held.starts_workload {
-                let start = self.first_call_ns.remove(&pod.uid).unwrap_or(end);
-                spans.push(Span {
-                    trace_id: pod.trace,
-                    span_id: self.node_span_id(pod.trace),
-                    parent_span_id: Some(SpanId::well_known(pod.trace, "root")),
-                    name: format!("node {}", self.node_name),
-                    kind: SpanKind::Internal,
-                    start_unix_ns: start,
-                    end_unix_ns: end,
-                    attributes: self.pod_attributes(&pod),
-                    status: SpanStatus::Unset,
-                });
+                spans.extend(self.close_node_span(&pod, end));
             }
         }
         spans
+    }
+
+    /// The node's span of a Pod, once: from its first CRI call to `end_ns`.
+    fn close_node_span(&mut self, pod: &Pod, end_ns: u64) -> Option<Span> {
+        let start = self.first_call_ns.remove(&pod.uid)?;
+        Some(Span {
+            trace_id: pod.trace,
+            span_id: self.node_span_id(pod.trace),
+            parent_span_id: Some(SpanId::well_known(pod.trace, "root")),
+            name: format!("node {}", self.node_name),
+            kind: SpanKind::Internal,
+            start_unix_ns: start,
+            end_unix_ns: end_ns,
+            attributes: self.pod_attributes(pod),
+            status: SpanStatus::Unset,
+        })
     }
 
     fn pod_attributes(&self, pod: &Pod) -> Vec<(String, AttributeValue)> {
