@@ -106,13 +106,18 @@ fn etcd_tls_and_auth_put_get() {
         stdout(&output)
     );
 
-    // A valid certificate whose Common Name is no etcd user, and no password:
+    // A valid certificate whose Common Name is no etcd user (the server's,
+    // which etcd peers also use as a client certificate), and no password:
     // authentication rejects it.
-    let apiserver = pki.client("kube-apiserver").unwrap();
-    let output = etcd
-        .etcdctl_anonymous()
-        .arg(format!("--cert={}", apiserver.cert.display()))
-        .arg(format!("--key={}", apiserver.key.display()))
+    let stranger = pki.server();
+    let with_cert = |cert: &podtrace_tests::components::CertFiles| {
+        let mut command = etcd.etcdctl_anonymous();
+        command
+            .arg(format!("--cert={}", cert.cert.display()))
+            .arg(format!("--key={}", cert.key.display()));
+        command
+    };
+    let output = with_cert(stranger)
         .args(["get", "/registry/pods/default/tls"])
         .output()
         .unwrap();
@@ -129,12 +134,127 @@ fn etcd_tls_and_auth_put_get() {
 
     // The same certificate with root's password is accepted.
     succeed(
-        etcd.etcdctl_anonymous()
-            .arg(format!("--cert={}", apiserver.cert.display()))
-            .arg(format!("--key={}", apiserver.key.display()))
+        with_cert(stranger)
             .arg(format!("--user=root:{}", etcd.root_password().unwrap()))
             .args(["get", "/registry/pods/default/tls"]),
     );
+
+    // kube-apiserver's certificate makes its Common Name the user: it may
+    // read and write /registry/ and nothing else.
+    let apiserver = pki.client("kube-apiserver").unwrap();
+    let got = succeed(with_cert(apiserver).args(["get", "/registry/pods/default/tls"]));
+    assert_eq!(got, "/registry/pods/default/tls\nv2\n");
+    succeed(with_cert(apiserver).args(["put", "/registry/pods/default/api", "v3"]));
+    let output = with_cert(apiserver)
+        .args(["put", "/podtrace/outside-registry", "v4"])
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success() && stderr(&output).contains("permission denied"),
+        "a write outside /registry/ as kube-apiserver: {} {}",
+        stdout(&output),
+        stderr(&output)
+    );
+}
+
+/// kube-apiserver's writes of one Pod (create, binding, status) through
+/// [`ApiserverRole`], read back as root and decoded by tracer-decode; and a
+/// conflicting update retried on the current object.
+async fn apiserver_role_writes_a_pod(options: EtcdOptions) {
+    use podtrace_tests::components::{
+        ApiserverRole, EtcdKv, PodTemplate,
+        apiserver_role::{self, RunningContainer},
+    };
+    use tracer_decode::{
+        kube::{StoredObject, decode_stored_object},
+        pb::etcdserverpb::RangeRequest,
+    };
+
+    let etcd = Etcd::start(options).unwrap();
+    let apiserver = ApiserverRole::connect(&etcd).await.unwrap();
+    assert_eq!(apiserver.count_pods().await.unwrap(), 0);
+    let template = PodTemplate {
+        log_root: "/nonexistent".into(),
+        cgroup_root: "/podtrace-unused".into(),
+        image: WORKLOAD_IMAGE.into(),
+        command: vec!["sleep".into(), "1".into()],
+    };
+    let pod = apiserver_role::new_pod("ns1", "web-x2b4z", Some("web-"), &[], &template).unwrap();
+    let uid = pod.metadata.as_ref().unwrap().uid.clone().unwrap();
+    let mut stored = apiserver.create(pod.clone()).await.unwrap();
+    assert_eq!(stored.key, "/registry/pods/ns1/web-x2b4z");
+    // A second create of the same key fails, as the compare says.
+    let again = apiserver.create(pod).await.unwrap_err();
+    assert!(format!("{again:#}").contains("already exists"), "{again:#}");
+
+    let stale = stored.clone();
+    apiserver
+        .guaranteed_update(&mut stored, |pod| apiserver_role::bind(pod, "node-a"))
+        .await
+        .unwrap();
+    assert!(stored.mod_revision > stale.mod_revision);
+    // Through the stale copy: the Txn fails, its Range returns the bound Pod,
+    // and the status is applied to that.
+    let mut from_stale = stale;
+    let running = RunningContainer {
+        container_id: "0123abcd".into(),
+        image_ref: "sha256:feed".into(),
+        started_at: std::time::SystemTime::now(),
+        pod_ip: None,
+        start_time: std::time::SystemTime::now(),
+    };
+    apiserver
+        .guaranteed_update(&mut from_stale, |pod| {
+            apiserver_role::set_running(pod, &running)
+        })
+        .await
+        .unwrap();
+    assert_eq!(apiserver.count_pods().await.unwrap(), 1);
+
+    // Read back as root (its certificate makes it root when etcd has TLS
+    // and authentication).
+    let root = EtcdKv::connect(&etcd, "root").await.unwrap();
+    let response = root
+        .range(RangeRequest {
+            key: b"/registry/pods/ns1/web-x2b4z".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let value = &response.kvs[0].value;
+    let StoredObject::Pod(identity) = decode_stored_object(value).unwrap() else {
+        panic!("not a Pod")
+    };
+    assert_eq!(identity.namespace.as_deref(), Some("ns1"));
+    assert_eq!(identity.name.as_deref(), Some("web-x2b4z"));
+    assert_eq!(identity.uid.as_deref(), Some(uid.as_str()));
+    assert_eq!(identity.node_name.as_deref(), Some("node-a"));
+    assert_eq!(identity.phase.as_deref(), Some("Running"));
+    assert_eq!(
+        apiserver_role::decode_pod(value).unwrap(),
+        from_stale.pod,
+        "etcd holds what the update wrote"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_role_writes_pods_to_plain_etcd() {
+    if !live_test_can_run("apiserver_role_writes_pods_to_plain_etcd") {
+        return;
+    }
+    apiserver_role_writes_a_pod(EtcdOptions::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_role_writes_pods_to_mtls_etcd_with_auth_as_kube_apiserver() {
+    if !live_test_can_run("apiserver_role_writes_pods_to_mtls_etcd_with_auth_as_kube_apiserver") {
+        return;
+    }
+    apiserver_role_writes_a_pod(EtcdOptions {
+        tls: true,
+        auth: true,
+    })
+    .await;
 }
 
 #[test]

@@ -41,7 +41,7 @@ use super::{
     cri::{CriClient, PodTemplate},
     images::{self, PAUSE_IMAGE, WORKLOAD_COMMAND, WORKLOAD_IMAGE},
     leftovers,
-    process::{STOP_GRACE, Supervised, random_hex, wait_until, write_file},
+    process::{STOP_GRACE, Supervised, note, random_hex, wait_until, write_file},
 };
 
 const CONTAINERD: &str = "/usr/bin/containerd";
@@ -82,11 +82,24 @@ impl Containerd {
     /// Call it from a thread that outlives the returned value: containerd
     /// is killed by the kernel when the starting thread exits.
     pub fn start(options: ContainerdOptions) -> anyhow::Result<Self> {
+        Self::start_in(options, &std::env::temp_dir())
+    }
+
+    /// Like [`Containerd::start`], with containerd's directory created in
+    /// `parent` instead of the system's temporary directory. Its socket is
+    /// in that directory: keep `parent` short (a unix socket path has at
+    /// most 107 bytes).
+    pub fn start_in(options: ContainerdOptions, parent: &Path) -> anyhow::Result<Self> {
         let started = Instant::now();
         let dir = tempfile::Builder::new()
             .prefix("podtrace-containerd-")
-            .tempdir()
-            .context("creating containerd's temporary directory")?;
+            .tempdir_in(parent)
+            .with_context(|| {
+                format!(
+                    "creating containerd's temporary directory in {}",
+                    parent.display()
+                )
+            })?;
         let images = images::build_images(&options.image_cache_dir)?;
         let socket = dir.path().join("containerd.sock");
         let pod_subnet = free_pod_subnet()?;
@@ -113,12 +126,12 @@ impl Containerd {
             images::import_image(image, &containerd.socket)?;
         }
         containerd.wait_for_images()?;
-        eprintln!(
+        note(format_args!(
             "containerd (pid {}) serving {}, ready with images after {:?}",
             containerd.pid(),
             containerd.socket.display(),
             started.elapsed()
-        );
+        ));
         Ok(containerd)
     }
 
@@ -318,8 +331,11 @@ impl Drop for Containerd {
     fn drop(&mut self) {
         let started = Instant::now();
         match self.teardown() {
-            Ok(()) => eprintln!("containerd torn down in {:?}", started.elapsed()),
-            Err(err) => eprintln!("containerd teardown: {err:#}"),
+            Ok(()) => note(format_args!(
+                "containerd torn down in {:?}",
+                started.elapsed()
+            )),
+            Err(err) => note(format_args!("containerd teardown: {err:#}")),
         }
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! In: the CRI socket path and a [`PodTemplate`] (log root, cgroup root,
 //! workload image and command). Out: typed calls — Version, RunPodSandbox,
-//! ImageStatus, CreateContainer, StartContainer, ContainerStatus,
-//! ListPodSandbox, StopPodSandbox, RemovePodSandbox — and
+//! PodSandboxStatus, ImageStatus, CreateContainer, StartContainer,
+//! ContainerStatus, StopContainer, RemoveContainer, ListPodSandbox,
+//! StopPodSandbox, RemovePodSandbox — and
 //! [`CriClient::create_pod`], which makes the kubelet's three calls for a
 //! one-container Pod.
 //!
@@ -127,6 +128,41 @@ pub mod api {
     pub struct Empty {}
 
     #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxStatusRequest {
+        #[prost(string, tag = "1")]
+        pub pod_sandbox_id: String,
+        #[prost(bool, tag = "2")]
+        pub verbose: bool,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxStatusResponse {
+        #[prost(message, optional, tag = "1")]
+        pub status: Option<PodSandboxStatus>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxStatus {
+        #[prost(string, tag = "1")]
+        pub id: String,
+        #[prost(message, optional, tag = "2")]
+        pub metadata: Option<PodSandboxMetadata>,
+        /// SANDBOX_READY = 0, SANDBOX_NOTREADY = 1.
+        #[prost(int32, tag = "3")]
+        pub state: i32,
+        #[prost(int64, tag = "4")]
+        pub created_at: i64,
+        #[prost(message, optional, tag = "5")]
+        pub network: Option<PodSandboxNetworkStatus>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxNetworkStatus {
+        #[prost(string, tag = "1")]
+        pub ip: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
     pub struct ListPodSandboxRequest {}
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -220,9 +256,18 @@ pub mod api {
 
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct ContainerIdRequest {
-        /// `container_id` of StartContainerRequest.
+        /// `container_id` of StartContainerRequest and RemoveContainerRequest.
         #[prost(string, tag = "1")]
         pub container_id: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct StopContainerRequest {
+        #[prost(string, tag = "1")]
+        pub container_id: String,
+        /// Seconds between the stop signal and SIGKILL; 0 kills at once.
+        #[prost(int64, tag = "2")]
+        pub timeout: i64,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -258,6 +303,8 @@ pub mod api {
         pub started_at: i64,
         #[prost(int32, tag = "7")]
         pub exit_code: i32,
+        #[prost(string, tag = "9")]
+        pub image_ref: String,
         #[prost(string, tag = "10")]
         pub reason: String,
         #[prost(string, tag = "11")]
@@ -362,6 +409,23 @@ impl CriClient {
         Ok(response.pod_sandbox_id)
     }
 
+    /// PodSandboxStatus (not verbose): state and the Pod's IP.
+    pub async fn pod_sandbox_status(
+        &self,
+        sandbox_id: &str,
+    ) -> anyhow::Result<api::PodSandboxStatus> {
+        let request = api::PodSandboxStatusRequest {
+            pod_sandbox_id: sandbox_id.to_owned(),
+            verbose: false,
+        };
+        let response: api::PodSandboxStatusResponse = self
+            .call(&format!("{RUNTIME}PodSandboxStatus"), request)
+            .await?;
+        response
+            .status
+            .with_context(|| format!("PodSandboxStatus of {sandbox_id} has no status"))
+    }
+
     pub async fn stop_pod_sandbox(&self, sandbox_id: &str) -> anyhow::Result<()> {
         let request = api::PodSandboxIdRequest {
             pod_sandbox_id: sandbox_id.to_owned(),
@@ -432,6 +496,33 @@ impl CriClient {
         };
         let _: api::Empty = self
             .call(&format!("{RUNTIME}StartContainer"), request)
+            .await?;
+        Ok(())
+    }
+
+    /// StopContainer: the stop signal, then SIGKILL after `timeout_seconds`
+    /// (at once with 0).
+    pub async fn stop_container(
+        &self,
+        container_id: &str,
+        timeout_seconds: i64,
+    ) -> anyhow::Result<()> {
+        let request = api::StopContainerRequest {
+            container_id: container_id.to_owned(),
+            timeout: timeout_seconds,
+        };
+        let _: api::Empty = self
+            .call(&format!("{RUNTIME}StopContainer"), request)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn remove_container(&self, container_id: &str) -> anyhow::Result<()> {
+        let request = api::ContainerIdRequest {
+            container_id: container_id.to_owned(),
+        };
+        let _: api::Empty = self
+            .call(&format!("{RUNTIME}RemoveContainer"), request)
             .await?;
         Ok(())
     }

@@ -10,7 +10,12 @@
 //! With `tls`, clients must present a certificate signed by the generated CA
 //! (`--client-cert-auth`) and peers talk TLS too. With `auth`, user `root`
 //! gets a random password and `etcdctl auth enable` runs, as etcd's
-//! production guidance recommends; the password is never printed.
+//! production guidance recommends; the password is never printed. Auth also
+//! creates user `kube-apiserver` without a password, whose role may read and
+//! write keys under `/registry/` only: with `tls` too, a client presenting
+//! the `kube-apiserver` certificate is that user (etcd takes the
+//! certificate's Common Name as the user name), which is how kube-apiserver
+//! authenticates to an etcd with authentication on.
 
 use std::{
     fmt,
@@ -27,7 +32,7 @@ use tempfile::TempDir;
 
 use super::{
     certs::{CertFiles, Pki},
-    process::{Supervised, free_loopback_port, random_hex, wait_until},
+    process::{Supervised, free_loopback_port, note, random_hex, wait_until},
 };
 
 const ETCD: &str = "/usr/bin/etcd";
@@ -37,7 +42,13 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The client identities in the generated PKI: `root` is what
 /// [`Etcd::etcdctl`] presents; `kube-apiserver` is what an apiserver (or the
 /// demo playing one) presents.
-pub const CLIENT_NAMES: [&str; 2] = ["root", "kube-apiserver"];
+pub const CLIENT_NAMES: [&str; 2] = ["root", APISERVER_USER];
+/// kube-apiserver's client certificate name, which is also its etcd user
+/// (and role) name.
+pub const APISERVER_USER: &str = "kube-apiserver";
+/// The key prefix the [`APISERVER_USER`] may read and write: kube-apiserver's
+/// default `--etcd-prefix`, with the slash.
+pub const APISERVER_PREFIX: &str = "/registry/";
 
 /// How to start etcd.
 #[derive(Debug, Clone, Copy, Default)]
@@ -81,11 +92,22 @@ impl Etcd {
     /// Call it from a thread that outlives the returned value: the process is
     /// killed by the kernel when the starting thread exits.
     pub fn start(options: EtcdOptions) -> anyhow::Result<Self> {
+        Self::start_in(options, &std::env::temp_dir())
+    }
+
+    /// Like [`Etcd::start`], with etcd's directory (data, certificates, log)
+    /// created in `parent` instead of the system's temporary directory.
+    pub fn start_in(options: EtcdOptions, parent: &Path) -> anyhow::Result<Self> {
         let started = Instant::now();
         let dir = tempfile::Builder::new()
             .prefix("podtrace-etcd-")
-            .tempdir()
-            .context("creating etcd's temporary directory")?;
+            .tempdir_in(parent)
+            .with_context(|| {
+                format!(
+                    "creating etcd's temporary directory in {}",
+                    parent.display()
+                )
+            })?;
         let pki = if options.tls {
             Some(Pki::generate(&dir.path().join("pki"), &CLIENT_NAMES)?)
         } else {
@@ -142,14 +164,14 @@ impl Etcd {
         if options.auth {
             etcd.enable_auth()?;
         }
-        eprintln!(
+        note(format_args!(
             "etcd (pid {}) serving {} (tls: {}, auth: {}), ready after {:?}",
             etcd.pid(),
             etcd.endpoint,
             options.tls,
             options.auth,
             started.elapsed()
-        );
+        ));
         Ok(etcd)
     }
 
@@ -171,7 +193,8 @@ impl Etcd {
         .with_context(|| format!("etcd's log ends with:\n{}", self.process.log_tail()))
     }
 
-    /// Creates user `root` with a random password and enables authentication.
+    /// Creates user `root` with a random password and user `kube-apiserver`
+    /// limited to `/registry/`, and enables authentication.
     fn enable_auth(&mut self) -> anyhow::Result<()> {
         let password = random_hex(16)?;
         // `--interactive=false` takes the password from the argument instead
@@ -181,6 +204,33 @@ impl Etcd {
                 .args(["--interactive=false", "user", "add"])
                 .arg(format!("root:{password}")),
             "user add root",
+        )?;
+        // No password: this user can only be authenticated by its client
+        // certificate's Common Name.
+        run_etcdctl(
+            self.etcdctl()
+                .args(["user", "add", APISERVER_USER, "--no-password"]),
+            "user add kube-apiserver",
+        )?;
+        run_etcdctl(
+            self.etcdctl().args(["role", "add", APISERVER_USER]),
+            "role add kube-apiserver",
+        )?;
+        run_etcdctl(
+            self.etcdctl().args([
+                "role",
+                "grant-permission",
+                APISERVER_USER,
+                "--prefix=true",
+                "readwrite",
+                APISERVER_PREFIX,
+            ]),
+            "role grant-permission kube-apiserver",
+        )?;
+        run_etcdctl(
+            self.etcdctl()
+                .args(["user", "grant-role", APISERVER_USER, APISERVER_USER]),
+            "user grant-role kube-apiserver",
         )?;
         run_etcdctl(self.etcdctl().args(["auth", "enable"]), "auth enable")?;
         self.root_password = Some(password);

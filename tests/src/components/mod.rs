@@ -1,6 +1,7 @@
 //! Real components started by live tests and by `cargo xtask demo`: etcd,
 //! containerd with runc and the CRI, the certificates and images they need,
-//! and a CRI client playing the kubelet.
+//! a CRI client playing the kubelet, and an etcd client writing Pods as
+//! kube-apiserver's storage layer does.
 //!
 //! Everything runs on this machine as root, from Debian's packages (see
 //! `cargo xtask setup`), on loopback ports and in temporary directories.
@@ -8,6 +9,7 @@
 //! when a test panics — and the kernel kills it if the starting thread dies
 //! without dropping it.
 
+pub mod apiserver_role;
 pub mod certs;
 pub mod containerd;
 pub mod cri;
@@ -16,6 +18,7 @@ pub mod images;
 pub mod leftovers;
 mod process;
 
+pub use apiserver_role::{ApiserverRole, EtcdKv, StoredPod};
 pub use certs::{CertFiles, Pki};
 pub use containerd::{Containerd, ContainerdOptions};
 pub use cri::{CriClient, PodHandles, PodTemplate};

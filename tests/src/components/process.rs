@@ -59,6 +59,10 @@ impl Supervised {
 
     fn spawn_configured(name: &str, command: &mut Command, log: &Path) -> anyhow::Result<Self> {
         command.stdin(Stdio::null());
+        // A process group of its own: a Ctrl-C in the owner's terminal goes
+        // to the owner only, which then stops its components in order
+        // (the demo does) instead of them dying halfway through a teardown.
+        command.process_group(0);
         // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no
         // memory of the parent. It makes the kernel SIGKILL the child when the
         // thread that forked it exits, so a test binary that is killed before
@@ -120,10 +124,10 @@ impl Supervised {
             }
             thread::sleep(Duration::from_millis(20));
         }
-        eprintln!(
+        note(format_args!(
             "{} (pid {pid}) ignored SIGTERM for {grace:?}; killing it",
             self.name
-        );
+        ));
         let _ = self.child.kill();
         self.child.wait().ok()
     }
@@ -141,6 +145,21 @@ fn open_log(path: &Path) -> anyhow::Result<File> {
         .append(true)
         .open(path)
         .with_context(|| format!("opening log file {}", path.display()))
+}
+
+/// `eprintln!`, except while the thread is panicking: then the line is
+/// written straight to stderr and a failure to write is ignored, because a
+/// second panic (a closed stderr makes `eprintln!` panic) would abort a
+/// teardown that runs during unwinding half-way through, leaving its
+/// processes killed but its directories and mounts behind. (`eprintln!`
+/// otherwise, so that the test harness captures the line.)
+pub(crate) fn note(message: std::fmt::Arguments<'_>) {
+    if thread::panicking() {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "{message}");
+    } else {
+        eprintln!("{message}");
+    }
 }
 
 /// The last lines of a log file (or why it could not be read).
@@ -164,12 +183,17 @@ pub(crate) fn free_loopback_port() -> anyhow::Result<u16> {
         .port())
 }
 
+/// Fills `buf` with random bytes from the kernel.
+pub(crate) fn fill_random(buf: &mut [u8]) -> anyhow::Result<()> {
+    File::open("/dev/urandom")
+        .and_then(|mut file| file.read_exact(buf))
+        .context("reading /dev/urandom")
+}
+
 /// `bytes` random bytes from the kernel, hex encoded.
 pub(crate) fn random_hex(bytes: usize) -> anyhow::Result<String> {
     let mut buf = vec![0u8; bytes];
-    File::open("/dev/urandom")
-        .and_then(|mut file| file.read_exact(&mut buf))
-        .context("reading /dev/urandom")?;
+    fill_random(&mut buf)?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
