@@ -92,6 +92,20 @@ fn etcd_tls_and_auth_put_get() {
     );
     let got = succeed(etcd.etcdctl().args(["get", "/registry/pods/default/tls"]));
     assert_eq!(got, "/registry/pods/default/tls\nv2\n");
+    // root's password reaches etcdctl in its environment, not on its
+    // command line, which podtrace prints for the processes it follows.
+    let password = etcd.root_password().unwrap();
+    let args: Vec<_> = etcd
+        .etcdctl()
+        .get_args()
+        .map(|arg| arg.to_owned())
+        .collect();
+    assert!(
+        !args
+            .iter()
+            .any(|arg| arg.to_string_lossy().contains(password)),
+        "the password is on etcdctl's command line"
+    );
 
     // No client certificate: the TLS handshake fails.
     let output = etcd

@@ -10,7 +10,9 @@
 //! With `tls`, clients must present a certificate signed by the generated CA
 //! (`--client-cert-auth`) and peers talk TLS too. With `auth`, user `root`
 //! gets a random password and `etcdctl auth enable` runs, as etcd's
-//! production guidance recommends; the password is never printed. Auth also
+//! production guidance recommends; the password is never printed nor put on
+//! a command line (podtrace prints the arguments of the processes it
+//! follows): etcdctl reads it from stdin, then from `ETCDCTL_USER`. Auth also
 //! creates user `kube-apiserver` without a password, whose role may read and
 //! write keys under `/registry/` only: with `tls` too, a client presenting
 //! the `kube-apiserver` certificate is that user (etcd takes the
@@ -197,12 +199,13 @@ impl Etcd {
     /// limited to `/registry/`, and enables authentication.
     fn enable_auth(&mut self) -> anyhow::Result<()> {
         let password = random_hex(16)?;
-        // `--interactive=false` takes the password from the argument instead
-        // of a terminal prompt; the command line is not logged anywhere.
-        run_etcdctl(
-            self.etcdctl()
-                .args(["--interactive=false", "user", "add"])
-                .arg(format!("root:{password}")),
+        // Interactive mode reads the password and its confirmation from
+        // stdin (it runs `stty`, which fails harmlessly on a pipe).
+        let mut command = self.etcdctl();
+        command.args(["user", "add", "root"]);
+        run_etcdctl_with_input(
+            &mut command,
+            format!("{password}\n{password}\n").as_bytes(),
             "user add root",
         )?;
         // No password: this user can only be authenticated by its client
@@ -299,7 +302,8 @@ impl Etcd {
     }
 
     /// `etcdctl` (v3 API) as `root`: with the `root` client certificate when
-    /// TLS is on and `--user root:PASSWORD` once authentication is on.
+    /// TLS is on and user `root:PASSWORD` in `ETCDCTL_USER` once
+    /// authentication is on.
     pub fn etcdctl(&self) -> Command {
         let mut command = self.etcdctl_anonymous();
         if let Some(root) = &self.root_client {
@@ -308,7 +312,7 @@ impl Etcd {
                 .arg(format!("--key={}", root.key.display()));
         }
         if let Some(password) = &self.root_password {
-            command.arg(format!("--user=root:{password}"));
+            command.env("ETCDCTL_USER", format!("root:{password}"));
         }
         command
     }
@@ -373,6 +377,37 @@ impl Etcd {
         )?;
         Ok(EtcdWatch { process, lines })
     }
+}
+
+/// Runs etcdctl with `input` on its stdin; fails unless it succeeds.
+fn run_etcdctl_with_input(
+    command: &mut Command,
+    input: &[u8],
+    what: &str,
+) -> anyhow::Result<Output> {
+    use std::{io::Write as _, process::Stdio};
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running etcdctl {what}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input)
+            .with_context(|| format!("writing to etcdctl {what}"))?;
+    }
+    let output = child
+        .wait_with_output()
+        .with_context(|| format!("running etcdctl {what}"))?;
+    if !output.status.success() {
+        bail!(
+            "etcdctl {what} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(output)
 }
 
 fn run_etcdctl(command: &mut Command, what: &str) -> anyhow::Result<Output> {
