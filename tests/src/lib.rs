@@ -11,6 +11,7 @@
 )]
 
 pub mod components;
+pub mod otlp_json;
 
 use std::{
     fs,

@@ -17,7 +17,7 @@
 //! node), so exactly one agent emits it; a Pod that does not get there
 //! within the timeout is exported as incomplete, with the phase it is stuck in.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use tracer_decode::{etcd::WriteKind, identity::PodClue};
 
@@ -85,6 +85,17 @@ struct Root {
     node: Option<String>,
 }
 
+/// A root to emit once the client span of the write that ends it is seen.
+#[derive(Clone, Debug)]
+struct ClosingRoot {
+    root: Root,
+    /// End of etcd's handling of the write, monotonic ns.
+    end_ns: u64,
+    /// Key of the write's client span.
+    client: String,
+    deadline_ns: u64,
+}
+
 /// WAL writes since the segment's last sync.
 #[derive(Clone, Debug, Default)]
 struct WalBatch {
@@ -103,9 +114,14 @@ pub struct ControlSpans {
     uids: HashMap<(String, String), String>,
     roots: HashMap<String, Root>,
     batches: HashMap<ConnKey, WalBatch>,
-    seen: HashSet<String>,
+    /// Span keys drafted recently, with their spans' end (unix ns).
+    seen: HashMap<String, u64>,
     seen_order: VecDeque<String>,
     waiting: Vec<Draft>,
+    /// Roots whose Pod was reported Running, waiting for the spans of that
+    /// write (the apiserver reads etcd's answer after etcd sent it), so that
+    /// they go out before their root and the root ends with the write.
+    closing: Vec<ClosingRoot>,
     /// Latest event time seen (CLOCK_MONOTONIC ns).
     now_ns: u64,
     /// Spans exported without their Pod's UID (trace of their Pod name).
@@ -125,9 +141,10 @@ impl ControlSpans {
             uids: HashMap::new(),
             roots: HashMap::new(),
             batches: HashMap::new(),
-            seen: HashSet::new(),
+            seen: HashMap::new(),
             seen_order: VecDeque::new(),
             waiting: Vec::new(),
+            closing: Vec::new(),
             now_ns: 0,
             unattributed: 0,
             dropped: 0,
@@ -291,13 +308,27 @@ impl ControlSpans {
             }
             (_, Some("Running")) => {
                 let root = self.roots.remove(uid)?;
-                Some(self.root_span(&root, end, None))
+                self.closing.push(ClosingRoot {
+                    root,
+                    end_ns: end,
+                    client: format!("etcd/client/{}", hex(&call.fingerprint)),
+                    deadline_ns: end + WAIT_NS,
+                });
+                None
             }
             _ => None,
         }
     }
 
     fn root_span(&self, root: &Root, end_ns: u64, incomplete: Option<&str>) -> Span {
+        self.root_span_until(
+            root,
+            self.clock.unix_ns(end_ns.max(root.start_ns)),
+            incomplete,
+        )
+    }
+
+    fn root_span_until(&self, root: &Root, end_unix_ns: u64, incomplete: Option<&str>) -> Span {
         let pod = &root.pod;
         let mut attributes = pod.attributes();
         if let Some(node) = &root.node {
@@ -327,7 +358,7 @@ impl ControlSpans {
             name: format!("pod.create {}/{}", pod.namespace, pod.name),
             kind: SpanKind::Internal,
             start_unix_ns: self.clock.unix_ns(root.start_ns),
-            end_unix_ns: self.clock.unix_ns(end_ns.max(root.start_ns)),
+            end_unix_ns,
             attributes,
             status,
         }
@@ -462,7 +493,11 @@ impl ControlSpans {
                 self.seen.remove(&oldest);
             }
         }
-        if self.seen.insert(draft.key.clone()) {
+        if self
+            .seen
+            .insert(draft.key.clone(), draft.end_unix_ns)
+            .is_none()
+        {
             self.seen_order.push_back(draft.key.clone());
         }
         if self.waiting.len() >= MAX_WAITING {
@@ -483,12 +518,27 @@ impl ControlSpans {
                     .get(&(draft.pod.namespace.clone(), draft.pod.name.clone()))
                     .cloned();
             }
-            let parent_seen = draft.parent.as_ref().is_none_or(|p| self.seen.contains(p));
+            let parent_seen = draft
+                .parent
+                .as_ref()
+                .is_none_or(|p| self.seen.contains_key(p));
             let over = all || self.now_ns >= draft.deadline_ns;
             if (draft.pod.uid.is_some() && parent_seen) || over {
                 spans.push(self.resolve(draft, parent_seen));
             } else {
                 self.waiting.push(draft);
+            }
+        }
+        for closing in std::mem::take(&mut self.closing) {
+            let client_end = self.seen.get(&closing.client).copied();
+            if client_end.is_some() || all || self.now_ns >= closing.deadline_ns {
+                let end = self
+                    .clock
+                    .unix_ns(closing.end_ns)
+                    .max(client_end.unwrap_or(0));
+                spans.push(self.root_span_until(&closing.root, end, None));
+            } else {
+                self.closing.push(closing);
             }
         }
         spans
@@ -700,15 +750,20 @@ mod tests {
             902,
         )));
         out.extend(control.on_etcd(&call(Side::Client, WriteKind::Update, running, 3, 899, 903)));
-        out.extend(control.finish());
+        // The root goes out with the spans of the write that ends it, last.
+        assert!(
+            out.last().is_some_and(|s| s.parent_span_id.is_none()),
+            "{out:#?}"
+        );
+        assert!(control.finish().is_empty());
 
         let trace = TraceId::for_pod("test", "uid-1");
         assert!(out.iter().all(|s| s.trace_id == trace), "{out:#?}");
         let root = named(&out, "pod.create default/web", SpanKind::Internal);
         assert_eq!(root.span_id, SpanId::well_known(trace, "root"));
         assert_eq!(root.parent_span_id, None);
-        // From the apiserver's create call to etcd's handling of the Running write.
-        assert_eq!((root.start_unix_ns, root.end_unix_ns), (9 * MS, 902 * MS));
+        // From the apiserver's create call to its Running write's answer.
+        assert_eq!((root.start_unix_ns, root.end_unix_ns), (9 * MS, 903 * MS));
         assert_eq!(root.status, SpanStatus::Unset);
         assert_eq!(
             attribute(root, "k8s.node.name"),

@@ -532,7 +532,12 @@ impl NodeSpans {
 
     fn runc_span(&self, finished: &FinishedRun) -> Option<Span> {
         let run = &finished.run;
-        let (pod, parent) = self.container_parent(&run.container_id)?;
+        let (pod, mut parent) = self.container_parent(&run.container_id)?;
+        if !matches!(run.subcommand.as_str(), "create" | "start") {
+            // delete and kill come with stopping and removing, later: under
+            // the node span, not the call that started the container.
+            parent = self.node_span_id(pod.trace);
+        }
         let mut attributes = vec![
             (
                 "process.pid".to_owned(),
@@ -548,7 +553,13 @@ impl NodeSpans {
             trace_id: pod.trace,
             span_id: SpanId::for_key(
                 pod.trace,
-                format!("runc/{}/{}", run.subcommand, run.container_id).as_bytes(),
+                // containerd runs `runc delete` twice per container (the
+                // shim's delete and its cleanup): the pid tells them apart.
+                format!(
+                    "runc/{}/{}/{}",
+                    run.subcommand, run.container_id, finished.pid
+                )
+                .as_bytes(),
             ),
             parent_span_id: Some(parent),
             name: format!("runc {}", run.subcommand),
