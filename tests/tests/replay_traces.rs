@@ -261,6 +261,30 @@ fn assert_node(trace: &Trace<'_>, pod: &DemoPod, node: &str, root_id: &str) {
             );
         }
     }
+    // The shim containerd starts for the sandbox, and the CNI plugins it
+    // runs to set up the sandbox's network (the IPAM plugin under ptp).
+    let shim = trace.with(
+        "containerd-shim-runc-v2 start",
+        "container.id",
+        &pod.sandbox_id,
+    );
+    assert_eq!(
+        shim.parent_span_id.as_deref(),
+        Some(run_sandbox.span_id.as_str())
+    );
+    for plugin in ["loopback", "ptp"] {
+        let cni = trace.one(&format!("CNI {plugin}"), None);
+        assert_eq!(
+            cni.parent_span_id.as_deref(),
+            Some(run_sandbox.span_id.as_str())
+        );
+        assert!(
+            run_sandbox.start_unix_ns <= cni.start_unix_ns
+                && cni.end_unix_ns <= run_sandbox.end_unix_ns
+        );
+    }
+    let ipam = trace.one("CNI host-local", None);
+    assert_eq!(trace.parent_of(ipam).name, "CNI ptp");
     let first_exec = trace.with(
         "container process start: sh",
         "container.id",

@@ -8,7 +8,7 @@
 //! container it creates or starts. A call whose Pod is not known (its
 //! sandbox was created before podtrace started) is counted, not guessed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use tracer_decode::identity::PodClue;
 
@@ -27,6 +27,8 @@ const MAX_ENTRIES: usize = 16_384;
 /// A runc execution waiting for its exit.
 #[derive(Clone, Debug)]
 struct RuncRun {
+    /// `runc` or the shim's executable name.
+    executable: String,
     subcommand: String,
     container_id: String,
     start_ns: u64,
@@ -63,6 +65,7 @@ struct ContainerProcess {
 enum Pending {
     Run(FinishedRun),
     Process(ContainerProcess),
+    Cni(CniRun),
 }
 
 impl Pending {
@@ -70,9 +73,38 @@ impl Pending {
         match self {
             Self::Run(run) => run.end_ns,
             Self::Process(process) => process.ts_ns,
+            Self::Cni(run) => run.end_ns,
         }
     }
 }
+
+/// A CNI plugin execution (containerd runs the plugins of its network
+/// configuration for a new sandbox; a plugin may run others, e.g. IPAM).
+#[derive(Clone, Debug)]
+struct CniRun {
+    plugin: String,
+    pid: u32,
+    /// The CNI plugin that ran this one, if any.
+    parent_pid: Option<u32>,
+    parent_plugin: Option<String>,
+    start_ns: u64,
+    end_ns: u64,
+    status: ExitStatus,
+}
+
+/// A CNI plugin execution in progress.
+#[derive(Clone, Debug)]
+struct CniStart {
+    plugin: String,
+    parent: Option<(u32, String)>,
+    start_ns: u64,
+}
+
+/// How long a finished CNI run waits before it is matched to a
+/// RunPodSandbox call (a concurrent call must have finished to be seen).
+const CNI_SETTLE_NS: u64 = 1_000_000_000;
+/// RunPodSandbox calls remembered for matching CNI runs.
+const MAX_SANDBOX_WINDOWS: usize = 1024;
 
 /// A CRI server span waiting for the kubelet's client span of the call.
 #[derive(Clone, Debug)]
@@ -116,6 +148,11 @@ pub struct NodeSpans {
     container_processes: HashMap<u32, (String, String)>,
     /// Spans waiting for their Pod (bounded).
     pending: Vec<Pending>,
+    /// CNI plugins running, by pid.
+    cni_runs: HashMap<u32, CniStart>,
+    /// Recent RunPodSandbox calls as containerd handled them: sandbox id,
+    /// start and end (CLOCK_MONOTONIC ns).
+    sandbox_windows: VecDeque<(String, u64, u64)>,
     /// CRI calls, runc runs and container processes whose Pod was not known.
     pub unattributed: u64,
 }
@@ -136,6 +173,8 @@ impl NodeSpans {
             container_inits: HashMap::new(),
             container_processes: HashMap::new(),
             pending: Vec::new(),
+            cni_runs: HashMap::new(),
+            sandbox_windows: VecDeque::new(),
             unattributed: 0,
         }
     }
@@ -261,6 +300,15 @@ impl NodeSpans {
             attributes,
             status,
         };
+        if call.side == Side::Server && call.method == "RunPodSandbox" {
+            if let (Some(start), Some(end)) = (call.start_ts_ns, call.end_ts_ns) {
+                if self.sandbox_windows.len() >= MAX_SANDBOX_WINDOWS {
+                    self.sandbox_windows.pop_front();
+                }
+                self.sandbox_windows
+                    .push_back((sandbox_id.clone(), start, end));
+            }
+        }
         let mut spans = Vec::new();
         match call.side {
             Side::Client => {
@@ -301,12 +349,16 @@ impl NodeSpans {
     /// Time passed: server spans whose client was not seen go out under the
     /// node span.
     pub fn tick(&mut self, now_ns: u64) -> Vec<Span> {
-        self.release_held(now_ns, false)
+        let mut spans = self.release_held(now_ns, false);
+        spans.extend(self.attribute_pending(now_ns));
+        spans
     }
 
     /// No more events: every held span goes out.
     pub fn finish(&mut self) -> Vec<Span> {
-        self.release_held(u64::MAX, true)
+        let mut spans = self.release_held(u64::MAX, true);
+        spans.extend(self.attribute_pending(u64::MAX));
+        spans
     }
 
     /// Server spans whose client span was seen (now their parent), or whose
@@ -379,15 +431,48 @@ impl NodeSpans {
             }
             return Vec::new();
         }
-        if exec.comm != "runc" || self.runc_runs.len() >= MAX_ENTRIES {
+        if self.runc_runs.len() >= MAX_ENTRIES || self.cni_runs.len() >= MAX_ENTRIES {
+            self.unattributed += 1;
             return Vec::new();
         }
-        let subcommand = exec
-            .argv
-            .iter()
-            .find(|arg| matches!(arg.as_str(), "create" | "start" | "delete" | "kill"));
-        if let (Some(subcommand), Some(container_id)) = (subcommand, exec.argv.last()) {
+        if exec.filename.contains("/cni/") {
+            let parent = self
+                .cni_runs
+                .get(&exec.ppid)
+                .map(|parent| (exec.ppid, parent.plugin.clone()));
+            self.cni_runs.insert(
+                exec.ids.tgid,
+                CniStart {
+                    plugin: exec.comm.clone(),
+                    parent,
+                    start_ns: exec.ids.ts_ns,
+                },
+            );
+            return Vec::new();
+        }
+        let run = if exec.comm == "runc" {
+            // runc [global options] create|start|delete|kill … <container id>
+            let subcommand = exec
+                .argv
+                .iter()
+                .find(|arg| matches!(arg.as_str(), "create" | "start" | "delete" | "kill"));
+            subcommand.zip(exec.argv.last())
+        } else if exec.comm.starts_with("containerd-shim") {
+            // containerd-shim-runc-v2 -namespace … -id <container id> start
+            let id = exec
+                .argv
+                .iter()
+                .position(|arg| arg == "-id")
+                .and_then(|at| exec.argv.get(at + 1));
+            exec.argv.last().filter(|last| *last == "start").zip(id)
+        } else {
+            None
+        };
+        if let Some((subcommand, container_id)) = run {
+            // The file's name: comm is cut at 15 bytes (`containerd-shim`).
+            let executable = exec.filename.rsplit('/').next().unwrap_or(&exec.comm);
             let run = RuncRun {
+                executable: executable.to_owned(),
                 subcommand: subcommand.clone(),
                 container_id: container_id.clone(),
                 start_ns: exec.ids.ts_ns,
@@ -401,7 +486,9 @@ impl NodeSpans {
     /// clones): one of them becomes the container's first process.
     pub fn on_fork(&mut self, fork: &ForkRecord) {
         let container_id = match self.runc_runs.get(&fork.parent_tgid) {
-            Some(run) if run.subcommand == "create" => Some(run.container_id.clone()),
+            Some(run) if run.executable == "runc" && run.subcommand == "create" => {
+                Some(run.container_id.clone())
+            }
             _ => self.container_inits.get(&fork.parent_tgid).cloned(),
         };
         if let Some(container_id) = container_id {
@@ -426,6 +513,18 @@ impl NodeSpans {
                 executable,
                 ts_ns: exit.ids.ts_ns,
                 exit: Some(exit.status),
+            }));
+        }
+        if let Some(cni) = self.cni_runs.remove(&exit.ids.tgid) {
+            let (parent_pid, parent_plugin) = cni.parent.unzip();
+            return self.hold(Pending::Cni(CniRun {
+                plugin: cni.plugin,
+                pid: exit.ids.tgid,
+                parent_pid,
+                parent_plugin,
+                start_ns: cni.start_ns,
+                end_ns: exit.ids.ts_ns,
+                status: exit.status,
             }));
         }
         let Some(run) = self.runc_runs.remove(&exit.ids.tgid) else {
@@ -459,6 +558,13 @@ impl NodeSpans {
             let span = match &waiting {
                 Pending::Run(run) => self.runc_span(run),
                 Pending::Process(process) => self.process_span(process),
+                Pending::Cni(run) => match self.cni_span(run, now_ns) {
+                    Ok(span) => span,
+                    Err(Ambiguous) => {
+                        self.unattributed += 1;
+                        continue;
+                    }
+                },
             };
             match span {
                 Some(span) => spans.push(span),
@@ -530,6 +636,66 @@ impl NodeSpans {
         })
     }
 
+    /// The span of a CNI plugin run, under the RunPodSandbox call that ran
+    /// it. No causal key names the sandbox (containerd passes it in the
+    /// plugin's environment, which podtrace does not read), so the run is
+    /// matched to the only RunPodSandbox containerd was handling while it
+    /// ran — once concurrent calls have had time to finish — and is counted
+    /// unattributed when two were.
+    fn cni_span(&self, run: &CniRun, now_ns: u64) -> Result<Option<Span>, Ambiguous> {
+        if now_ns.saturating_sub(run.end_ns) < CNI_SETTLE_NS {
+            return Ok(None);
+        }
+        let mut windows = self
+            .sandbox_windows
+            .iter()
+            .filter(|(_, start, end)| *start <= run.start_ns && run.end_ns <= *end);
+        let Some((sandbox_id, _, _)) = windows.next() else {
+            return Ok(None);
+        };
+        if windows.next().is_some() {
+            return Err(Ambiguous);
+        }
+        let Some(pod) = self.pods_by_sandbox.get(sandbox_id) else {
+            return Ok(None);
+        };
+        let parent = match (&run.parent_plugin, run.parent_pid) {
+            (Some(plugin), Some(pid)) => {
+                SpanId::for_key(pod.trace, format!("cni/{plugin}/{pid}").as_bytes())
+            }
+            _ => Self::call_span_id(pod.trace, Side::Server, "RunPodSandbox", sandbox_id),
+        };
+        let (code, status) = exit_status(run.status);
+        let mut attributes = vec![
+            (
+                "process.pid".to_owned(),
+                AttributeValue::Int(i64::from(run.pid)),
+            ),
+            string_attribute("process.executable.name", &run.plugin),
+            ("process.exit.code".to_owned(), AttributeValue::Int(code)),
+            string_attribute("podtrace.cri.sandbox_id", sandbox_id),
+            string_attribute(
+                "podtrace.attribution",
+                "time: the only RunPodSandbox in progress",
+            ),
+        ];
+        attributes.extend(self.pod_attributes(pod));
+        Ok(Some(Span {
+            trace_id: pod.trace,
+            span_id: SpanId::for_key(
+                pod.trace,
+                format!("cni/{}/{}", run.plugin, run.pid).as_bytes(),
+            ),
+            parent_span_id: Some(parent),
+            name: format!("CNI {}", run.plugin),
+            kind: SpanKind::Internal,
+            start_unix_ns: self.clock.unix_ns(run.start_ns),
+            end_unix_ns: self.clock.unix_ns(run.end_ns),
+            attributes,
+            status,
+        }))
+    }
+
     fn runc_span(&self, finished: &FinishedRun) -> Option<Span> {
         let run = &finished.run;
         let (pod, mut parent) = self.container_parent(&run.container_id)?;
@@ -543,7 +709,7 @@ impl NodeSpans {
                 "process.pid".to_owned(),
                 AttributeValue::Int(i64::from(finished.pid)),
             ),
-            string_attribute("process.executable.name", "runc"),
+            string_attribute("process.executable.name", &run.executable),
             string_attribute("container.id", &run.container_id),
         ];
         let (code, status) = exit_status(finished.status);
@@ -556,13 +722,13 @@ impl NodeSpans {
                 // containerd runs `runc delete` twice per container (the
                 // shim's delete and its cleanup): the pid tells them apart.
                 format!(
-                    "runc/{}/{}/{}",
-                    run.subcommand, run.container_id, finished.pid
+                    "{}/{}/{}/{}",
+                    run.executable, run.subcommand, run.container_id, finished.pid
                 )
                 .as_bytes(),
             ),
             parent_span_id: Some(parent),
-            name: format!("runc {}", run.subcommand),
+            name: format!("{} {}", run.executable, run.subcommand),
             kind: SpanKind::Internal,
             start_unix_ns: self.clock.unix_ns(run.start_ns),
             end_unix_ns: self.clock.unix_ns(finished.end_ns),
@@ -571,6 +737,9 @@ impl NodeSpans {
         })
     }
 }
+
+/// A CNI run overlapped more than one RunPodSandbox call.
+struct Ambiguous;
 
 /// `process.exit.code` (128 + signal when killed, as shells report it) and
 /// the span status of an exit.
