@@ -42,6 +42,7 @@ struct DemoPod {
     uid: String,
     sandbox_id: String,
     container_id: String,
+    node: String,
 }
 
 fn demo_pods(name: &str) -> Vec<DemoPod> {
@@ -56,6 +57,7 @@ fn demo_pods(name: &str) -> Vec<DemoPod> {
                 uid: field("uid"),
                 sandbox_id: field("sandbox_id"),
                 container_id: field("container_id"),
+                node: field("node"),
             }
         })
         .collect()
@@ -197,6 +199,23 @@ fn assert_control_plane(trace: &Trace<'_>, pod: &DemoPod) -> String {
         .map(|s| s.string("podtrace.etcd.write"))
         .collect();
     assert_eq!(writes, [Some("create"), Some("update"), Some("update")]);
+    // What each write did: the apiserver's create, the scheduler's binding,
+    // the kubelet's status report.
+    let bound = format!("bound to {}", pod.node);
+    for spans in [&servers, &clients] {
+        let changes: Vec<_> = spans
+            .iter()
+            .map(|s| s.string("podtrace.k8s.pod.change"))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                Some("created"),
+                Some(bound.as_str()),
+                Some("status Running")
+            ]
+        );
+    }
     let create = servers[0];
     assert!(
         root.start_unix_ns <= create.start_unix_ns && servers[2].end_unix_ns <= root.end_unix_ns

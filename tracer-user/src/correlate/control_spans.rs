@@ -112,6 +112,11 @@ pub struct ControlSpans {
     cluster_id: String,
     trace_timeout_ns: u64,
     uids: HashMap<(String, String), String>,
+    /// What the last write of each Pod (by UID) stored: node and phase.
+    states: HashMap<String, (Option<String>, Option<String>)>,
+    /// What recent writes did, by request fingerprint: both sides of a
+    /// call and its WAL entry describe one write.
+    changes: HashMap<[u8; 16], String>,
     roots: HashMap<String, Root>,
     batches: HashMap<ConnKey, WalBatch>,
     /// Span keys drafted recently, with their spans' end (unix ns).
@@ -139,6 +144,8 @@ impl ControlSpans {
             cluster_id,
             trace_timeout_ns,
             uids: HashMap::new(),
+            states: HashMap::new(),
+            changes: HashMap::new(),
             roots: HashMap::new(),
             batches: HashMap::new(),
             seen: HashMap::new(),
@@ -221,6 +228,7 @@ impl ControlSpans {
         };
         let mut finished = Vec::new();
         for pod in &pods {
+            let change = self.change(call, pod);
             let mut attributes = vec![
                 string_attribute("rpc.system", "grpc"),
                 string_attribute("rpc.service", tracer_decode::etcd::KV_SERVICE),
@@ -233,6 +241,9 @@ impl ControlSpans {
                     &format!("/registry/pods/{}/{}", pod.namespace, pod.name),
                 ),
             ];
+            if let Some(change) = &change {
+                attributes.push(string_attribute("podtrace.k8s.pod.change", change));
+            }
             if let Some(revision) = call.revision {
                 attributes.push(int_attribute("podtrace.etcd.revision", revision));
             }
@@ -260,6 +271,52 @@ impl ControlSpans {
         }
         finished.extend(self.release(false));
         finished
+    }
+
+    /// What a write does to a Pod, as the Pod object it stores shows against
+    /// the previous one: `created`, `bound to NODE` (the scheduler's
+    /// binding), `status PHASE` (the kubelet's report), `deleted`.
+    fn change(&mut self, call: &EtcdMessage, pod: &PodName) -> Option<String> {
+        if let Some(change) = self.changes.get(&call.fingerprint) {
+            return Some(change.clone());
+        }
+        let change = self.new_change(call, pod)?;
+        if self.changes.len() >= MAX_SEEN {
+            self.changes.clear();
+        }
+        self.changes.insert(call.fingerprint, change.clone());
+        Some(change)
+    }
+
+    fn new_change(&mut self, call: &EtcdMessage, pod: &PodName) -> Option<String> {
+        if call.write == WriteKind::Delete {
+            return Some("deleted".to_owned());
+        }
+        let uid = pod.uid.as_ref()?;
+        let object = call.clues.iter().find_map(|clue| match clue {
+            PodClue::Object(identity) if identity.uid.as_ref() == Some(uid) => Some(identity),
+            _ => None,
+        })?;
+        let now = (object.node_name.clone(), object.phase.clone());
+        if !self.states.contains_key(uid) && self.states.len() >= MAX_PODS {
+            self.dropped += 1;
+        }
+        let before = if self.states.len() < MAX_PODS || self.states.contains_key(uid) {
+            self.states.insert(uid.clone(), now.clone())
+        } else {
+            None
+        };
+        if call.write == WriteKind::Create {
+            return Some("created".to_owned());
+        }
+        let (node_before, phase_before) = before.unwrap_or_default();
+        match (&now.0, &now.1) {
+            (Some(node), _) if node_before.is_none() => Some(format!("bound to {node}")),
+            (_, Some(phase)) if phase_before.as_ref() != Some(phase) => {
+                Some(format!("status {phase}"))
+            }
+            _ => Some("updated".to_owned()),
+        }
     }
 
     /// Follows a Pod's progress through its writes; returns its root span

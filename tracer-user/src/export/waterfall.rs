@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use crate::correlate::{
     Span,
-    span::{AttributeValue, SpanStatus, TraceId},
+    span::{AttributeValue, SpanKind, SpanStatus, TraceId},
 };
 
 /// Traces buffered at once; past it the oldest-started is dropped (counted).
@@ -75,6 +75,36 @@ fn completes_trace(span: &Span, trace: &[Span]) -> bool {
     };
     span.parent_span_id.is_none()
         || (span.name.starts_with("node ") && !trace.iter().any(from_etcd))
+}
+
+/// A span's line label: a short name (`CRI RunPodSandbox`, `etcd Txn`),
+/// which side of a call it is, and for etcd writes what the write did to
+/// the Pod.
+fn label(span: &Span) -> String {
+    let attribute = |key: &str| {
+        span.attributes
+            .iter()
+            .find_map(|(name, value)| match value {
+                AttributeValue::String(value) if name == key => Some(value.as_str()),
+                _ => None,
+            })
+    };
+    let name = match (attribute("rpc.service"), attribute("rpc.method")) {
+        (Some(service), Some(method)) if service.starts_with("runtime.v1.") => {
+            format!("CRI {method}")
+        }
+        (Some(_), Some(method)) if attribute("db.system.name") == Some("etcd") => {
+            format!("etcd {method}")
+        }
+        _ => span.name.clone(),
+    };
+    let side = match span.kind {
+        SpanKind::Client => " (client)",
+        SpanKind::Server => " (server)",
+        SpanKind::Internal => "",
+    };
+    let change = attribute("podtrace.k8s.pod.change").map(|change| format!(": {change}"));
+    format!("{name}{side}{}", change.unwrap_or_default())
 }
 
 /// The waterfall of one trace's spans.
@@ -145,7 +175,7 @@ pub fn render(spans: &[Span]) -> String {
             SpanStatus::Error(message) => format!("  ✗ {message}"),
             SpanStatus::Unset => String::new(),
         };
-        let label = format!("{}{}", "  ".repeat(depth), span.name);
+        let label = format!("{}{}", "  ".repeat(depth), label(span));
         lines.push(format!(
             "  {label:<52} |{bar}| {:>9.3} ms{error}",
             span.end_unix_ns.saturating_sub(span.start_unix_ns) as f64 / 1e6
