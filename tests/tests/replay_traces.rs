@@ -320,6 +320,12 @@ fn replayed_demo_run_gives_one_complete_trace_per_pod() {
     let pods = demo_pods("demo-3-pods.pods.jsonl");
     assert_eq!(pods.len(), 3);
     let (spans, stdout) = replay("demo-3-pods.ptrace", "demo-node");
+    // Canaries: payload the recording holds (the Pod spec's and the CRI
+    // request's command, the QoS class, CRI labels) is never exported.
+    let exported = format!("{spans:?}");
+    for canary in ["sleep 3600", "BestEffort", "io.kubernetes.cri"] {
+        assert!(!exported.contains(canary), "{canary} exported");
+    }
     assert_no_orphans(&spans);
     let traces: HashSet<&str> = spans.iter().map(|s| s.trace_id.as_str()).collect();
     let expected: HashSet<String> = pods.iter().map(trace_of).collect();

@@ -146,6 +146,19 @@ impl Stages {
                     }
                 }
             }
+            if decoder.grpc.skipped_connections + decoder.wal.skipped_files > 0 {
+                tracing::warn!(
+                    connections = decoder.grpc.skipped_connections,
+                    wal_files = decoder.wal.skipped_files,
+                    "not decoded: too many at once"
+                );
+            }
+            if decoder.wal.bad_records > 0 {
+                tracing::info!(
+                    records = decoder.wal.bad_records,
+                    "WAL records that did not decode (cut captures; the reader resynchronised)"
+                );
+            }
         });
         let traces = export.traces.clone();
         let correlate = tokio::spawn(async move {
@@ -179,6 +192,14 @@ impl Stages {
                 if out_tx.send((activity, None)).await.is_err() {
                     break;
                 }
+            }
+            let (unattributed, dropped) = correlator.span_losses();
+            if unattributed + dropped > 0 {
+                tracing::warn!(
+                    unattributed,
+                    dropped,
+                    "spans whose Pod stayed unknown (exported apart or counted) or that a bound dropped"
+                );
             }
             correlator.full_drops()
         });

@@ -175,6 +175,15 @@ impl Correlator {
         }
     }
 
+    /// Spans exported without their Pod or not made because their Pod
+    /// stayed unknown, and spans or entries dropped at a bound.
+    pub fn span_losses(&self) -> (u64, u64) {
+        (
+            self.control_spans.unattributed + self.node_spans.unattributed,
+            self.control_spans.dropped,
+        )
+    }
+
     /// Entries not tracked because a table was full.
     pub fn full_drops(&self) -> u64 {
         self.processes.full_drops + self.conns.full_drops
