@@ -170,7 +170,10 @@ impl KvRequest {
                 let creates = txn.compare.iter().any(|c| {
                     c.target == pb::compare::CompareTarget::Mod as i32
                         && c.result == pb::compare::CompareResult::Equal as i32
-                        && matches!(c.target_union, Some(pb::compare::TargetUnion::ModRevision(0)))
+                        && matches!(
+                            c.target_union,
+                            Some(pb::compare::TargetUnion::ModRevision(0))
+                        )
                 });
                 if ops().any(|op| matches!(op, pb::request_op::Request::RequestDeleteRange(_))) {
                     Some(WriteKind::Delete)

@@ -138,8 +138,14 @@ fn write_kinds_follow_the_apiserver_storage_shapes() {
         request("etcdctl-txn-create-pod.rec").write_kind(),
         Some(WriteKind::Create)
     );
-    assert_eq!(request("etcdctl-put.rec").write_kind(), Some(WriteKind::Update));
-    assert_eq!(request("etcdctl-del.rec").write_kind(), Some(WriteKind::Delete));
+    assert_eq!(
+        request("etcdctl-put.rec").write_kind(),
+        Some(WriteKind::Update)
+    );
+    assert_eq!(
+        request("etcdctl-del.rec").write_kind(),
+        Some(WriteKind::Delete)
+    );
     assert_eq!(request("etcdctl-get-pod.rec").write_kind(), None);
 }
 
