@@ -1,23 +1,31 @@
 //! Live: the real-component harness (`podtrace_tests::components`) starts
 //! Debian's etcd, containerd and runc, and they work as the capture and
 //! end-to-end tests expect: etcd plain, with TLS client certificates and with
-//! authentication; containerd running a busybox Pod through the CRI; and
-//! nothing left behind after teardown.
+//! authentication; kube-apiserver's Pod writes through the `demo-apiserver`
+//! Go relay, started before etcd; containerd running a busybox Pod through
+//! the CRI; and nothing left behind after teardown.
 #![allow(
     clippy::unwrap_used,
     clippy::panic,
     reason = "test helpers: a failed step fails the test"
 )]
 
-use std::{process::Output, time::Duration};
+use std::{path::Path, process::Output, time::Duration};
 
 use podtrace_tests::{
     components::{
-        Containerd, ContainerdOptions, Etcd, EtcdOptions, cri::api, images::WORKLOAD_IMAGE,
-        leftovers,
+        Containerd, ContainerdOptions, DemoApiserverBinary, Etcd, EtcdOptions, cri::api,
+        images::WORKLOAD_IMAGE, leftovers,
     },
     live_test_can_run,
 };
+
+/// The relay, built (or rebuilt from Go's warm cache) under
+/// CARGO_TARGET_TMPDIR.
+fn demo_apiserver() -> DemoApiserverBinary {
+    DemoApiserverBinary::build(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-apiserver"))
+        .unwrap()
+}
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
@@ -62,7 +70,7 @@ fn etcd_plain_put_get() {
     let (pid, data_dir) = (etcd.pid(), etcd.data_dir());
     drop(etcd);
     assert!(
-        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        !Path::new(&format!("/proc/{pid}")).exists(),
         "etcd (pid {pid}) outlived its handle"
     );
     assert!(!data_dir.exists(), "{} still exists", data_dir.display());
@@ -172,20 +180,25 @@ fn etcd_tls_and_auth_put_get() {
 }
 
 /// kube-apiserver's writes of one Pod (create, binding, status) through
-/// [`ApiserverRole`], read back as root and decoded by tracer-decode; and a
-/// conflicting update retried on the current object.
+/// [`ApiserverRole`] — its relay started before etcd, as the demo starts it
+/// — read back as root and decoded by tracer-decode; a conflicting update
+/// retried on the current object; with authentication, a write outside
+/// `/registry/` refused to kube-apiserver.
 async fn apiserver_role_writes_a_pod(options: EtcdOptions) {
     use podtrace_tests::components::{
         ApiserverRole, EtcdKv, PodTemplate,
         apiserver_role::{self, RunningContainer},
+        etcd::APISERVER_USER,
     };
     use tracer_decode::{
         kube::{StoredObject, decode_stored_object},
         pb::etcdserverpb::RangeRequest,
     };
 
-    let etcd = Etcd::start(options).unwrap();
-    let apiserver = ApiserverRole::connect(&etcd).await.unwrap();
+    let relay = demo_apiserver();
+    let prepared = Etcd::prepare_in(options, &std::env::temp_dir()).unwrap();
+    let apiserver = ApiserverRole::start(&relay, prepared.endpoint(), prepared.pki()).unwrap();
+    let etcd = prepared.start().unwrap();
     assert_eq!(apiserver.count_pods().await.unwrap(), 0);
     let template = PodTemplate {
         log_root: "/nonexistent".into(),
@@ -227,7 +240,7 @@ async fn apiserver_role_writes_a_pod(options: EtcdOptions) {
 
     // Read back as root (its certificate makes it root when etcd has TLS
     // and authentication).
-    let root = EtcdKv::connect(&etcd, "root").await.unwrap();
+    let root = EtcdKv::start(&relay, etcd.endpoint(), etcd.pki(), "root").unwrap();
     let response = root
         .range(RangeRequest {
             key: b"/registry/pods/ns1/web-x2b4z".to_vec(),
@@ -248,6 +261,63 @@ async fn apiserver_role_writes_a_pod(options: EtcdOptions) {
         apiserver_role::decode_pod(value).unwrap(),
         from_stale.pod,
         "etcd holds what the update wrote"
+    );
+
+    if options.auth {
+        // The relay's certificate makes it user kube-apiserver, whose role
+        // covers /registry/ only: etcd's refusal comes back as its status.
+        let kube_apiserver =
+            EtcdKv::start(&relay, etcd.endpoint(), etcd.pki(), APISERVER_USER).unwrap();
+        let outside = apiserver_role::create_txn("/podtrace/outside-registry", b"v".to_vec());
+        let refused = kube_apiserver.txn(outside).await.unwrap_err();
+        assert!(
+            format!("{refused:#}").contains("grpc-status 7: etcdserver: permission denied"),
+            "{refused:#}"
+        );
+    }
+
+    // Each relay stops with its owner and leaves no process behind.
+    let pids = [apiserver.relay_pid(), root.relay_pid()];
+    drop(apiserver);
+    drop(root);
+    for pid in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "demo-apiserver (pid {pid}) outlived its owner"
+        );
+    }
+}
+
+/// The relay says `ready` without connecting, connects at its first call
+/// only, and reports a failure to reach etcd as gRPC's UNAVAILABLE. No etcd
+/// and no root needed: a listener that is never answered stands in for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_apiserver_connects_at_its_first_call_only() {
+    use podtrace_tests::components::EtcdKv;
+    use tracer_decode::pb::etcdserverpb::RangeRequest;
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let kv = EtcdKv::start(&demo_apiserver(), &endpoint, None, "unused").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    match listener.accept() {
+        Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("demo-apiserver connected before its first call: {other:?}"),
+    }
+    // Nothing listens any more: the first call's connection is refused.
+    drop(listener);
+    let refused = kv.range(RangeRequest::default()).await.unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("grpc-status 14: ")
+            && format!("{refused:#}").contains("connection refused"),
+        "{refused:#}"
+    );
+    let pid = kv.relay_pid();
+    drop(kv);
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "demo-apiserver (pid {pid}) outlived its owner"
     );
 }
 
@@ -294,7 +364,7 @@ fn etcd_watch_keeps_a_connection_open() {
     let watch_pid = watch.pid();
     drop(watch);
     assert!(
-        !std::path::Path::new(&format!("/proc/{watch_pid}")).exists(),
+        !Path::new(&format!("/proc/{watch_pid}")).exists(),
         "etcdctl watch (pid {watch_pid}) outlived its handle"
     );
 }
@@ -376,8 +446,7 @@ async fn containerd_runs_a_pod_and_leaves_nothing_behind() {
     drop(containerd);
 
     assert!(
-        !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            || cmdline(pid) != ["sleep", "3600"],
+        !Path::new(&format!("/proc/{pid}")).exists() || cmdline(pid) != ["sleep", "3600"],
         "the container process {pid} outlived the teardown"
     );
     assert_eq!(

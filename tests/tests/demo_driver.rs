@@ -2,7 +2,9 @@
 //! containerd + runc: it says `ready`, waits for `--wait-for`, prints one
 //! JSON line per Pod it created, and leaves no process, mount, cgroup or
 //! directory behind — after a normal run, with plain etcd, and when stopped
-//! by SIGTERM.
+//! by SIGTERM. Its etcd client, the `demo-apiserver` relay, is built under
+//! CARGO_TARGET_TMPDIR (`--build-dir`, shared by the tests and kept, so that
+//! Go's build cache stays warm).
 
 #![allow(
     clippy::unwrap_used,
@@ -34,6 +36,11 @@ struct Demo {
     state_dir: tempfile::TempDir,
 }
 
+/// Where the demo builds demo-apiserver.
+fn build_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-apiserver")
+}
+
 impl Demo {
     fn start(args: &[&str]) -> Self {
         let state_dir = tempfile::Builder::new()
@@ -44,6 +51,8 @@ impl Demo {
             .args(args)
             .arg("--state-dir")
             .arg(state_dir.path())
+            .arg("--build-dir")
+            .arg(build_dir())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -259,6 +268,13 @@ fn two_pods_and_nothing_left(extra: &[&str]) {
         stderr.contains("plays the other roles itself"),
         "stderr:\n{stderr}"
     );
+    assert!(
+        stderr.contains(&format!(
+            "built {}/demo-apiserver with go1.",
+            build_dir().display()
+        )),
+        "stderr:\n{stderr}"
+    );
 
     let uids: Vec<&str> = pods.iter().map(|pod| pod.uid.as_str()).collect();
     assert_nothing_left(state_dir.path(), &uids);
@@ -288,6 +304,14 @@ fn demo_stopped_by_sigterm_cleans_up() {
     let never = Path::new(env!("CARGO_TARGET_TMPDIR")).join("podtrace-demo-never-created");
     let demo = Demo::start(&["--pods", "1", "--wait-for", &never.display().to_string()]);
     assert_eq!(demo.next_line(RUN_TIMEOUT).as_deref(), Some("ready"));
+    // The relay runs, with the certificates etcd made in the state directory.
+    let relay = build_dir().join("demo-apiserver").display().to_string();
+    let relays: Vec<(u32, String)> =
+        leftovers::processes_mentioning(&demo.state_dir.path().display().to_string())
+            .into_iter()
+            .filter(|(_, cmdline)| cmdline.starts_with(&relay))
+            .collect();
+    assert_eq!(relays.len(), 1, "{relays:?}");
     // SAFETY: kill(2) has no memory preconditions; the pid is our unreaped child.
     unsafe { libc::kill(demo.pid(), libc::SIGTERM) };
     let (status, lines, stderr, state_dir) = demo.finish();
@@ -300,6 +324,37 @@ fn demo_stopped_by_sigterm_cleans_up() {
     assert_eq!(lines, Vec::<String>::new());
     assert!(stderr.contains("stopped by signal 15"), "stderr:\n{stderr}");
     assert_nothing_left(state_dir.path(), &[]);
+    let (relay_pid, _) = relays[0];
+    assert!(
+        !Path::new(&format!("/proc/{relay_pid}")).exists(),
+        "demo-apiserver (pid {relay_pid}) outlived podtrace-demo"
+    );
+}
+
+#[test]
+fn demo_without_a_go_toolchain_says_to_run_cargo_xtask_setup() {
+    // Fails at the build, before starting anything: runs without root too.
+    let state_dir = tempfile::Builder::new()
+        .prefix("demo-no-go-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
+        .args(["--pods", "1", "--state-dir"])
+        .arg(state_dir.path())
+        .env("PODTRACE_GO_ROOTS", "/nonexistent/go")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "stderr:\n{stderr}");
+    assert!(output.stdout.is_empty());
+    assert!(
+        stderr.contains(
+            "error: building demo-apiserver\n  caused by: no Go toolchain of release 1.24 or \
+             newer in PODTRACE_GO_ROOTS (/nonexistent/go) to build demo-apiserver: run \
+             `cargo xtask setup`"
+        ),
+        "stderr:\n{stderr}"
+    );
 }
 
 #[test]

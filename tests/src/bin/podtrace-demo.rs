@@ -2,15 +2,21 @@
 //! with runc, this program playing the rest of the control plane itself —
 //! kube-apiserver's etcd writes, the scheduler's binding, the kubelet's CRI
 //! calls and status report — so that a tracer has the path of DESIGN.md §1
-//! to follow without a Kubernetes installation.
+//! to follow without a Kubernetes installation. kube-apiserver's etcd calls
+//! are made by a child process, `demo-apiserver`: a Go program, as
+//! kube-apiserver is, so that a tracer reading TLS plaintext from Go's
+//! crypto/tls sees them. It is built at startup (Go's build cache makes that
+//! quick after the first time) and started before etcd and containerd, so
+//! that a tracer that saw it start has attached by its first call.
 //!
 //! In: the command line (`--help`). Out, on stdout: `ready` once etcd and
 //! containerd run and this program's connections to them are open, then one
 //! JSON line per Pod: `{"namespace", "name", "uid", "sandbox_id",
 //! "container_id", "node"}`. On stderr: what it does and how long each step
-//! took. It removes its containers and sandboxes and stops containerd and
-//! etcd before it exits — after an error or SIGINT/SIGTERM too (exit status
-//! 1, 130 or 143). Tracers find it by its process name, `podtrace-demo`.
+//! took. It removes its containers and sandboxes and stops containerd,
+//! demo-apiserver and etcd before it exits — after an error or
+//! SIGINT/SIGTERM too (exit status 1, 130 or 143). Tracers find it by its
+//! process name, `podtrace-demo`, and its etcd client by `demo-apiserver`.
 
 use std::{
     path::{Path, PathBuf},
@@ -25,10 +31,11 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use podtrace_tests::components::{
-    ApiserverRole, Containerd, ContainerdOptions, CriClient, Etcd, EtcdOptions, PodHandles,
-    PodTemplate,
+    ApiserverRole, Containerd, ContainerdOptions, CriClient, DemoApiserverBinary, Etcd,
+    EtcdOptions, PodHandles, PodTemplate,
     apiserver_role::{self, RunningContainer},
     cri::api,
+    demo_apiserver,
 };
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -84,10 +91,15 @@ struct Args {
     /// Pods (so that a tracer can attach first).
     #[arg(long, value_name = "FILE")]
     wait_for: Option<PathBuf>,
-    /// Where the built images are cached and etcd's and containerd's
-    /// directories are made (those are removed on exit).
+    /// Where the built images and demo-apiserver are cached and etcd's and
+    /// containerd's directories are made (those are removed on exit).
     #[arg(long, value_name = "DIR", default_value = "/var/tmp/podtrace-demo")]
     state_dir: PathBuf,
+    /// Where demo-apiserver, the Go program that makes the kube-apiserver
+    /// role's etcd calls, is built, with Go's build cache; kept between runs
+    /// [default: STATE_DIR/podtrace-demo-apiserver].
+    #[arg(long, value_name = "DIR")]
+    build_dir: Option<PathBuf>,
 }
 
 /// A namespace name: an RFC 1123 label, as the apiserver validates it.
@@ -216,7 +228,8 @@ fn explain(args: &Args, node: &str) {
         "podtrace-demo: there is no Kubernetes here. This program starts a real etcd and a real \
          containerd + runc and plays the other roles itself:\n\
          \x20 - kube-apiserver: writes each Pod to etcd with the requests of its storage layer \
-         (a create Txn, then update Txns), {etcd};\n\
+         (a create Txn, then update Txns), {etcd}; its etcd client is demo-apiserver, a child \
+         process written in Go as kube-apiserver is;\n\
          \x20 - kube-scheduler: binds each Pod to node {node:?} (spec.nodeName, written as the \
          apiserver would);\n\
          \x20 - kubelet: RunPodSandbox, CreateContainer and StartContainer over containerd's CRI, \
@@ -246,17 +259,28 @@ fn run(args: &Args, runtime: &tokio::runtime::Runtime, shutdown: &Shutdown) -> a
     explain(args, &node);
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating the state directory {}", args.state_dir.display()))?;
+    let relay = build_demo_apiserver(args)?;
+    shutdown.check()?;
     // Started on this thread, which outlives them (their processes die with
     // the thread that started them).
     let secure = !args.plain_etcd;
-    let etcd = Etcd::start_in(
+    let etcd = Etcd::prepare_in(
         EtcdOptions {
             tls: secure,
             auth: secure,
         },
         &args.state_dir,
     )
-    .context("starting etcd")?;
+    .context("preparing etcd")?;
+    // Before etcd and containerd start, so that a tracer that saw it start
+    // has attached by its first call.
+    let apiserver = ApiserverRole::start(&relay, etcd.endpoint(), etcd.pki())
+        .context("starting demo-apiserver")?;
+    say!(
+        "podtrace-demo: demo-apiserver (pid {}) started; it connects to etcd at its first call",
+        apiserver.relay_pid()
+    );
+    let etcd = etcd.start().context("starting etcd")?;
     shutdown.check()?;
     let containerd = Containerd::start_in(
         ContainerdOptions {
@@ -266,11 +290,37 @@ fn run(args: &Args, runtime: &tokio::runtime::Runtime, shutdown: &Shutdown) -> a
     )
     .context("starting containerd")?;
     shutdown.check()?;
-    let result = runtime.block_on(drive(args, &node, &etcd, &containerd, shutdown));
-    // containerd before etcd, as a node goes before its control plane.
+    let result = runtime.block_on(drive(args, &node, &apiserver, &etcd, &containerd, shutdown));
+    // containerd before etcd, as a node goes before its control plane; etcd's
+    // client before etcd too.
     drop(containerd);
+    drop(apiserver);
     drop(etcd);
     result
+}
+
+/// Builds demo-apiserver in `--build-dir`, saying how long it took.
+fn build_demo_apiserver(args: &Args) -> anyhow::Result<DemoApiserverBinary> {
+    let dir = match &args.build_dir {
+        Some(dir) => dir.clone(),
+        None => args.state_dir.join("podtrace-demo-apiserver"),
+    };
+    if !dir.join(demo_apiserver::BINARY_NAME).exists() {
+        say!(
+            "podtrace-demo: building demo-apiserver in {} for the first time: Go compiles the \
+             parts of its standard library it uses, which takes a while (later runs reuse that)",
+            dir.display()
+        );
+    }
+    let started = Instant::now();
+    let relay = DemoApiserverBinary::build(&dir).context("building demo-apiserver")?;
+    say!(
+        "podtrace-demo: built {} with {} in {:.1?}",
+        relay.path().display(),
+        relay.go_version(),
+        started.elapsed()
+    );
+    Ok(relay)
 }
 
 /// Opens the connections, says `ready`, creates the Pods, then removes
@@ -278,13 +328,13 @@ fn run(args: &Args, runtime: &tokio::runtime::Runtime, shutdown: &Shutdown) -> a
 async fn drive(
     args: &Args,
     node: &str,
+    apiserver: &ApiserverRole,
     etcd: &Etcd,
     containerd: &Containerd,
     shutdown: &Shutdown,
 ) -> anyhow::Result<()> {
-    let apiserver = ApiserverRole::connect(etcd)
-        .await
-        .context("connecting to etcd as kube-apiserver")?;
+    // demo-apiserver's first call, which opens its connection: a read that
+    // changes nothing.
     let existing = apiserver
         .count_pods()
         .await
@@ -310,7 +360,7 @@ async fn drive(
     let mut created = Vec::new();
     let creations = async {
         for index in 0..args.pods {
-            create_pod(args, node, index, &apiserver, &cri, &template, &mut created).await?;
+            create_pod(args, node, index, apiserver, &cri, &template, &mut created).await?;
         }
         anyhow::Ok(())
     };

@@ -2,9 +2,11 @@
 //! written with the etcd requests of `k8s.io/apiserver/pkg/storage/etcd3`
 //! (`store.go`, v1.28) and in the encoding kube-apiserver stores them in.
 //!
-//! In: an [`Etcd`] (plain, or TLS with client certificates and
-//! authentication) and the [`PodTemplate`] the CRI client runs. Out:
-//! [`EtcdKv`], a gRPC client of `etcdserverpb.KV` on one HTTP/2 connection,
+//! In: an etcd's endpoint and certificates (plain, or TLS with client
+//! certificates and authentication), a built `demo-apiserver` relay and the
+//! [`PodTemplate`] the CRI client runs. Out: [`EtcdKv`], a gRPC client of
+//! `etcdserverpb.KV` whose calls the relay — a Go process, as kube-apiserver
+//! is — makes on one long-lived HTTP/2 connection (see [`super::demo_apiserver`]),
 //! and [`ApiserverRole`], which writes Pods through it:
 //!
 //! - create (`store.Create`): `Txn{compare: [mod_revision(key) == 0],
@@ -30,7 +32,7 @@
 //! create request, the scheduler's binding and the kubelet's status report
 //! leave in storage.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use k8s_pb::{
@@ -44,10 +46,6 @@ use k8s_pb::{
     },
 };
 use prost::Message as _;
-use tonic::{
-    codegen::http::uri::PathAndQuery,
-    transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity},
-};
 use tracer_decode::{
     kube::PROTOBUF_MAGIC,
     pb::etcdserverpb::{
@@ -58,15 +56,15 @@ use tracer_decode::{
 };
 
 use super::{
+    certs::Pki,
     cri::PodTemplate,
-    etcd::{APISERVER_USER, Etcd},
+    demo_apiserver::{ClientTls, DemoApiserver, DemoApiserverBinary},
+    etcd::APISERVER_USER,
     process::fill_random,
 };
 
 /// Where kube-apiserver keeps Pods (default `--etcd-prefix` `/registry`).
 pub const POD_KEY_PREFIX: &str = "/registry/pods/";
-/// A bound on every etcd call.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// kube-apiserver retries a conflicting update without bound; the demo
 /// gives up after this many tries.
 const MAX_UPDATE_TRIES: usize = 10;
@@ -80,72 +78,67 @@ pub fn pod_key(namespace: &str, name: &str) -> String {
     format!("{POD_KEY_PREFIX}{namespace}/{name}")
 }
 
-/// A gRPC client of etcd's `etcdserverpb.KV` service on one HTTP/2
+/// A gRPC client of etcd's `etcdserverpb.KV` service: requests are encoded
+/// here and carried by a [`DemoApiserver`] relay on its one HTTP/2
 /// connection (TLS with a client certificate when etcd has TLS).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct EtcdKv {
-    channel: Channel,
+    relay: DemoApiserver,
     endpoint: String,
     client_name: Option<String>,
 }
 
 impl EtcdKv {
-    /// Connects to `etcd` (the connection is made before this returns). With
-    /// TLS, presents the client certificate named `client_name` of its PKI;
+    /// Starts a relay for a client of the etcd at `endpoint`. With TLS
+    /// (`pki`), it presents the client certificate `client_name` of `pki`;
     /// with authentication on, etcd takes that certificate's Common Name as
-    /// the user.
-    pub async fn connect(etcd: &Etcd, client_name: &str) -> anyhow::Result<Self> {
-        let endpoint = etcd.endpoint().to_owned();
-        let mut builder = Endpoint::from_shared(endpoint.clone())
-            .with_context(|| format!("etcd endpoint {endpoint}"))?
-            .timeout(CALL_TIMEOUT)
-            .connect_timeout(Duration::from_secs(5));
-        let client_name = match etcd.pki() {
-            Some(pki) => {
-                let client = pki.client(client_name)?;
-                let read = |path: &std::path::Path| {
-                    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
-                };
-                let tls = ClientTlsConfig::new()
-                    .ca_certificate(Certificate::from_pem(read(pki.ca_cert())?))
-                    .identity(Identity::from_pem(read(&client.cert)?, read(&client.key)?));
-                builder = builder
-                    .tls_config(tls)
-                    .context("configuring TLS for etcd")?;
-                Some(client_name.to_owned())
-            }
+    /// the user. The relay connects at the first call, so etcd need not run
+    /// yet. Call it from a thread that outlives the returned value (see
+    /// [`DemoApiserverBinary::start`]).
+    pub fn start(
+        relay: &DemoApiserverBinary,
+        endpoint: &str,
+        pki: Option<&Pki>,
+        client_name: &str,
+    ) -> anyhow::Result<Self> {
+        let tls = match pki {
+            Some(pki) => Some(ClientTls {
+                ca_cert: pki.ca_cert().to_owned(),
+                client: pki.client(client_name)?.clone(),
+            }),
             None => None,
         };
-        let channel = builder
-            .connect()
-            .await
-            .with_context(|| format!("connecting to etcd at {endpoint}"))?;
+        let relay = relay
+            .start(endpoint, tls.as_ref())
+            .with_context(|| format!("starting the etcd client relay for {endpoint}"))?;
         Ok(Self {
-            channel,
-            endpoint,
-            client_name,
+            relay,
+            endpoint: endpoint.to_owned(),
+            client_name: pki.map(|_| client_name.to_owned()),
         })
+    }
+
+    /// The relay's process id.
+    pub fn relay_pid(&self) -> u32 {
+        self.relay.pid()
     }
 
     async fn call<Req, Resp>(&self, method: &str, request: Req) -> anyhow::Result<Resp>
     where
-        Req: prost::Message + Send + Sync + 'static,
-        Resp: prost::Message + Default + Send + Sync + 'static,
+        Req: prost::Message,
+        Resp: prost::Message + Default,
     {
         let context = || match &self.client_name {
             Some(client) => format!("etcd {method} at {} as {client}", self.endpoint),
             None => format!("etcd {method} at {}", self.endpoint),
         };
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        grpc.ready().await.with_context(context)?;
-        let path =
-            PathAndQuery::try_from(format!("/etcdserverpb.KV/{method}")).with_context(context)?;
-        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-        let response = grpc
-            .unary(tonic::Request::new(request), path, codec)
+        let response = self
+            .relay
+            .call(method, &request.encode_to_vec())
             .await
             .with_context(context)?;
-        Ok(response.into_inner())
+        Resp::decode(response.as_slice())
+            .with_context(|| format!("decoding the response of {}", context()))
     }
 
     pub async fn range(&self, request: RangeRequest) -> anyhow::Result<RangeResponse> {
@@ -167,18 +160,28 @@ pub struct StoredPod {
 }
 
 /// kube-apiserver's etcd writes of Pods, on one etcd connection.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ApiserverRole {
     kv: EtcdKv,
 }
 
 impl ApiserverRole {
-    /// Connects to `etcd` as kube-apiserver does: with its client
-    /// certificate when etcd has TLS.
-    pub async fn connect(etcd: &Etcd) -> anyhow::Result<Self> {
+    /// Starts the relay that makes kube-apiserver's etcd calls to the etcd
+    /// at `endpoint`, with kube-apiserver's client certificate of `pki` when
+    /// etcd has TLS. It connects at the first call (see [`EtcdKv::start`]).
+    pub fn start(
+        relay: &DemoApiserverBinary,
+        endpoint: &str,
+        pki: Option<&Pki>,
+    ) -> anyhow::Result<Self> {
         Ok(Self {
-            kv: EtcdKv::connect(etcd, APISERVER_USER).await?,
+            kv: EtcdKv::start(relay, endpoint, pki, APISERVER_USER)?,
         })
+    }
+
+    /// The process id of the relay making the calls.
+    pub fn relay_pid(&self) -> u32 {
+        self.kv.relay_pid()
     }
 
     /// How many Pods etcd holds: the count-only Range over

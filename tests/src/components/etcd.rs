@@ -6,6 +6,8 @@
 //! and free client and peer ports, an [`Etcd::etcdctl`] command preconfigured
 //! to reach it as `root`, and long-lived watch clients ([`EtcdWatch`]).
 //! Dropping the [`Etcd`] stops the process and removes its directory.
+//! [`Etcd::prepare_in`] chooses the endpoint and makes the certificates
+//! without starting etcd, for clients that must be started first.
 //!
 //! With `tls`, clients must present a certificate signed by the generated CA
 //! (`--client-cert-auth`) and peers talk TLS too. With `auth`, user `root`
@@ -100,7 +102,13 @@ impl Etcd {
     /// Like [`Etcd::start`], with etcd's directory (data, certificates, log)
     /// created in `parent` instead of the system's temporary directory.
     pub fn start_in(options: EtcdOptions, parent: &Path) -> anyhow::Result<Self> {
-        let started = Instant::now();
+        Self::prepare_in(options, parent)?.start()
+    }
+
+    /// The first half of [`Etcd::start_in`]: creates etcd's directory and
+    /// certificates and chooses its ports, without starting it, so that a
+    /// client can be set up with its endpoint and certificates first.
+    pub fn prepare_in(options: EtcdOptions, parent: &Path) -> anyhow::Result<PreparedEtcd> {
         let dir = tempfile::Builder::new()
             .prefix("podtrace-etcd-")
             .tempdir_in(parent)
@@ -115,66 +123,16 @@ impl Etcd {
         } else {
             None
         };
-        let root_client = match &pki {
-            Some(pki) => Some(pki.client("root")?.clone()),
-            None => None,
-        };
         let scheme = if options.tls { "https" } else { "http" };
-        let client_port = free_loopback_port()?;
-        let peer_port = free_loopback_port()?;
-        let endpoint = format!("{scheme}://127.0.0.1:{client_port}");
-        let peer_url = format!("{scheme}://127.0.0.1:{peer_port}");
-        let name = "podtrace";
-
-        let mut command = Command::new(ETCD);
-        command
-            .arg(format!("--name={name}"))
-            .arg(format!("--data-dir={}", dir.path().join("data").display()))
-            .arg(format!("--listen-client-urls={endpoint}"))
-            .arg(format!("--advertise-client-urls={endpoint}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster={name}={peer_url}"))
-            .arg("--initial-cluster-state=new")
-            .args(["--logger=zap", "--log-outputs=stderr"]);
-        if let Some(pki) = &pki {
-            let server = pki.server();
-            command
-                .arg(format!("--cert-file={}", server.cert.display()))
-                .arg(format!("--key-file={}", server.key.display()))
-                .arg(format!("--trusted-ca-file={}", pki.ca_cert().display()))
-                .arg("--client-cert-auth")
-                .arg(format!("--peer-cert-file={}", server.cert.display()))
-                .arg(format!("--peer-key-file={}", server.key.display()))
-                .arg(format!(
-                    "--peer-trusted-ca-file={}",
-                    pki.ca_cert().display()
-                ))
-                .arg("--peer-client-cert-auth");
-        }
-        let process = Supervised::spawn("etcd", &mut command, &dir.path().join("etcd.log"))?;
-        let mut etcd = Self {
-            process,
+        let endpoint = format!("{scheme}://127.0.0.1:{}", free_loopback_port()?);
+        let peer_url = format!("{scheme}://127.0.0.1:{}", free_loopback_port()?);
+        Ok(PreparedEtcd {
             options,
             endpoint,
+            peer_url,
             pki,
-            root_client,
-            root_password: None,
             dir,
-        };
-        etcd.wait_healthy()?;
-        if options.auth {
-            etcd.enable_auth()?;
-        }
-        note(format_args!(
-            "etcd (pid {}) serving {} (tls: {}, auth: {}), ready after {:?}",
-            etcd.pid(),
-            etcd.endpoint,
-            options.tls,
-            options.auth,
-            started.elapsed()
-        ));
-        Ok(etcd)
+        })
     }
 
     fn wait_healthy(&mut self) -> anyhow::Result<()> {
@@ -376,6 +334,108 @@ impl Etcd {
             },
         )?;
         Ok(EtcdWatch { process, lines })
+    }
+}
+
+/// An etcd whose directory, certificates and ports are chosen but which
+/// does not run yet ([`Etcd::prepare_in`]); [`PreparedEtcd::start`] starts
+/// it. Its ports are free when chosen, so start it soon.
+pub struct PreparedEtcd {
+    options: EtcdOptions,
+    endpoint: String,
+    peer_url: String,
+    pki: Option<Pki>,
+    dir: TempDir,
+}
+
+impl fmt::Debug for PreparedEtcd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PreparedEtcd")
+            .field("endpoint", &self.endpoint)
+            .field("options", &self.options)
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PreparedEtcd {
+    /// The client URL etcd will serve, `http(s)://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The generated certificates (with `tls`).
+    pub fn pki(&self) -> Option<&Pki> {
+        self.pki.as_ref()
+    }
+
+    /// Starts etcd and waits until it is healthy (and, with `auth`,
+    /// authentication is enabled). As with [`Etcd::start`], call it from a
+    /// thread that outlives the returned value.
+    pub fn start(self) -> anyhow::Result<Etcd> {
+        let started = Instant::now();
+        let Self {
+            options,
+            endpoint,
+            peer_url,
+            pki,
+            dir,
+        } = self;
+        let root_client = match &pki {
+            Some(pki) => Some(pki.client("root")?.clone()),
+            None => None,
+        };
+        let name = "podtrace";
+
+        let mut command = Command::new(ETCD);
+        command
+            .arg(format!("--name={name}"))
+            .arg(format!("--data-dir={}", dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls={endpoint}"))
+            .arg(format!("--advertise-client-urls={endpoint}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster={name}={peer_url}"))
+            .arg("--initial-cluster-state=new")
+            .args(["--logger=zap", "--log-outputs=stderr"]);
+        if let Some(pki) = &pki {
+            let server = pki.server();
+            command
+                .arg(format!("--cert-file={}", server.cert.display()))
+                .arg(format!("--key-file={}", server.key.display()))
+                .arg(format!("--trusted-ca-file={}", pki.ca_cert().display()))
+                .arg("--client-cert-auth")
+                .arg(format!("--peer-cert-file={}", server.cert.display()))
+                .arg(format!("--peer-key-file={}", server.key.display()))
+                .arg(format!(
+                    "--peer-trusted-ca-file={}",
+                    pki.ca_cert().display()
+                ))
+                .arg("--peer-client-cert-auth");
+        }
+        let process = Supervised::spawn("etcd", &mut command, &dir.path().join("etcd.log"))?;
+        let mut etcd = Etcd {
+            process,
+            options,
+            endpoint,
+            pki,
+            root_client,
+            root_password: None,
+            dir,
+        };
+        etcd.wait_healthy()?;
+        if options.auth {
+            etcd.enable_auth()?;
+        }
+        note(format_args!(
+            "etcd (pid {}) serving {} (tls: {}, auth: {}), ready after {:?}",
+            etcd.pid(),
+            etcd.endpoint,
+            options.tls,
+            options.auth,
+            started.elapsed()
+        ));
+        Ok(etcd)
     }
 }
 

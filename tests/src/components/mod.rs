@@ -1,10 +1,11 @@
 //! Real components started by live tests and by `cargo xtask demo`: etcd,
 //! containerd with runc and the CRI, the certificates and images they need,
 //! a CRI client playing the kubelet, and an etcd client writing Pods as
-//! kube-apiserver's storage layer does.
+//! kube-apiserver's storage layer does, through a Go relay (`demo-apiserver`).
 //!
-//! Everything runs on this machine as root, from Debian's packages (see
-//! `cargo xtask setup`), on loopback ports and in temporary directories.
+//! Everything runs on this machine as root, from Debian's packages and, for
+//! the relay, built with a Go toolchain (both installed by `cargo xtask
+//! setup`), on loopback ports and in temporary directories.
 //! Every process started here is stopped when its owner is dropped — also
 //! when a test panics — and the kernel kills it if the starting thread dies
 //! without dropping it.
@@ -13,6 +14,7 @@ pub mod apiserver_role;
 pub mod certs;
 pub mod containerd;
 pub mod cri;
+pub mod demo_apiserver;
 pub mod etcd;
 pub mod images;
 pub mod leftovers;
@@ -22,4 +24,5 @@ pub use apiserver_role::{ApiserverRole, EtcdKv, StoredPod};
 pub use certs::{CertFiles, Pki};
 pub use containerd::{Containerd, ContainerdOptions};
 pub use cri::{CriClient, PodHandles, PodTemplate};
-pub use etcd::{Etcd, EtcdOptions, EtcdWatch};
+pub use demo_apiserver::{DemoApiserver, DemoApiserverBinary};
+pub use etcd::{Etcd, EtcdOptions, EtcdWatch, PreparedEtcd};

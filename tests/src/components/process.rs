@@ -11,7 +11,7 @@ use std::{
     io::Read as _,
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
-    process::{Child, ChildStdout, Command, ExitStatus, Stdio},
+    process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio},
     thread,
     time::{Duration, Instant},
 };
@@ -36,7 +36,7 @@ impl Supervised {
         let err = out
             .try_clone()
             .with_context(|| format!("duplicating the handle of {}", log.display()))?;
-        command.stdout(out).stderr(err);
+        command.stdin(Stdio::null()).stdout(out).stderr(err);
         Self::spawn_configured(name, command, log)
     }
 
@@ -47,18 +47,44 @@ impl Supervised {
         command: &mut Command,
         log: &Path,
     ) -> anyhow::Result<(Self, ChildStdout)> {
-        command.stdout(Stdio::piped()).stderr(open_log(log)?);
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(open_log(log)?);
         let mut process = Self::spawn_configured(name, command, log)?;
-        let stdout = process
-            .child
-            .stdout
-            .take()
-            .context("the piped stdout of a child just spawned is missing")?;
+        let stdout = process.take_stdout()?;
         Ok((process, stdout))
     }
 
+    /// Starts `command` with stderr appended to `log` and stdin and stdout
+    /// piped to the caller.
+    pub(crate) fn spawn_with_pipes(
+        name: &str,
+        command: &mut Command,
+        log: &Path,
+    ) -> anyhow::Result<(Self, ChildStdin, ChildStdout)> {
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(open_log(log)?);
+        let mut process = Self::spawn_configured(name, command, log)?;
+        let stdin = process
+            .child
+            .stdin
+            .take()
+            .context("the piped stdin of a child just spawned is missing")?;
+        let stdout = process.take_stdout()?;
+        Ok((process, stdin, stdout))
+    }
+
+    fn take_stdout(&mut self) -> anyhow::Result<ChildStdout> {
+        self.child
+            .stdout
+            .take()
+            .context("the piped stdout of a child just spawned is missing")
+    }
+
     fn spawn_configured(name: &str, command: &mut Command, log: &Path) -> anyhow::Result<Self> {
-        command.stdin(Stdio::null());
         // A process group of its own: a Ctrl-C in the owner's terminal goes
         // to the owner only, which then stops its components in order
         // (the demo does) instead of them dying halfway through a teardown.
