@@ -82,6 +82,10 @@ struct ExportArgs {
     /// exported as an incomplete trace, with the phase it is stuck in.
     #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     trace_timeout: u64,
+    /// Print only the waterfall of each finished Pod trace, not a line per
+    /// process, connection and span.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -118,6 +122,7 @@ impl ExportArgs {
             },
             out,
             otlp,
+            quiet: self.quiet,
         }
     }
 }

@@ -76,6 +76,8 @@ pub struct ExportOptions {
     pub out: Option<PathBuf>,
     /// OTLP endpoint to send to.
     pub otlp: Option<OtlpOptions>,
+    /// Print only waterfalls, not a line per activity.
+    pub quiet: bool,
 }
 
 /// The span exporters that are configured.
@@ -209,7 +211,9 @@ impl Stages {
                 SpanSinks::open(export.out.as_deref(), export.otlp, &export.traces.node_name)?;
             let mut waterfalls = Waterfalls::default();
             while let Some((activity, name)) = out_rx.recv().await {
-                printer.print(&terminal::format(&activity, |_| name.clone()))?;
+                if !export.quiet {
+                    printer.print(&terminal::format(&activity, |_| name.clone()))?;
+                }
                 if let Activity::Spans(spans) = &activity {
                     sinks.export(spans);
                     for waterfall in waterfalls.on_spans(spans) {

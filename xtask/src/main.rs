@@ -1,6 +1,7 @@
 //! podtrace's developer tasks. `cargo xtask <task>`; every task that needs
 //! the toolchain or test components runs `setup` first, which is idempotent.
 
+mod demo;
 mod setup;
 
 use std::{
@@ -22,6 +23,9 @@ struct Cli {
 enum Task {
     /// Install the eBPF toolchain and test components (root; idempotent).
     Setup,
+    /// Create Pods through real etcd and containerd + runc with podtrace
+    /// running, and print their traces (root).
+    Demo(demo::DemoArgs),
     /// Build podtrace and run the agent on this host: `cargo xtask run -- [podtrace run args]`.
     Run {
         /// Arguments for `podtrace run`.
@@ -69,6 +73,7 @@ fn run(task: Task) -> anyhow::Result<()> {
     let root = workspace_root();
     match task {
         Task::Setup => setup::setup(&root),
+        Task::Demo(args) => demo::demo(&root, args),
         Task::Run { args } => {
             setup::setup(&root)?;
             cargo(

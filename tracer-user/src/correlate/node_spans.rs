@@ -92,6 +92,15 @@ struct CniRun {
     status: ExitStatus,
 }
 
+/// A call that runs CNI plugins, as containerd handled it.
+#[derive(Clone, Debug)]
+struct SandboxWindow {
+    method: &'static str,
+    sandbox_id: String,
+    start_ns: u64,
+    end_ns: u64,
+}
+
 /// A CNI plugin execution in progress.
 #[derive(Clone, Debug)]
 struct CniStart {
@@ -103,7 +112,7 @@ struct CniStart {
 /// How long a finished CNI run waits before it is matched to a
 /// RunPodSandbox call (a concurrent call must have finished to be seen).
 const CNI_SETTLE_NS: u64 = 1_000_000_000;
-/// RunPodSandbox calls remembered for matching CNI runs.
+/// Sandbox calls remembered for matching CNI runs.
 const MAX_SANDBOX_WINDOWS: usize = 1024;
 
 /// A CRI server span waiting for the kubelet's client span of the call.
@@ -150,9 +159,10 @@ pub struct NodeSpans {
     pending: Vec<Pending>,
     /// CNI plugins running, by pid.
     cni_runs: HashMap<u32, CniStart>,
-    /// Recent RunPodSandbox calls as containerd handled them: sandbox id,
+    /// Recent RunPodSandbox, StopPodSandbox and RemovePodSandbox calls
+    /// (which run the CNI plugins: ADD, DEL, DEL again) as containerd handled them: method, sandbox id,
     /// start and end (CLOCK_MONOTONIC ns).
-    sandbox_windows: VecDeque<(String, u64, u64)>,
+    sandbox_windows: VecDeque<SandboxWindow>,
     /// CRI calls, runc runs and container processes whose Pod was not known.
     pub unattributed: u64,
 }
@@ -300,14 +310,24 @@ impl NodeSpans {
             attributes,
             status,
         };
-        if call.side == Side::Server && call.method == "RunPodSandbox" {
-            if let (Some(start), Some(end)) = (call.start_ts_ns, call.end_ts_ns) {
-                if self.sandbox_windows.len() >= MAX_SANDBOX_WINDOWS {
-                    self.sandbox_windows.pop_front();
-                }
-                self.sandbox_windows
-                    .push_back((sandbox_id.clone(), start, end));
+        let runs_cni = match call.method.as_str() {
+            "RunPodSandbox" => Some("RunPodSandbox"),
+            "StopPodSandbox" => Some("StopPodSandbox"),
+            "RemovePodSandbox" => Some("RemovePodSandbox"),
+            _ => None,
+        };
+        if let (Side::Server, Some(method), Some(start_ns), Some(end_ns)) =
+            (call.side, runs_cni, call.start_ts_ns, call.end_ts_ns)
+        {
+            if self.sandbox_windows.len() >= MAX_SANDBOX_WINDOWS {
+                self.sandbox_windows.pop_front();
             }
+            self.sandbox_windows.push_back(SandboxWindow {
+                method,
+                sandbox_id: sandbox_id.clone(),
+                start_ns,
+                end_ns,
+            });
         }
         let mut spans = Vec::new();
         match call.side {
@@ -451,12 +471,21 @@ impl NodeSpans {
             return Vec::new();
         }
         let run = if exec.comm == "runc" {
-            // runc [global options] create|start|delete|kill … <container id>
-            let subcommand = exec
+            // runc [global options] create|start|delete … <container id>,
+            // runc [global options] kill [--all] <container id> [signal]
+            let at = exec
                 .argv
                 .iter()
-                .find(|arg| matches!(arg.as_str(), "create" | "start" | "delete" | "kill"));
-            subcommand.zip(exec.argv.last())
+                .position(|arg| matches!(arg.as_str(), "create" | "start" | "delete" | "kill"));
+            at.and_then(|at| {
+                let subcommand = &exec.argv[at];
+                let id = if subcommand == "kill" {
+                    exec.argv[at + 1..].iter().find(|arg| !arg.starts_with('-'))
+                } else {
+                    exec.argv.last()
+                };
+                Some(subcommand).zip(id)
+            })
         } else if exec.comm.starts_with("containerd-shim") {
             // containerd-shim-runc-v2 -namespace … -id <container id> start
             let id = exec
@@ -636,12 +665,12 @@ impl NodeSpans {
         })
     }
 
-    /// The span of a CNI plugin run, under the RunPodSandbox call that ran
-    /// it. No causal key names the sandbox (containerd passes it in the
-    /// plugin's environment, which podtrace does not read), so the run is
-    /// matched to the only RunPodSandbox containerd was handling while it
-    /// ran — once concurrent calls have had time to finish — and is counted
-    /// unattributed when two were.
+    /// The span of a CNI plugin run, under the RunPodSandbox (ADD),
+    /// StopPodSandbox or RemovePodSandbox (DEL) call that ran it. No causal key names the sandbox
+    /// (containerd passes it in the plugin's environment, which podtrace does
+    /// not read), so the run is matched to the only such call containerd was
+    /// handling while it ran — once concurrent calls have had time to finish
+    /// — and is counted unattributed when two were.
     fn cni_span(&self, run: &CniRun, now_ns: u64) -> Result<Option<Span>, Ambiguous> {
         if now_ns.saturating_sub(run.end_ns) < CNI_SETTLE_NS {
             return Ok(None);
@@ -649,13 +678,14 @@ impl NodeSpans {
         let mut windows = self
             .sandbox_windows
             .iter()
-            .filter(|(_, start, end)| *start <= run.start_ns && run.end_ns <= *end);
-        let Some((sandbox_id, _, _)) = windows.next() else {
+            .filter(|w| w.start_ns <= run.start_ns && run.end_ns <= w.end_ns);
+        let Some(window) = windows.next() else {
             return Ok(None);
         };
         if windows.next().is_some() {
             return Err(Ambiguous);
         }
+        let sandbox_id = &window.sandbox_id;
         let Some(pod) = self.pods_by_sandbox.get(sandbox_id) else {
             return Ok(None);
         };
@@ -663,7 +693,7 @@ impl NodeSpans {
             (Some(plugin), Some(pid)) => {
                 SpanId::for_key(pod.trace, format!("cni/{plugin}/{pid}").as_bytes())
             }
-            _ => Self::call_span_id(pod.trace, Side::Server, "RunPodSandbox", sandbox_id),
+            _ => Self::call_span_id(pod.trace, Side::Server, window.method, sandbox_id),
         };
         let (code, status) = exit_status(run.status);
         let mut attributes = vec![
@@ -676,7 +706,7 @@ impl NodeSpans {
             string_attribute("podtrace.cri.sandbox_id", sandbox_id),
             string_attribute(
                 "podtrace.attribution",
-                "time: the only RunPodSandbox in progress",
+                "time: the only sandbox call in progress",
             ),
         ];
         attributes.extend(self.pod_attributes(pod));
