@@ -2,7 +2,8 @@
 //! plaintext and with mTLS + etcd authentication: the key of a Put is seen
 //! in the bytes the client sends and the server receives — as plaintext from
 //! Go's crypto/tls probes in the TLS case — and in the WAL write, followed by
-//! an fdatasync with its duration.
+//! an fdatasync with its duration. The demo's kube-apiserver role, whose etcd
+//! client is the Go relay `demo-apiserver`, is seen in plaintext too.
 
 #![allow(
     clippy::unwrap_used,
@@ -11,11 +12,13 @@
     reason = "test helpers: a failed step fails the test"
 )]
 
-use std::time::Duration;
+use std::{path::Path, time::Duration};
 
 use podtrace_tests::{
     LiveCapture,
-    components::{Etcd, EtcdOptions},
+    components::{
+        ApiserverRole, DemoApiserverBinary, Etcd, EtcdOptions, PodTemplate, apiserver_role,
+    },
     live_test_can_run,
 };
 use tracer_common::io::{Direction, FdKind};
@@ -152,4 +155,52 @@ async fn mtls_etcd_put_is_captured_as_plaintext_on_both_sides() {
         )
         .await;
     }
+}
+
+/// The Pod create Txn the demo's kube-apiserver role sends through its relay
+/// over mTLS is read as plaintext from the relay's crypto/tls, on the
+/// connection the relay opened at that first call.
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_role_txn_over_mtls_is_captured_as_plaintext_from_demo_apiserver() {
+    if !live_test_can_run(
+        "apiserver_role_txn_over_mtls_is_captured_as_plaintext_from_demo_apiserver",
+    ) {
+        return;
+    }
+    let etcd = Etcd::start(EtcdOptions {
+        tls: true,
+        auth: true,
+    })
+    .unwrap();
+    let relay =
+        DemoApiserverBinary::build(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-apiserver"))
+            .unwrap();
+    let apiserver = ApiserverRole::start(&relay, etcd.endpoint(), etcd.pki()).unwrap();
+    // The relay runs (and has not connected): podtrace finds it at start.
+    let mut capture = LiveCapture::start(&["demo-apiserver"], 1);
+    let template = PodTemplate {
+        log_root: "/nonexistent".into(),
+        cgroup_root: "/podtrace-unused".into(),
+        image: "podtrace.local/unused:1".into(),
+        command: vec!["sleep".into(), "1".into()],
+    };
+    let pod = apiserver_role::new_pod("default", "cap-relay", None, &[], &template).unwrap();
+    apiserver.create(pod).await.unwrap();
+
+    let key = b"/registry/pods/default/cap-relay";
+    let relay_pid = apiserver.relay_pid();
+    let events = capture
+        .collect_until(TIMEOUT, |event| {
+            matches!(event, RawEvent::Data(data)
+                if data.ids.tgid == relay_pid
+                    && data.direction == Direction::Egress
+                    && contains(&data.data, key))
+        })
+        .await;
+    capture.stop().await;
+    let Some(RawEvent::Data(sent)) = events.last() else {
+        panic!("{events:#?}")
+    };
+    assert_eq!(sent.fd_kind, FdKind::Socket);
+    assert!(sent.tls_plaintext, "{sent:?}");
 }
