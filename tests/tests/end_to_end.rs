@@ -1,0 +1,287 @@
+//! Live, end to end: the podtrace agent runs while `podtrace-demo` creates
+//! Pods through real etcd (mTLS + authentication) and real containerd + runc,
+//! playing kube-apiserver's etcd writes (from a Go process, as the real
+//! apiserver is), the scheduler's binding and the kubelet's CRI calls. What
+//! reaches the agent's OTLP-JSON file must be one complete trace per Pod,
+//! with every component's spans nested by cause and timed within the run.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test: a failed step fails the test"
+)]
+
+use std::{
+    collections::HashSet,
+    io::{BufRead as _, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use podtrace_tests::{
+    live_test_can_run,
+    otlp_json::{ExportedSpan, read_spans},
+    podtrace_binary,
+};
+use serde_json::Value;
+use tracer_user::correlate::span::TraceId;
+
+const CLUSTER: &str = "e2e-test";
+const NODE: &str = "e2e-node";
+const SPAN_KIND_SERVER: u64 = 2;
+const SPAN_KIND_CLIENT: u64 = 3;
+
+/// The agent, stopped with SIGINT (as Ctrl-C) by [`Agent::stop`] or on drop.
+struct Agent(Child);
+
+impl Agent {
+    fn start(out: &Path) -> Self {
+        let mut child = Command::new(podtrace_binary())
+            .args(["run", "--quiet", "--target", "podtrace-demo"])
+            .args(["--target", "demo-apiserver", "--cluster-id", CLUSTER])
+            .args(["--node-name", NODE, "--out"])
+            .arg(out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (attached_tx, attached_rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("attached; following") {
+                    let _ = attached_tx.send(());
+                }
+                eprintln!("podtrace: {line}");
+            }
+        });
+        attached_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("podtrace attached");
+        Self(child)
+    }
+
+    fn stop(mut self) {
+        // Spans wait up to 2 s for their parents, CNI runs 1 s to settle.
+        thread::sleep(Duration::from_secs(4));
+        // SAFETY: kill has no memory preconditions; the pid is our child's.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGINT) };
+        let status = self.0.wait().unwrap();
+        assert!(status.success(), "podtrace exited with {status}");
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+struct DemoPod {
+    name: String,
+    uid: String,
+    sandbox_id: String,
+    container_id: String,
+}
+
+fn run_demo(pods: u32) -> Vec<DemoPod> {
+    let state = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
+        .args([
+            "--pods",
+            &pods.to_string(),
+            "--node-name",
+            NODE,
+            "--state-dir",
+        ])
+        .arg(state.path())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "podtrace-demo: {}", output.status);
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .map(|pod| {
+            let field = |key: &str| pod[key].as_str().unwrap().to_owned();
+            DemoPod {
+                name: field("name"),
+                uid: field("uid"),
+                sandbox_id: field("sandbox_id"),
+                container_id: field("container_id"),
+            }
+        })
+        .collect()
+}
+
+fn unix_now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+fn with_parent<'a>(spans: &[&'a ExportedSpan], parent: &ExportedSpan) -> Vec<&'a ExportedSpan> {
+    spans
+        .iter()
+        .copied()
+        .filter(|s| s.parent_span_id.as_deref() == Some(parent.span_id.as_str()))
+        .collect()
+}
+
+fn one<'a>(
+    spans: &[&'a ExportedSpan],
+    what: &str,
+    found: Vec<&'a ExportedSpan>,
+) -> &'a ExportedSpan {
+    assert_eq!(found.len(), 1, "{what}: {spans:#?}");
+    found[0]
+}
+
+#[test]
+fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause() {
+    if !live_test_can_run(
+        "every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("traces.jsonl");
+    let agent = Agent::start(&out);
+    let before = unix_now_ns();
+    let pods = run_demo(2);
+    let after = unix_now_ns();
+    agent.stop();
+    assert_eq!(pods.len(), 2);
+    let all = read_spans(&out).unwrap();
+
+    for pod in &pods {
+        let trace_id = TraceId::for_pod(CLUSTER, &pod.uid).to_hex();
+        let spans: Vec<&ExportedSpan> = all.iter().filter(|s| s.trace_id == trace_id).collect();
+        // Exactly one trace holds the Pod's spans.
+        let of_pod: HashSet<&str> = all
+            .iter()
+            .filter(|s| s.string("k8s.pod.uid") == Some(pod.uid.as_str()))
+            .map(|s| s.trace_id.as_str())
+            .collect();
+        assert_eq!(of_pod, HashSet::from([trace_id.as_str()]));
+        let ids: HashSet<&str> = spans.iter().map(|s| s.span_id.as_str()).collect();
+        assert_eq!(ids.len(), spans.len(), "span ids repeat");
+        for span in &spans {
+            if let Some(parent) = &span.parent_span_id {
+                assert!(ids.contains(parent.as_str()), "orphan {span:#?}");
+            }
+            // Within the wall-clock time of the run.
+            assert!(
+                before <= span.start_unix_ns
+                    && span.start_unix_ns <= span.end_unix_ns
+                    && span.end_unix_ns <= after,
+                "{span:#?} outside [{before}, {after}]"
+            );
+        }
+
+        let roots: Vec<_> = spans
+            .iter()
+            .copied()
+            .filter(|s| s.parent_span_id.is_none())
+            .collect();
+        let root = one(&spans, "root", roots);
+        assert_eq!(root.name, format!("pod.create default/{}", pod.name));
+        assert_eq!(
+            root.attributes["podtrace.trace.complete"],
+            Value::Bool(true)
+        );
+
+        // etcd: the apiserver's three writes (client, from the Go relay's
+        // TLS plaintext) each containing etcd's handling (server), the
+        // create made durable by a WAL fdatasync inside etcd's handling.
+        let clients: Vec<_> = with_parent(&spans, root)
+            .into_iter()
+            .filter(|s| s.name == "etcdserverpb.KV/Txn" && s.kind == SPAN_KIND_CLIENT)
+            .collect();
+        assert_eq!(clients.len(), 3, "{spans:#?}");
+        for client in &clients {
+            let server = one(&spans, "etcd server span", with_parent(&spans, client));
+            assert_eq!(server.kind, SPAN_KIND_SERVER);
+            assert!(
+                client.start_unix_ns <= server.start_unix_ns
+                    && server.end_unix_ns <= client.end_unix_ns
+            );
+            if server.string("podtrace.k8s.pod.change") == Some("created") {
+                let wal = one(
+                    &spans,
+                    "WAL sync of the create",
+                    with_parent(&spans, server),
+                );
+                assert_eq!(wal.name, "etcd WAL append + fdatasync");
+            }
+        }
+        let changes: HashSet<_> = clients
+            .iter()
+            .filter_map(|c| c.string("podtrace.k8s.pod.change"))
+            .collect();
+        let bound = format!("bound to {NODE}");
+        assert_eq!(
+            changes,
+            HashSet::from(["created", bound.as_str(), "status Running"])
+        );
+
+        // The node: the kubelet's CRI calls, containerd's handling inside
+        // each, runc and the containers' first processes under the calls.
+        let node = one(
+            &spans,
+            "node span",
+            with_parent(&spans, root)
+                .into_iter()
+                .filter(|s| s.name == format!("node {NODE}"))
+                .collect(),
+        );
+        let mut servers = Vec::new();
+        for call in ["RunPodSandbox", "CreateContainer", "StartContainer"] {
+            let name = format!("runtime.v1.RuntimeService/{call}");
+            let client = one(
+                &spans,
+                &name,
+                with_parent(&spans, node)
+                    .into_iter()
+                    .filter(|s| s.name == name)
+                    .collect(),
+            );
+            assert_eq!(client.kind, SPAN_KIND_CLIENT);
+            let server = one(&spans, &name, with_parent(&spans, client));
+            assert_eq!(server.kind, SPAN_KIND_SERVER);
+            servers.push(server);
+        }
+        for (server, container) in [
+            (servers[0], &pod.sandbox_id),
+            (servers[2], &pod.container_id),
+        ] {
+            let children = with_parent(&spans, server);
+            for name in ["runc create", "runc start"] {
+                assert!(
+                    children
+                        .iter()
+                        .any(|s| s.name == name
+                            && s.string("container.id") == Some(container.as_str())),
+                    "no {name} of {container} under {}: {children:#?}",
+                    server.name
+                );
+            }
+            let first = children
+                .iter()
+                .find(|s| s.name.starts_with("container process start: "))
+                .unwrap_or_else(|| panic!("no first exec under {}: {children:#?}", server.name));
+            assert!(
+                server.start_unix_ns <= first.start_unix_ns
+                    && first.start_unix_ns <= server.end_unix_ns
+            );
+        }
+    }
+}
