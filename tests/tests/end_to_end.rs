@@ -285,3 +285,82 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
         }
     }
 }
+
+/// podtrace starts after the demo's etcd and CRI connections are open (as
+/// after an agent restart on a real node): the calls on them are still
+/// decoded — /proc tells which end each process is, Go's HPACK probes give
+/// the request headers whose HPACK state predates podtrace — and every Pod
+/// still gets one complete trace.
+#[test]
+fn podtrace_started_after_the_connections_are_open_still_traces_every_pod() {
+    if !live_test_can_run("podtrace_started_after_the_connections_are_open_still_traces_every_pod")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("traces.jsonl");
+    let go = dir.path().join("go");
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
+        .args(["--pods", "2", "--node-name", NODE, "--state-dir"])
+        .arg(dir.path().join("state"))
+        .arg("--wait-for")
+        .arg(&go)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(demo.stdout.take().unwrap());
+    let mut line = String::new();
+    while line.trim() != "ready" {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "demo ended before ready"
+        );
+    }
+    let agent = Agent::start(&out);
+    std::fs::write(&go, b"").unwrap();
+    let pods: Vec<Value> = stdout
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| serde_json::from_str(&line).ok())
+        .collect();
+    assert!(demo.wait().unwrap().success());
+    agent.stop();
+    assert_eq!(pods.len(), 2);
+    let all = read_spans(&out).unwrap();
+    for pod in &pods {
+        let uid = pod["uid"].as_str().unwrap();
+        let trace_id = TraceId::for_pod(CLUSTER, uid).to_hex();
+        let spans: Vec<&ExportedSpan> = all.iter().filter(|s| s.trace_id == trace_id).collect();
+        let named = |name: &str, kind: u64| {
+            spans
+                .iter()
+                .filter(|s| s.name == name && s.kind == kind)
+                .count()
+        };
+        let root = spans
+            .iter()
+            .find(|s| s.parent_span_id.is_none())
+            .unwrap_or_else(|| panic!("no root for {uid}: {spans:#?}"));
+        assert_eq!(
+            root.attributes["podtrace.trace.complete"],
+            Value::Bool(true)
+        );
+        assert_eq!(
+            named("etcdserverpb.KV/Txn", SPAN_KIND_SERVER),
+            3,
+            "{spans:#?}"
+        );
+        assert_eq!(
+            named("etcdserverpb.KV/Txn", SPAN_KIND_CLIENT),
+            3,
+            "{spans:#?}"
+        );
+        for call in ["RunPodSandbox", "CreateContainer", "StartContainer"] {
+            let name = format!("runtime.v1.RuntimeService/{call}");
+            assert_eq!(named(&name, SPAN_KIND_SERVER), 1, "{name}: {spans:#?}");
+        }
+        assert!(spans.iter().any(|s| s.name == "runc start"), "{spans:#?}");
+    }
+}

@@ -98,7 +98,7 @@ async fn path_of_a_request_on_a_connection_older_than_podtrace_is_known() {
         .find_map(|event| match event {
             RawEvent::Conn(conn)
                 if conn.ids.tgid == etcd.pid()
-                    && conn.change == ConnAction::OpenAtStart
+                    && conn.change == ConnAction::AcceptedBeforeStart
                     && conn.peer == Peer::Tcp(client_addr) =>
             {
                 Some(conn.conn)

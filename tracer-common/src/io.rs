@@ -265,8 +265,25 @@ pub enum ConnAction {
     /// close(2) of a followed fd.
     Closed = 3,
     /// Open when podtrace started: found in /proc by user space, which
-    /// writes this record itself (the kernel never does).
+    /// writes this record itself (the kernel never does). Which end the
+    /// process is was not found out (a file, or an unbound unix socket
+    /// nobody listens for).
     OpenAtStart = 4,
+    /// Open when podtrace started, and accepted: the process is the server.
+    AcceptedBeforeStart = 5,
+    /// Open when podtrace started, and connected: the process is the client.
+    ConnectedBeforeStart = 6,
+}
+
+impl ConnAction {
+    /// The socket was open before podtrace started (its first bytes were
+    /// not seen).
+    pub fn before_start(self) -> bool {
+        matches!(
+            self,
+            Self::OpenAtStart | Self::AcceptedBeforeStart | Self::ConnectedBeforeStart
+        )
+    }
 }
 
 impl TryFrom<u8> for ConnAction {
@@ -277,6 +294,8 @@ impl TryFrom<u8> for ConnAction {
             2 => Ok(ConnAction::Accepted),
             3 => Ok(ConnAction::Closed),
             4 => Ok(ConnAction::OpenAtStart),
+            5 => Ok(ConnAction::AcceptedBeforeStart),
+            6 => Ok(ConnAction::ConnectedBeforeStart),
             other => Err(other),
         }
     }

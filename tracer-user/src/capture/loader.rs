@@ -21,9 +21,8 @@ use tracer_common::{
     drop_reason::DropReason,
     event::{EventHeader, EventKind, FILENAME_BYTES},
     io::{
-        AF_INET, AF_INET6, AF_UNIX, ConnAction, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey,
-        FileOpenEvent, GoTlsOffsets, HeaderSide, IoSyscall, MAX_GO_BINARIES, UNIX_PATH_BYTES,
-        USER_CONN_ID_BIT,
+        AF_INET, AF_INET6, AF_UNIX, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FileOpenEvent,
+        GoTlsOffsets, HeaderSide, IoSyscall, MAX_GO_BINARIES, UNIX_PATH_BYTES, USER_CONN_ID_BIT,
     },
     names::{
         GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_GO_BINARIES,
@@ -468,7 +467,7 @@ impl Probes {
                             fd: open.fd,
                             family: 0,
                             port: 0,
-                            action: ConnAction::OpenAtStart as u8,
+                            action: open.action as u8,
                             fd_kind: open.kind as u8,
                             unix_path_len: 0,
                             _pad: [0; 5],

@@ -13,7 +13,7 @@ use std::{
     path::Path,
 };
 
-use tracer_common::io::FdKind;
+use tracer_common::io::{ConnAction, FdKind};
 
 use super::wire::{Peer, unix_path_string};
 
@@ -30,6 +30,16 @@ pub struct OpenFd {
     pub peer: Peer,
     /// For files, the path.
     pub path: Option<String>,
+    /// Which end the process is: `AcceptedBeforeStart`,
+    /// `ConnectedBeforeStart`, or `OpenAtStart` when not known.
+    pub action: ConnAction,
+}
+
+/// A socket in a /proc/net table: its peer, and which end it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct SocketEntry {
+    peer: Peer,
+    action: ConnAction,
 }
 
 /// TCP states that carry no data (include/net/tcp_states.h): LISTEN (10),
@@ -48,7 +58,7 @@ pub fn open_fds(proc_root: &Path, tgid: u32, wal_files: bool) -> Vec<OpenFd> {
     let Ok(fds) = fs::read_dir(dir.join("fd")) else {
         return Vec::new();
     };
-    let mut sockets: HashMap<u64, Peer> = HashMap::new();
+    let mut sockets: HashMap<u64, SocketEntry> = HashMap::new();
     for (file, v6) in [("net/tcp", false), ("net/tcp6", true)] {
         if let Ok(table) = fs::read_to_string(dir.join(file)) {
             sockets.extend(parse_tcp_table(&table, v6));
@@ -66,13 +76,14 @@ pub fn open_fds(proc_root: &Path, tgid: u32, wal_files: bool) -> Vec<OpenFd> {
                 .strip_prefix("socket:[")
                 .and_then(|rest| rest.strip_suffix(']'))
             {
-                let peer = sockets.get(&inode.parse().ok()?)?.clone();
+                let entry = sockets.get(&inode.parse().ok()?)?.clone();
                 return Some(OpenFd {
                     tgid,
                     fd,
                     kind: FdKind::Socket,
-                    peer,
+                    peer: entry.peer,
                     path: None,
+                    action: entry.action,
                 });
             }
             (wal_files && link.ends_with(".wal")).then(|| OpenFd {
@@ -81,22 +92,53 @@ pub fn open_fds(proc_root: &Path, tgid: u32, wal_files: bool) -> Vec<OpenFd> {
                 kind: FdKind::WalFile,
                 peer: Peer::Unknown,
                 path: Some(link.into_owned()),
+                action: ConnAction::OpenAtStart,
             })
         })
         .collect()
 }
 
-/// inode → remote address of the data-carrying sockets in a /proc/net/tcp{,6} table.
-fn parse_tcp_table(table: &str, v6: bool) -> Vec<(u64, Peer)> {
-    table
+/// inode → remote address of the data-carrying sockets in a /proc/net/tcp{,6}
+/// table. A socket whose local port is one a socket of the table listens on
+/// (same address, or the wildcard) was accepted; the others connected.
+fn parse_tcp_table(table: &str, v6: bool) -> Vec<(u64, SocketEntry)> {
+    const LISTEN: u8 = 0x0a;
+    let rows: Vec<(SocketAddr, SocketAddr, u8, u64)> = table
         .lines()
         .skip(1)
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+            let local = parse_hex_addr(fields.get(1)?, v6)?;
             let remote = parse_hex_addr(fields.get(2)?, v6)?;
             let state = u8::from_str_radix(fields.get(3)?, 16).ok()?;
             let inode = fields.get(9)?.parse().ok()?;
-            (!TCP_IDLE_STATES.contains(&state)).then_some((inode, Peer::Tcp(remote)))
+            Some((local, remote, state, inode))
+        })
+        .collect();
+    let listening: Vec<SocketAddr> = rows
+        .iter()
+        .filter(|row| row.2 == LISTEN)
+        .map(|row| row.0)
+        .collect();
+    rows.iter()
+        .filter(|(_, _, state, _)| !TCP_IDLE_STATES.contains(state))
+        .map(|&(local, remote, _, inode)| {
+            let accepted = listening.iter().any(|listener| {
+                listener.port() == local.port()
+                    && (listener.ip() == local.ip() || listener.ip().is_unspecified())
+            });
+            let action = if accepted {
+                ConnAction::AcceptedBeforeStart
+            } else {
+                ConnAction::ConnectedBeforeStart
+            };
+            (
+                inode,
+                SocketEntry {
+                    peer: Peer::Tcp(remote),
+                    action,
+                },
+            )
         })
         .collect()
 }
@@ -124,8 +166,10 @@ fn parse_hex_addr(text: &str, v6: bool) -> Option<SocketAddr> {
 }
 
 /// inode → path of the connected stream sockets in a /proc/net/unix table:
-/// `Num RefCount Protocol Flags Type St Inode [Path]`.
-fn parse_unix_table(table: &str) -> Vec<(u64, Peer)> {
+/// `Num RefCount Protocol Flags Type St Inode [Path]`. An accepted socket
+/// shows the path of the socket it was accepted on; a client's socket, which
+/// is not bound, shows none.
+fn parse_unix_table(table: &str) -> Vec<(u64, SocketEntry)> {
     table
         .lines()
         .skip(1)
@@ -137,12 +181,18 @@ fn parse_unix_table(table: &str) -> Vec<(u64, Peer)> {
             if kind != UNIX_STREAM || flags & UNIX_LISTENING_FLAG != 0 {
                 return None;
             }
-            let peer = match fields.get(7) {
+            let entry = match fields.get(7) {
                 // /proc shows abstract names with a leading `@` already.
-                Some(path) => Peer::Unix(unix_path_string(path.as_bytes())),
-                None => Peer::Unknown,
+                Some(path) => SocketEntry {
+                    peer: Peer::Unix(unix_path_string(path.as_bytes())),
+                    action: ConnAction::AcceptedBeforeStart,
+                },
+                None => SocketEntry {
+                    peer: Peer::Unknown,
+                    action: ConnAction::ConnectedBeforeStart,
+                },
             };
-            Some((inode, peer))
+            Some((inode, entry))
         })
         .collect()
 }
@@ -159,7 +209,14 @@ mod tests {
         let sockets = parse_tcp_table(table, false);
         assert_eq!(
             sockets,
-            [(2222, Peer::Tcp("127.0.0.1:53924".parse().unwrap()))]
+            [(
+                2222,
+                SocketEntry {
+                    peer: Peer::Tcp("127.0.0.1:53924".parse().unwrap()),
+                    // Local port 2379 is the listener's: accepted.
+                    action: ConnAction::AcceptedBeforeStart,
+                }
+            )]
         );
     }
 
@@ -180,8 +237,20 @@ mod tests {
         assert_eq!(
             sockets,
             [
-                (4444, Peer::Unix("/run/containerd/containerd.sock".into())),
-                (5555, Peer::Unknown)
+                (
+                    4444,
+                    SocketEntry {
+                        peer: Peer::Unix("/run/containerd/containerd.sock".into()),
+                        action: ConnAction::AcceptedBeforeStart,
+                    }
+                ),
+                (
+                    5555,
+                    SocketEntry {
+                        peer: Peer::Unknown,
+                        action: ConnAction::ConnectedBeforeStart,
+                    }
+                )
             ]
         );
     }
@@ -198,6 +267,10 @@ mod tests {
             .find(|open| open.fd == client_fd)
             .expect("client socket");
         assert_eq!(entry.peer, Peer::Tcp(listener.local_addr().unwrap()));
+        assert_eq!(entry.action, ConnAction::ConnectedBeforeStart);
+        let server_fd = std::os::fd::AsRawFd::as_raw_fd(&_server) as u32;
+        let server = found.iter().find(|open| open.fd == server_fd).unwrap();
+        assert_eq!(server.action, ConnAction::AcceptedBeforeStart);
         // The listening socket carries no data and is not followed.
         let listener_fd = std::os::fd::AsRawFd::as_raw_fd(&listener) as u32;
         assert!(found.iter().all(|open| open.fd != listener_fd));

@@ -107,7 +107,7 @@ impl ConnTable {
                 None => (None, 0, 0, None, record.peer),
             }
         } else {
-            let opened_ns = (record.change != ConnAction::OpenAtStart).then_some(record.ids.ts_ns);
+            let opened_ns = (!record.change.before_start()).then_some(record.ids.ts_ns);
             let state = ConnState {
                 peer: record.peer.clone(),
                 path: None,

@@ -4,9 +4,18 @@
 //! the client's) and data chunks of followed sockets — for TLS sockets, the
 //! plaintext Go's crypto/tls probes report. Out: one [`CriMessage`] per
 //! finished CRI call and one [`EtcdMessage`] per finished etcd write about a
-//! Pod, with what identifies the Pod. Connections found open at start are not
-//! decoded here: which end is the client is not known from /proc alone
-//! (their header fields still arrive through [`super::headers`]).
+//! Pod, with what identifies the Pod.
+//!
+//! Connections open before podtrace started are decoded from wherever the
+//! capture joins them (/proc told which end the process is). Their HPACK
+//! dynamic table was built before, so request header blocks often do not
+//! decode from the wire; Go's HPACK probes report the fields instead
+//! ([`super::headers`] ties them to the connection), and they are given to
+//! the streams in order — a connection's request header blocks are encoded
+//! and decoded in stream-id order — each to the stream whose first bytes
+//! were captured within [`PROBE_BLOCK_WINDOW_NS`] of it (a stream begun
+//! before podtrace started has no block; a block whose frame was lost, as
+//! the read a Go reader was blocked in when the probes attached, no stream).
 
 use std::collections::HashMap;
 
@@ -21,11 +30,17 @@ use tracer_decode::{
     identity::{PodClue, clues_from_kv_request},
 };
 
-use super::Message;
+use super::{HeaderMessage, Message};
 use crate::capture::{ConnKey, ConnRecord, DataRecord};
 
 /// Connections decoded at once; past it new ones are counted and skipped.
 const MAX_CONNECTIONS: usize = 4096;
+/// Header blocks from the probes waiting for their stream, per connection.
+const MAX_WAITING_BLOCKS: usize = 64;
+/// How far apart a probe's header block and its stream's first captured
+/// bytes may be: the block is encoded just before the write, or decoded
+/// just after the read, that carries it.
+pub const PROBE_BLOCK_WINDOW_NS: u64 = 20_000_000;
 
 /// Which end of the connection the process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +117,92 @@ struct Connection {
     /// Plaintext from the TLS probes has been seen: the socket's own bytes
     /// (the handshake, then ciphertext) are not HTTP/2.
     tls: bool,
+    /// For a connection open before podtrace started: request header
+    /// blocks from the HPACK probes, to be given to their streams.
+    probe_headers: Option<ProbeHeaders>,
+}
+
+/// Request header blocks reported by Go's HPACK probes on one connection.
+#[derive(Default)]
+struct ProbeHeaders {
+    /// Blocks in the order they were encoded or decoded; the last one may
+    /// still be growing. A block with a stream has been given to it.
+    blocks: std::collections::VecDeque<ProbeBlock>,
+    /// The highest stream id given a block.
+    paired_through: u32,
+}
+
+struct ProbeBlock {
+    fields: Vec<(String, String)>,
+    /// When its first field was encoded or decoded.
+    ts_ns: u64,
+    stream: Option<u32>,
+}
+
+impl ProbeHeaders {
+    /// Adds one field; a pseudo-header after a regular field, or one the
+    /// block already has, starts the next block.
+    fn add(&mut self, name: &str, value: &str, ts_ns: u64) -> Option<u32> {
+        let starts_block = match self.blocks.back() {
+            None => true,
+            Some(block) => {
+                name.starts_with(':')
+                    && (block.fields.iter().any(|(n, _)| n == name)
+                        || block
+                            .fields
+                            .last()
+                            .is_some_and(|(n, _)| !n.starts_with(':')))
+            }
+        };
+        if starts_block {
+            // Blocks already given to a stream are done with, but the last.
+            while self.blocks.len() > 1 && self.blocks.front().is_some_and(|b| b.stream.is_some()) {
+                self.blocks.pop_front();
+            }
+            if self.blocks.len() >= MAX_WAITING_BLOCKS {
+                self.blocks.pop_front();
+            }
+            self.blocks.push_back(ProbeBlock {
+                fields: Vec::new(),
+                ts_ns,
+                stream: None,
+            });
+        }
+        let block = self.blocks.back_mut()?;
+        block.fields.push((name.to_owned(), value.to_owned()));
+        block.stream
+    }
+
+    /// Gives waiting blocks to the streams whose request began since, in
+    /// order, where block and stream are close in time; returns the pairs.
+    fn pair(&mut self, streams: &[(u32, u64)]) -> Vec<(u32, Vec<(String, String)>)> {
+        let paired_through = self.paired_through;
+        let mut streams = streams
+            .iter()
+            .copied()
+            .filter(|(id, _)| *id > paired_through)
+            .peekable();
+        let mut pairs = Vec::new();
+        for block in self.blocks.iter_mut().filter(|b| b.stream.is_none()) {
+            while let Some(&(id, stream_ts)) = streams.peek() {
+                if stream_ts + PROBE_BLOCK_WINDOW_NS < block.ts_ns {
+                    // Begun before this block: a stream older than podtrace.
+                    streams.next();
+                    continue;
+                }
+                if block.ts_ns + PROBE_BLOCK_WINDOW_NS >= stream_ts {
+                    block.stream = Some(id);
+                    pairs.push((id, block.fields.clone()));
+                    self.paired_through = id;
+                    streams.next();
+                }
+                // Else the block's own frame was never seen: it waits here
+                // until a newer block starts and it is dropped.
+                break;
+            }
+        }
+        pairs
+    }
 }
 
 /// HTTP/2 state per connection.
@@ -127,9 +228,11 @@ impl GrpcDecoder {
         if conn.fd_kind != FdKind::Socket {
             return Vec::new();
         }
-        let side = match conn.change {
-            ConnAction::Accepted => Side::Server,
-            ConnAction::Connected => Side::Client,
+        let (side, before_start) = match conn.change {
+            ConnAction::Accepted => (Side::Server, false),
+            ConnAction::Connected => (Side::Client, false),
+            ConnAction::AcceptedBeforeStart => (Side::Server, true),
+            ConnAction::ConnectedBeforeStart => (Side::Client, true),
             ConnAction::OpenAtStart => return Vec::new(),
             ConnAction::Closed => {
                 return match self.connections.remove(&conn.conn) {
@@ -151,6 +254,7 @@ impl GrpcDecoder {
                 http2: Http2Connection::new(Limits::default()),
                 fed_bytes: 0,
                 tls: false,
+                probe_headers: before_start.then(ProbeHeaders::default),
             },
         );
         Vec::new()
@@ -187,8 +291,46 @@ impl GrpcDecoder {
             bytes: data.data.clone(),
             truncated: data.truncated,
         });
+        pair_probe_headers(connection);
         let exchanges = connection.http2.take_exchanges();
         call_messages(data.conn, connection.side, exchanges)
+    }
+
+    /// A header field from Go's HPACK probes: on a connection open before
+    /// podtrace started, a request field goes to its stream.
+    pub fn on_header(&mut self, header: &HeaderMessage) {
+        let Some(connection) = self.connections.get_mut(&header.conn) else {
+            return;
+        };
+        // Request headers: what a server decodes, what a client encodes.
+        let request = match connection.side {
+            Side::Server => Direction::Ingress,
+            Side::Client => Direction::Egress,
+        };
+        let Some(probe_headers) = connection.probe_headers.as_mut() else {
+            return;
+        };
+        if header.direction != request || header.redacted {
+            return;
+        }
+        if let Some(stream) = probe_headers.add(&header.name, &header.value, header.ts_ns) {
+            connection.http2.supply_headers(
+                tracer_decode::Direction::ClientToServer,
+                stream,
+                vec![(header.name.clone(), header.value.clone())],
+            );
+        }
+        pair_probe_headers(connection);
+    }
+}
+
+fn pair_probe_headers(connection: &mut Connection) {
+    let Some(probe_headers) = connection.probe_headers.as_mut() else {
+        return;
+    };
+    let request = tracer_decode::Direction::ClientToServer;
+    for (stream, fields) in probe_headers.pair(&connection.http2.streams_seen(request)) {
+        connection.http2.supply_headers(request, stream, fields);
     }
 }
 

@@ -91,12 +91,11 @@ impl Decoder {
             RawEvent::Fork(fork) => vec![Message::Fork(fork)],
             RawEvent::Exit(exit) => vec![Message::Exit(exit)],
             RawEvent::Data(data) => {
-                let mut messages: Vec<Message> = self
-                    .headers
-                    .on_data(&data)
-                    .into_iter()
-                    .map(Message::Header)
-                    .collect();
+                let headers = self.headers.on_data(&data);
+                for header in &headers {
+                    self.grpc.on_header(header);
+                }
+                let mut messages: Vec<Message> = headers.into_iter().map(Message::Header).collect();
                 messages.extend(self.grpc.on_data(&data));
                 messages.extend(self.wal.on_data(&data).map(Message::Wal));
                 messages.push(Message::Data(data));
@@ -112,12 +111,13 @@ impl Decoder {
             }
             RawEvent::Fsync(fsync) => vec![Message::Fsync(fsync)],
             RawEvent::FileOpen(open) => vec![Message::FileOpen(open)],
-            RawEvent::Header(header) => self
-                .headers
-                .on_header(header)
-                .map(Message::Header)
-                .into_iter()
-                .collect(),
+            RawEvent::Header(header) => match self.headers.on_header(header) {
+                Some(header) => {
+                    self.grpc.on_header(&header);
+                    vec![Message::Header(header)]
+                }
+                None => Vec::new(),
+            },
         }
     }
 }

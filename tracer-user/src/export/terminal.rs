@@ -68,7 +68,9 @@ fn format_conn(conn: &ConnActivity, name: Option<String>) -> String {
     let what = match conn.change {
         ConnAction::Connected => "connect",
         ConnAction::Accepted => "accept ",
-        ConnAction::OpenAtStart => "open   ",
+        ConnAction::OpenAtStart
+        | ConnAction::AcceptedBeforeStart
+        | ConnAction::ConnectedBeforeStart => "open   ",
         ConnAction::Closed => "close  ",
     };
     let totals = if conn.change == ConnAction::Closed {

@@ -331,6 +331,27 @@ impl Http2Connection {
         exchange.half_mut(direction).external_headers.extend(fields);
     }
 
+    /// The streams whose `direction` half has sent anything (a header block
+    /// or data) — open ones and finished ones not yet taken — by stream id
+    /// (the order their header blocks were sent in), with the capture time
+    /// of the first chunk that carried it.
+    pub fn streams_seen(&self, direction: Direction) -> Vec<(u32, u64)> {
+        let mut streams: Vec<(u32, u64)> = self
+            .streams
+            .values()
+            .chain(&self.done)
+            .filter_map(|exchange| {
+                let half = match direction {
+                    Direction::ClientToServer => &exchange.request,
+                    Direction::ServerToClient => &exchange.response,
+                };
+                Some((exchange.stream_id, half.first_ts_ns?))
+            })
+            .collect();
+        streams.sort_unstable();
+        streams
+    }
+
     /// Exchanges finished since the last call, in the order they finished.
     pub fn take_exchanges(&mut self) -> Vec<Exchange> {
         std::mem::take(&mut self.done)
