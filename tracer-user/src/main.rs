@@ -1,7 +1,13 @@
 //! `podtrace`: command line of the agent. Parses arguments, sets up logging,
 //! and hands over to the library.
 
-use std::{io::Write as _, num::NonZeroU32, path::PathBuf, process::ExitCode, time::Duration};
+use std::{
+    io::Write as _,
+    num::NonZeroU32,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -284,6 +290,28 @@ fn write_stdout(text: &str) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The executables named `names` (exact names, not prefixes) in `PATH`
+/// and the usual system directories.
+fn installed_executables(names: &[String]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect())
+        .unwrap_or_default();
+    for dir in ["/usr/local/bin", "/usr/bin", "/usr/sbin", "/bin", "/sbin"] {
+        if !dirs.iter().any(|known| known == Path::new(dir)) {
+            dirs.push(PathBuf::from(dir));
+        }
+    }
+    names
+        .iter()
+        .filter(|name| !name.ends_with('*'))
+        .filter_map(|name| {
+            dirs.iter()
+                .map(|dir| dir.join(name))
+                .find(|path| path.is_file())
+        })
+        .collect()
+}
+
 /// Where and how long `podtrace record` records.
 #[derive(Debug)]
 struct Recording {
@@ -328,12 +356,13 @@ fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> 
     } else {
         &DEFAULT_TARGET_NAMES[..]
     };
-    let names = defaults
+    let names: Vec<String> = defaults
         .iter()
         .map(|name| (*name).to_owned())
-        .chain(args.extra_targets);
+        .chain(args.extra_targets)
+        .collect();
     let options = CaptureOptions {
-        targets: TargetMatcher::new(names)?,
+        targets: TargetMatcher::new(names.iter().cloned())?,
         max_descendant_depth: args.max_depth,
         ring_buffer_bytes: args.ring_buffer_bytes,
         data_bytes: args.data_bytes,
@@ -342,7 +371,15 @@ fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> 
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let probes = Probes::load(&options)?;
+        let mut probes = Probes::load(&options)?;
+        // A short-lived Go client (etcdctl, kubectl) finishes its TLS
+        // handshake and first request within milliseconds of its exec,
+        // before probes attached on seeing the exec could catch them:
+        // probe the installed executables of the targets now. Uprobes are
+        // per file, so every later process of that file is covered.
+        for path in installed_executables(&names) {
+            probes.attach_go_probes_path(&path);
+        }
         tracing::info!(
             seeded_targets = probes.seeded().len(),
             "attached; following target processes (Ctrl-C to stop)"
