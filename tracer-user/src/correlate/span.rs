@@ -134,6 +134,18 @@ pub struct Span {
     pub status: SpanStatus,
 }
 
+impl Span {
+    /// The value of a string attribute.
+    pub fn string_attribute(&self, key: &str) -> Option<&str> {
+        self.attributes
+            .iter()
+            .find_map(|(name, value)| match value {
+                AttributeValue::String(value) if name == key => Some(value.as_str()),
+                _ => None,
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use crate::{
     capture::{ExitStatus, Peer},
     correlate::{
         Activity, ConnActivity, FileSyncActivity, ProcessActivity, ProcessEvent, Span,
-        span::{AttributeValue, SpanStatus},
+        span::SpanStatus,
     },
 };
 
@@ -26,14 +26,7 @@ pub fn format(activity: &Activity, name_of: impl Fn(u32) -> Option<String>) -> S
 
 /// A finished span: name, duration, Pod, trace id.
 fn format_span(span: &Span) -> String {
-    let attribute = |key: &str| {
-        span.attributes
-            .iter()
-            .find_map(|(name, value)| match value {
-                AttributeValue::String(value) if name == key => Some(value.as_str()),
-                _ => None,
-            })
-    };
+    let attribute = |key: &str| span.string_attribute(key);
     let failed = match &span.status {
         SpanStatus::Error(message) => format!("  ERROR {message}"),
         SpanStatus::Unset => String::new(),

@@ -81,14 +81,7 @@ fn completes_trace(span: &Span, trace: &[Span]) -> bool {
 /// which side of a call it is, and for etcd writes what the write did to
 /// the Pod.
 fn label(span: &Span) -> String {
-    let attribute = |key: &str| {
-        span.attributes
-            .iter()
-            .find_map(|(name, value)| match value {
-                AttributeValue::String(value) if name == key => Some(value.as_str()),
-                _ => None,
-            })
-    };
+    let attribute = |key: &str| span.string_attribute(key);
     let name = match (attribute("rpc.service"), attribute("rpc.method")) {
         (Some(service), Some(method)) if service.starts_with("runtime.v1.") => {
             format!("CRI {method}")
@@ -121,14 +114,7 @@ pub fn render(spans: &[Span]) -> String {
         .unwrap_or(start);
     let total = end.saturating_sub(start).max(1);
     let pod = spans.iter().find_map(|span| {
-        let get = |key: &str| {
-            span.attributes
-                .iter()
-                .find_map(|(name, value)| match value {
-                    AttributeValue::String(value) if name == key => Some(value.clone()),
-                    _ => None,
-                })
-        };
+        let get = |key: &str| span.string_attribute(key);
         Some(format!(
             "{}/{} (uid {})",
             get("k8s.namespace.name")?,
