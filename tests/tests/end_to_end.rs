@@ -36,13 +36,18 @@ const SPAN_KIND_SERVER: u64 = 2;
 const SPAN_KIND_CLIENT: u64 = 3;
 
 /// The agent, stopped with SIGINT (as Ctrl-C) by [`Agent::stop`] or on drop.
-struct Agent(Child);
+struct Agent {
+    child: Child,
+    /// Where it serves its metrics (`host:port`).
+    metrics: String,
+}
 
 impl Agent {
     fn start(out: &Path) -> Self {
         let mut child = Command::new(podtrace_binary())
             .args(["run", "--quiet", "--target", "podtrace-demo"])
             .args(["--target", "demo-apiserver", "--cluster-id", CLUSTER])
+            .args(["--metrics-addr", "127.0.0.1:0"])
             .args(["--node-name", NODE, "--out"])
             .arg(out)
             .stdout(Stdio::null())
@@ -51,35 +56,61 @@ impl Agent {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (attached_tx, attached_rx) = mpsc::channel();
+        let (metrics_tx, metrics_rx) = mpsc::channel();
         thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(at) = line.split("metrics at http://").nth(1) {
+                    let _ = metrics_tx.send(at.trim_end_matches("/metrics").to_owned());
+                }
                 if line.contains("attached; following") {
                     let _ = attached_tx.send(());
                 }
                 eprintln!("podtrace: {line}");
             }
         });
+        let metrics = metrics_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("podtrace serves metrics");
         attached_rx
             .recv_timeout(Duration::from_secs(60))
             .expect("podtrace attached");
-        Self(child)
+        Self { child, metrics }
+    }
+
+    /// The metrics exposition, as a scrape sees it.
+    fn scrape(&self) -> String {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(&self.metrics).unwrap();
+        write!(
+            stream,
+            "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n",
+            self.metrics
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(
+            response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+            "{response}"
+        );
+        response
     }
 
     fn stop(mut self) {
         // Spans wait up to 2 s for their parents, CNI runs 1 s to settle.
         thread::sleep(Duration::from_secs(4));
         // SAFETY: kill has no memory preconditions; the pid is our child's.
-        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGINT) };
-        let status = self.0.wait().unwrap();
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        let status = self.child.wait().unwrap();
         assert!(status.success(), "podtrace exited with {status}");
     }
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }
@@ -158,9 +189,54 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
     let before = unix_now_ns();
     let pods = run_demo(2);
     let after = unix_now_ns();
+    // Spans wait up to 2 s for their parents before they are exported.
+    thread::sleep(Duration::from_secs(3));
+    let exposition = agent.scrape();
     agent.stop();
     assert_eq!(pods.len(), 2);
     let all = read_spans(&out).unwrap();
+
+    // Every phase the demo goes through has samples; exemplars name traces
+    // that were exported.
+    for phase in [
+        "end_to_end",
+        "etcd_commit",
+        "wal_fsync",
+        "binding",
+        "sandbox",
+        "container_create",
+        "container_start",
+    ] {
+        let count = format!("podtrace_pod_phase_duration_seconds_count{{phase=\"{phase}\"}} ");
+        let samples: u64 = exposition
+            .lines()
+            .find_map(|line| line.strip_prefix(&count))
+            .unwrap_or_else(|| panic!("no {phase} histogram: {exposition}"))
+            .parse()
+            .unwrap();
+        assert!(samples >= 2, "{phase}: {samples} samples");
+    }
+    let exported: HashSet<&str> = all.iter().map(|s| s.trace_id.as_str()).collect();
+    let exemplars: Vec<&str> = exposition
+        .split("trace_id=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    assert!(!exemplars.is_empty(), "{exposition}");
+    for trace in exemplars {
+        assert!(
+            exported.contains(trace),
+            "exemplar {trace} is no exported trace"
+        );
+    }
+    // At least these Pods: the agent follows every podtrace-demo on the
+    // machine, a concurrent test's too.
+    let traced: u64 = exposition
+        .lines()
+        .find_map(|line| line.strip_prefix("podtrace_pods_traced_total "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no pods_traced: {exposition}"));
+    assert!(traced >= 2, "{exposition}");
 
     for pod in &pods {
         let trace_id = TraceId::for_pod(CLUSTER, &pod.uid).to_hex();

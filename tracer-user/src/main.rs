@@ -6,6 +6,7 @@ use std::{
     num::NonZeroU32,
     path::{Path, PathBuf},
     process::ExitCode,
+    sync::Arc,
     time::Duration,
 };
 
@@ -28,7 +29,10 @@ use tracer_user::{
     },
     check::run_checks,
     correlate::TraceConfig,
-    export::otlp::{OtlpOptions, OtlpProtocol, local_host_name},
+    export::{
+        metrics::{self, Metrics},
+        otlp::{OtlpOptions, OtlpProtocol, local_host_name},
+    },
     pipeline,
     pipeline::ExportOptions,
 };
@@ -129,6 +133,7 @@ impl ExportArgs {
             out,
             otlp,
             quiet: self.quiet,
+            metrics: None,
         }
     }
 }
@@ -200,6 +205,10 @@ struct RunArgs {
     ring_buffer_bytes: u32,
     #[command(flatten)]
     export: ExportArgs,
+    /// Serve Prometheus metrics (OpenMetrics, with exemplars) at
+    /// http://ADDR/metrics; `off` serves none.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
+    metrics_addr: String,
     /// Payload bytes kept per socket or WAL syscall (at most 8192).
     #[arg(long, default_value_t = DEFAULT_DATA_BYTES, value_parser = clap::value_parser!(u32).range(0..=DATA_BYTES_MAX as i64))]
     data_bytes: u32,
@@ -350,7 +359,13 @@ fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> {
-    let export = args.export.options();
+    let mut export = args.export.options();
+    let metrics_addr: Option<std::net::SocketAddr> = match args.metrics_addr.as_str() {
+        "off" => None,
+        addr => Some(addr.parse().with_context(|| {
+            format!("--metrics-addr {addr}: not an address like 127.0.0.1:9464 (or off)")
+        })?),
+    };
     let defaults = if args.only_targets {
         &[][..]
     } else {
@@ -414,6 +429,17 @@ fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> 
             }
             None => None,
         };
+        if let Some(addr) = metrics_addr {
+            let metrics = Arc::new(Metrics::default());
+            // Metrics are a convenience: a busy port costs them, not the traces.
+            match metrics::serve(addr, Arc::clone(&metrics), shutdown.clone()).await {
+                Ok(bound) => {
+                    tracing::info!("metrics at http://{bound}/metrics");
+                    export.metrics = Some(metrics);
+                }
+                Err(error) => tracing::warn!(%error, %addr, "metrics not served"),
+            }
+        }
         let summary = pipeline::run(probes, shutdown, recorder, export).await?;
         if let Some(records) = summary.recorded {
             tracing::info!(records, "recording written");

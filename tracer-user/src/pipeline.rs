@@ -29,6 +29,7 @@ use crate::{
     decode::{Decoder, Message},
     export::{
         dump,
+        metrics::Metrics,
         otlp::{OtlpExporter, OtlpOptions, local_host_name},
         otlp_json::OtlpJsonFile,
         terminal::{self, TerminalPrinter},
@@ -78,6 +79,8 @@ pub struct ExportOptions {
     pub otlp: Option<OtlpOptions>,
     /// Print only waterfalls, not a line per activity.
     pub quiet: bool,
+    /// Metrics to update (served by [`crate::export::metrics::serve`]).
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 /// The span exporters that are configured.
@@ -99,10 +102,13 @@ impl SpanSinks {
         Ok(Self { json, otlp })
     }
 
-    fn export(&mut self, spans: &[Span]) {
+    fn export(&mut self, spans: &[Span], metrics: Option<&Metrics>) {
         if let Some(json) = self.json.as_mut() {
             if let Err(error) = json.write(spans) {
                 tracing::warn!(%error, "cannot write spans to the OTLP-JSON file");
+                if let Some(metrics) = metrics {
+                    metrics.export_failed();
+                }
             }
         }
         if let Some(otlp) = &self.otlp {
@@ -215,7 +221,15 @@ impl Stages {
                     printer.print(&terminal::format(&activity, |_| name.clone()))?;
                 }
                 if let Activity::Spans(spans) = &activity {
-                    sinks.export(spans);
+                    let metrics = export.metrics.as_deref();
+                    sinks.export(spans, metrics);
+                    if let Some(metrics) = metrics {
+                        metrics.on_spans(spans);
+                        if let Some(otlp) = &sinks.otlp {
+                            metrics
+                                .set_otlp_spans_dropped(otlp.counters().snapshot().spans_dropped());
+                        }
+                    }
                     for waterfall in waterfalls.on_spans(spans) {
                         printer.print(&waterfall)?;
                     }
@@ -253,6 +267,7 @@ pub async fn run(
     let clock = WallClock::anchor();
     let ring = probes.take_ring_buffer()?;
     let stats = Arc::new(ReaderStats::default());
+    let stages_metrics = export.metrics.clone();
     let stages = Stages::spawn(clock, probes.known_processes(), export, true);
 
     // What was open before start goes first, so the correlator knows the
@@ -275,6 +290,7 @@ pub async fn run(
 
     let mut reported = DropCounts::default();
     let mut interval = tokio::time::interval(DROP_REPORT_INTERVAL);
+    let metrics = stages_metrics;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
@@ -282,6 +298,9 @@ pub async fn run(
             _ = interval.tick() => {
                 let now = probes.drop_counts()?;
                 report_new_drops(&reported, &now);
+                if let Some(metrics) = &metrics {
+                    metrics.set_kernel_drops(&now);
+                }
                 reported = now;
             }
         }

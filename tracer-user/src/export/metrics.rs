@@ -1,0 +1,466 @@
+//! Prometheus metrics: how long each phase of a Pod's creation took, as
+//! histograms whose exemplars carry the trace id (a click from a slow bucket
+//! in Grafana to the trace), counters of traces and of losses, and podtrace's
+//! own CPU and memory.
+//!
+//! In: finished spans (the same the exporters get), kernel drop counts, the
+//! OTLP exporter's counts. Out: the OpenMetrics text exposition (exemplars
+//! exist only in OpenMetrics), served over HTTP by [`serve`].
+
+use std::{net::SocketAddr, sync::Arc};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter, exemplar::HistogramWithExemplars, family::Family, gauge::Gauge,
+        histogram::exponential_buckets,
+    },
+    registry::Registry,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    capture::DropCounts,
+    correlate::{
+        Span,
+        span::{AttributeValue, SpanKind},
+    },
+};
+
+/// The phases a Pod creation is cut into, and the span that measures each.
+/// Phases the spans of this release do not cover yet (scheduling queue,
+/// kubelet sync, volume wait, the apiserver's request) are absent, not zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Root span: create write to the write reporting the Pod Running.
+    EndToEnd,
+    /// etcd's handling of the create write (propose, WAL, commit, apply).
+    EtcdCommit,
+    /// The WAL append and fdatasync that made a write durable.
+    WalFsync,
+    /// The scheduler's binding write.
+    Binding,
+    /// CRI RunPodSandbox as containerd handled it.
+    Sandbox,
+    /// CRI PullImage.
+    ImagePull,
+    /// CRI CreateContainer.
+    ContainerCreate,
+    /// CRI StartContainer.
+    ContainerStart,
+}
+
+impl Phase {
+    /// Every phase, in the order of a Pod's creation.
+    pub const ALL: [Phase; 8] = [
+        Phase::EndToEnd,
+        Phase::EtcdCommit,
+        Phase::WalFsync,
+        Phase::Binding,
+        Phase::Sandbox,
+        Phase::ImagePull,
+        Phase::ContainerCreate,
+        Phase::ContainerStart,
+    ];
+
+    /// The `phase` label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::EndToEnd => "end_to_end",
+            Phase::EtcdCommit => "etcd_commit",
+            Phase::WalFsync => "wal_fsync",
+            Phase::Binding => "binding",
+            Phase::Sandbox => "sandbox",
+            Phase::ImagePull => "image_pull",
+            Phase::ContainerCreate => "container_create",
+            Phase::ContainerStart => "container_start",
+        }
+    }
+
+    /// The phase a span measures, and how long it took, if it measures one.
+    /// Server spans measure the CRI and etcd phases: the callee's time is
+    /// the same whether or not the caller was followed.
+    pub fn of(span: &Span) -> Option<(Phase, f64)> {
+        let seconds = |ns: u64| ns as f64 / 1e9;
+        let duration = seconds(span.end_unix_ns.saturating_sub(span.start_unix_ns));
+        if span.parent_span_id.is_none() {
+            let complete = span.attributes.iter().any(|(key, value)| {
+                key == "podtrace.trace.complete" && *value == AttributeValue::Bool(true)
+            });
+            return complete.then_some((Phase::EndToEnd, duration));
+        }
+        if span.name == "etcd WAL append + fdatasync" {
+            let fsync = span
+                .attributes
+                .iter()
+                .find_map(|(key, value)| match value {
+                    AttributeValue::Int(ns) if key == "podtrace.etcd.wal.fsync_ns" => {
+                        u64::try_from(*ns).ok()
+                    }
+                    _ => None,
+                })?;
+            return Some((Phase::WalFsync, seconds(fsync)));
+        }
+        if span.kind != SpanKind::Server {
+            return None;
+        }
+        let phase = match (
+            span.string_attribute("rpc.method")?,
+            span.string_attribute("podtrace.k8s.pod.change"),
+        ) {
+            ("Txn" | "Put", Some("created")) => Phase::EtcdCommit,
+            ("Txn" | "Put", Some(change)) if change.starts_with("bound to ") => Phase::Binding,
+            ("RunPodSandbox", _) => Phase::Sandbox,
+            ("PullImage", _) => Phase::ImagePull,
+            ("CreateContainer", _) => Phase::ContainerCreate,
+            ("StartContainer", _) => Phase::ContainerStart,
+            _ => return None,
+        };
+        Some((phase, duration))
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TraceExemplar {
+    trace_id: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+/// podtrace's metrics. Cheap to update from the export stage; encoded at
+/// each scrape.
+pub struct Metrics {
+    registry: Registry,
+    phases: Family<PhaseLabel, HistogramWithExemplars<TraceExemplar>>,
+    pods_traced: Counter,
+    incomplete_traces: Counter,
+    kernel_drops: Family<ReasonLabel, Gauge>,
+    export_failures: Counter,
+    otlp_spans_dropped: Gauge,
+    cpu_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    resident_bytes: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// Histogram buckets: 0.5 ms to ~33 s, doubling — WAL fsyncs take a
+/// millisecond, Pod starts seconds.
+fn buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.0005, 2.0, 17)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("podtrace");
+        let phases =
+            Family::<PhaseLabel, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(
+                || HistogramWithExemplars::new(buckets()),
+            );
+        registry.register(
+            "pod_phase_duration_seconds",
+            "Duration of each phase of a Pod's creation; exemplars carry the trace id",
+            phases.clone(),
+        );
+        let pods_traced = Counter::default();
+        registry.register(
+            "pods_traced",
+            "Pod creations traced to the end (reported Running)",
+            pods_traced.clone(),
+        );
+        let incomplete_traces = Counter::default();
+        registry.register(
+            "incomplete_traces",
+            "Pod traces exported incomplete (timed out, deleted, or podtrace stopped first)",
+            incomplete_traces.clone(),
+        );
+        let kernel_drops = Family::<ReasonLabel, Gauge>::default();
+        registry.register(
+            "kernel_drops",
+            "Events, bytes or entries the kernel side dropped or cut, by reason (a total since start)",
+            kernel_drops.clone(),
+        );
+        let export_failures = Counter::default();
+        registry.register(
+            "export_failures",
+            "Span batches the OTLP-JSON file could not take",
+            export_failures.clone(),
+        );
+        let otlp_spans_dropped = Gauge::default();
+        registry.register(
+            "otlp_spans_dropped",
+            "Spans the OTLP exporter dropped (queue full or export failed; a total since start)",
+            otlp_spans_dropped.clone(),
+        );
+        let cpu_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "process_cpu_seconds",
+            "CPU time podtrace has used, user and system (a total since start)",
+            cpu_seconds.clone(),
+        );
+        let resident_bytes = Gauge::default();
+        registry.register(
+            "process_resident_memory_bytes",
+            "podtrace's resident memory",
+            resident_bytes.clone(),
+        );
+        Self {
+            registry,
+            phases,
+            pods_traced,
+            incomplete_traces,
+            kernel_drops,
+            export_failures,
+            otlp_spans_dropped,
+            cpu_seconds,
+            resident_bytes,
+        }
+    }
+}
+
+impl Metrics {
+    /// Takes finished spans: phase durations, traced and incomplete Pods.
+    pub fn on_spans(&self, spans: &[Span]) {
+        for span in spans {
+            if span.parent_span_id.is_none() {
+                match Phase::of(span) {
+                    Some(_) => self.pods_traced.inc(),
+                    None => self.incomplete_traces.inc(),
+                };
+            }
+            if let Some((phase, seconds)) = Phase::of(span) {
+                self.phases
+                    .get_or_create(&PhaseLabel {
+                        phase: phase.name(),
+                    })
+                    .observe(
+                        seconds,
+                        Some(TraceExemplar {
+                            trace_id: span.trace_id.to_hex(),
+                        }),
+                        None,
+                    );
+            }
+        }
+    }
+
+    /// The kernel side's drop counters, as last read.
+    pub fn set_kernel_drops(&self, drops: &DropCounts) {
+        for (reason, count) in drops.iter() {
+            self.kernel_drops
+                .get_or_create(&ReasonLabel {
+                    reason: reason.name(),
+                })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// A batch of spans the OTLP-JSON file could not take.
+    pub fn export_failed(&self) {
+        self.export_failures.inc();
+    }
+
+    /// The OTLP exporter's dropped-span total.
+    pub fn set_otlp_spans_dropped(&self, dropped: u64) {
+        self.otlp_spans_dropped
+            .set(i64::try_from(dropped).unwrap_or(i64::MAX));
+    }
+
+    /// The OpenMetrics text, with podtrace's own CPU and memory read now.
+    pub fn encode(&self) -> String {
+        if let Some((cpu, resident)) = own_usage() {
+            self.cpu_seconds.set(cpu);
+            self.resident_bytes
+                .set(i64::try_from(resident).unwrap_or(i64::MAX));
+        }
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// CPU seconds (user + system) and resident bytes of this process, from
+/// /proc/self/stat and /proc/self/statm.
+fn own_usage() -> Option<(f64, u64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which may contain spaces, in parens.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no memory preconditions.
+    let (hz, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_CLK_TCK),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let resident_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some((
+        ticks as f64 / hz.max(1) as f64,
+        resident_pages * u64::try_from(page).ok()?,
+    ))
+}
+
+/// Serves `GET /metrics` on `addr` until `shutdown`; returns the address
+/// bound (port 0 picks one).
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> std::io::Result<SocketAddr> {
+    use axum::{Router, http::header, routing::get};
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let app = Router::new().route(
+        "/metrics",
+        get(move || {
+            let metrics = Arc::clone(&metrics);
+            async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.encode(),
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(error) = served {
+            tracing::warn!(%error, "metrics server stopped");
+        }
+    });
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::correlate::span::{SpanId, SpanStatus, TraceId};
+
+    fn span(
+        name: &str,
+        kind: SpanKind,
+        parent: bool,
+        ms: u64,
+        attributes: Vec<(&str, AttributeValue)>,
+    ) -> Span {
+        let trace = TraceId::for_pod("c", "uid-1");
+        Span {
+            trace_id: trace,
+            span_id: SpanId::for_key(trace, name.as_bytes()),
+            parent_span_id: parent.then(|| SpanId::well_known(trace, "root")),
+            name: name.to_owned(),
+            kind,
+            start_unix_ns: 1_000_000_000,
+            end_unix_ns: 1_000_000_000 + ms * 1_000_000,
+            attributes: attributes
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+            status: SpanStatus::Unset,
+        }
+    }
+
+    #[test]
+    fn phases_get_samples_with_the_trace_id_as_exemplar() {
+        let metrics = Metrics::default();
+        let text = |s: &str| AttributeValue::String(s.to_owned());
+        metrics.on_spans(&[
+            span(
+                "pod.create default/web",
+                SpanKind::Internal,
+                false,
+                900,
+                vec![("podtrace.trace.complete", AttributeValue::Bool(true))],
+            ),
+            span(
+                "etcdserverpb.KV/Txn",
+                SpanKind::Server,
+                true,
+                2,
+                vec![
+                    ("rpc.method", text("Txn")),
+                    ("podtrace.k8s.pod.change", text("created")),
+                ],
+            ),
+            // The client side of the same write is not a second sample.
+            span(
+                "etcdserverpb.KV/Txn",
+                SpanKind::Client,
+                true,
+                3,
+                vec![
+                    ("rpc.method", text("Txn")),
+                    ("podtrace.k8s.pod.change", text("created")),
+                ],
+            ),
+            span(
+                "etcd WAL append + fdatasync",
+                SpanKind::Internal,
+                true,
+                1,
+                vec![("podtrace.etcd.wal.fsync_ns", AttributeValue::Int(400_000))],
+            ),
+            span(
+                "runtime.v1.RuntimeService/StartContainer",
+                SpanKind::Server,
+                true,
+                50,
+                vec![("rpc.method", text("StartContainer"))],
+            ),
+        ]);
+        let exposition = metrics.encode();
+        let trace = TraceId::for_pod("c", "uid-1").to_hex();
+        for phase in ["end_to_end", "etcd_commit", "wal_fsync", "container_start"] {
+            let count = format!("podtrace_pod_phase_duration_seconds_count{{phase=\"{phase}\"}} 1");
+            assert!(exposition.contains(&count), "{count} in {exposition}");
+        }
+        assert!(
+            exposition.contains(&format!("# {{trace_id=\"{trace}\"}} 0.0004")),
+            "{exposition}"
+        );
+        assert!(
+            exposition.contains("podtrace_pods_traced_total 1"),
+            "{exposition}"
+        );
+        assert!(
+            exposition.contains("podtrace_process_resident_memory_bytes"),
+            "{exposition}"
+        );
+    }
+
+    #[test]
+    fn an_incomplete_root_is_counted_and_not_a_sample() {
+        let metrics = Metrics::default();
+        metrics.on_spans(&[span(
+            "pod.create default/web",
+            SpanKind::Internal,
+            false,
+            900,
+            vec![("podtrace.trace.complete", AttributeValue::Bool(false))],
+        )]);
+        let exposition = metrics.encode();
+        assert!(
+            exposition.contains("podtrace_incomplete_traces_total 1"),
+            "{exposition}"
+        );
+        assert!(!exposition.contains("phase=\"end_to_end\""), "{exposition}");
+    }
+}
