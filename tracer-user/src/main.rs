@@ -80,21 +80,21 @@ struct ExportArgs {
     node_name: Option<String>,
     /// Append spans to this OTLP-JSON file (one ExportTraceServiceRequest per
     /// line). Without --otlp-endpoint, spans go to ./podtrace-traces.otlp.jsonl.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "PODTRACE_OUT", value_name = "FILE")]
     out: Option<PathBuf>,
     /// Send spans to this OTLP endpoint (e.g. http://tempo:4317).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
     otlp_endpoint: Option<String>,
     /// OTLP protocol for --otlp-endpoint.
-    #[arg(long, value_enum, default_value_t = OtlpProtocolArg::Grpc)]
+    #[arg(long, env = "PODTRACE_OTLP_PROTOCOL", value_enum, default_value_t = OtlpProtocolArg::Grpc)]
     otlp_protocol: OtlpProtocolArg,
     /// A Pod not reported Running this many seconds after its create is
     /// exported as an incomplete trace, with the phase it is stuck in.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, env = "PODTRACE_TRACE_TIMEOUT", value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     trace_timeout: u64,
     /// Print only the waterfall of each finished Pod trace, not a line per
     /// process, connection and span.
-    #[arg(long)]
+    #[arg(long, env = "PODTRACE_QUIET")]
     quiet: bool,
 }
 
@@ -207,7 +207,12 @@ struct RunArgs {
     export: ExportArgs,
     /// Serve Prometheus metrics (OpenMetrics, with exemplars) at
     /// http://ADDR/metrics; `off` serves none.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
+    #[arg(
+        long,
+        env = "PODTRACE_METRICS_ADDR",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9464"
+    )]
     metrics_addr: String,
     /// Payload bytes kept per socket or WAL syscall (at most 8192).
     #[arg(long, default_value_t = DEFAULT_DATA_BYTES, value_parser = clap::value_parser!(u32).range(0..=DATA_BYTES_MAX as i64))]
