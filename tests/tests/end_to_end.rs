@@ -122,24 +122,30 @@ struct DemoPod {
     container_id: String,
 }
 
-fn run_demo(pods: u32) -> Vec<DemoPod> {
+/// Runs the demo; returns the Pods it created and the names of the broken
+/// ones (created and bound, whose sandbox could not be created).
+fn run_demo(pods: u32, broken: u32) -> (Vec<DemoPod>, Vec<String>) {
     let state = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
-        .args([
-            "--pods",
-            &pods.to_string(),
-            "--node-name",
-            NODE,
-            "--state-dir",
-        ])
+        .args(["--pods", &pods.to_string(), "--node-name", NODE])
+        .args(["--broken-pods", &broken.to_string(), "--state-dir"])
         .arg(state.path())
         .stderr(Stdio::inherit())
         .output()
         .unwrap();
     assert!(output.status.success(), "podtrace-demo: {}", output.status);
-    String::from_utf8_lossy(&output.stdout)
+    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .collect();
+    let broken = lines
+        .iter()
+        .filter(|pod| pod.get("error").is_some())
+        .map(|pod| pod["name"].as_str().unwrap().to_owned())
+        .collect();
+    let pods = lines
+        .iter()
+        .filter(|pod| pod.get("error").is_none())
         .map(|pod| {
             let field = |key: &str| pod[key].as_str().unwrap().to_owned();
             DemoPod {
@@ -149,7 +155,24 @@ fn run_demo(pods: u32) -> Vec<DemoPod> {
                 container_id: field("container_id"),
             }
         })
-        .collect()
+        .collect();
+    (pods, broken)
+}
+
+/// `podtrace explain default/NAME` with `args`; its stdout.
+fn explain(name: &str, args: &[&str]) -> String {
+    let output = Command::new(podtrace_binary())
+        .args(["explain", &format!("default/{name}")])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "explain {name}: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
 }
 
 fn unix_now_ns() -> u64 {
@@ -187,12 +210,33 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
     let out = dir.path().join("traces.jsonl");
     let agent = Agent::start(&out);
     let before = unix_now_ns();
-    let pods = run_demo(2);
+    let (pods, broken) = run_demo(2, 1);
     let after = unix_now_ns();
     // Spans wait up to 2 s for their parents before they are exported.
     thread::sleep(Duration::from_secs(3));
     let exposition = agent.scrape();
+    // explain asks the running agent: a Pod's waterfall and where it stands.
+    let story = explain(&pods[0].name, &["--agent", &agent.metrics]);
+    assert!(
+        story.contains(&format!("pod.create default/{}", pods[0].name)),
+        "{story}"
+    );
+    assert!(story.contains("CRI StartContainer (server)"), "{story}");
+    assert!(story.contains("status: Running"), "{story}");
+    // A Pod whose sandbox cannot be created: the failing call and its reason.
+    assert_eq!(broken.len(), 1);
+    let story = explain(&broken[0], &["--agent", &agent.metrics]);
+    assert!(
+        story.contains("error: CRI RunPodSandbox (server): gRPC status"),
+        "{story}"
+    );
+    assert!(story.contains("podtrace-demo-missing"), "{story}");
     agent.stop();
+    // Once the agent stopped, its trace is exported incomplete, saying where.
+    let out_arg = out.to_str().unwrap();
+    let story = explain(&broken[0], &["--file", out_arg]);
+    assert!(story.contains("status: incomplete"), "{story}");
+    assert!(story.contains("stuck in node"), "{story}");
     assert_eq!(pods.len(), 2);
     let all = read_spans(&out).unwrap();
 

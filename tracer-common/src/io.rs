@@ -10,8 +10,12 @@ use crate::{event::EventHeader, event::FILENAME_BYTES, impl_pod};
 /// limited to 32 KiB, and the scratch record needs twice this). A power of two: the
 /// kernel side masks lengths with `DATA_BYTES_MAX - 1` for the verifier.
 pub const DATA_BYTES_MAX: usize = 8192;
-/// Default payload prefix kept per syscall (`--data-bytes`).
-pub const DEFAULT_DATA_BYTES: u32 = 4096;
+/// Default payload prefix kept per syscall (`--data-bytes`): all there is.
+/// Go's HTTP/2 writers put several frames in one write; a cut one can take
+/// a header block with it, and a lost block leaves the connection's HPACK
+/// table out of step, so later header blocks (gRPC status, paths) no longer
+/// decode from the wire.
+pub const DEFAULT_DATA_BYTES: u32 = DATA_BYTES_MAX as u32;
 /// iovecs of one readv/writev/sendmsg/recvmsg that are copied.
 pub const MAX_IOVECS: usize = 8;
 /// `sun_path` bytes of a `sockaddr_un`.

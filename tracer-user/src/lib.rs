@@ -3,16 +3,18 @@
 //! Data flows one way, one module per stage, each owning its output type:
 //! [`capture`] (eBPF object, ring buffer → `RawEvent`) → [`decode`]
 //! (`RawEvent` → `Message`) → [`correlate`] (`Message` → process activity,
-//! later spans and traces) → [`export`] (terminal today; OTLP next).
+//! spans of Pod traces) → [`export`] (terminal, OTLP, OTLP-JSON, metrics).
 //! [`pipeline`] wires the stages as tokio tasks; [`check`] reports whether the
 //! host has the kernel features podtrace needs; [`inspect`] reports
-//! what podtrace finds in a Go binary. `main.rs` only parses the
+//! what podtrace finds in a Go binary; [`explain`] tells a Pod's story from
+//! exported spans. `main.rs` only parses the
 //! command line.
 
 pub mod capture;
 pub mod check;
 pub mod correlate;
 pub mod decode;
+pub mod explain;
 pub mod export;
 pub mod inspect;
 pub mod pipeline;

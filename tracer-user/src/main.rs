@@ -6,7 +6,7 @@ use std::{
     num::NonZeroU32,
     path::{Path, PathBuf},
     process::ExitCode,
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -32,6 +32,8 @@ use tracer_user::{
     export::{
         metrics::{self, Metrics},
         otlp::{OtlpOptions, OtlpProtocol, local_host_name},
+        otlp_json,
+        recent::RecentTraces,
     },
     pipeline,
     pipeline::ExportOptions,
@@ -58,6 +60,9 @@ enum Command {
     Inspect(InspectArgs),
     /// Attach podtrace's probes to a Go binary for a while and count their hits.
     ProbeCheck(ProbeCheckArgs),
+    /// Tell a Pod's creation as podtrace traced it: waterfall, where it
+    /// stands (Running, or the phase it is stuck in) and every error.
+    Explain(ExplainArgs),
     /// Like `run`, and store every captured event in a file for `replay`.
     /// The file holds plaintext payloads (TLS included): it is created 0600.
     Record(RecordArgs),
@@ -134,6 +139,7 @@ impl ExportArgs {
             otlp,
             quiet: self.quiet,
             metrics: None,
+            recent: None,
         }
     }
 }
@@ -232,6 +238,7 @@ fn main() -> ExitCode {
         Command::Check => Ok(check()),
         Command::Inspect(args) => inspect(args),
         Command::ProbeCheck(args) => probe_check(args),
+        Command::Explain(args) => explain(args),
         Command::Record(args) => {
             let recording = Recording {
                 path: args.output,
@@ -324,6 +331,53 @@ fn installed_executables(names: &[String]) -> Vec<PathBuf> {
                 .find(|path| path.is_file())
         })
         .collect()
+}
+
+#[derive(Debug, clap::Args)]
+struct ExplainArgs {
+    /// The Pod, as NAMESPACE/NAME.
+    pod: String,
+    /// Read spans from this OTLP-JSON file instead of asking a running agent.
+    #[arg(long, value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// The running agent's metrics address (it serves its recent traces there).
+    #[arg(
+        long,
+        env = "PODTRACE_METRICS_ADDR",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9464"
+    )]
+    agent: String,
+}
+
+fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
+    let Some((namespace, name)) = args.pod.split_once('/') else {
+        anyhow::bail!("{}: give the Pod as NAMESPACE/NAME", args.pod);
+    };
+    let text = match &args.file {
+        Some(file) => {
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+        }
+        None => {
+            let url = format!("http://{}/traces", args.agent);
+            ureq::get(&url)
+                .query("namespace", namespace)
+                .query("name", name)
+                .call()
+                .and_then(|mut response| response.body_mut().read_to_string())
+                .with_context(|| {
+                    format!("asking the agent at {url} (is `podtrace run` running? or use --file)")
+                })?
+        }
+    };
+    let spans = otlp_json::read_spans(&text).context("reading the spans")?;
+    match tracer_user::explain::explain(&spans, namespace, name) {
+        Some(text) => write_stdout(&text),
+        None => {
+            eprintln!("podtrace: no span of Pod {namespace}/{name}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }
 
 /// Where and how long `podtrace record` records.
@@ -436,11 +490,14 @@ fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> 
         };
         if let Some(addr) = metrics_addr {
             let metrics = Arc::new(Metrics::default());
+            let recent = Arc::new(Mutex::new(RecentTraces::default()));
+            let node_name = export.traces.node_name.clone();
             // Metrics are a convenience: a busy port costs them, not the traces.
-            match metrics::serve(addr, Arc::clone(&metrics), shutdown.clone()).await {
+            match metrics::serve(addr, Arc::clone(&metrics), Arc::clone(&recent), node_name, shutdown.clone()).await {
                 Ok(bound) => {
                     tracing::info!("metrics at http://{bound}/metrics");
                     export.metrics = Some(metrics);
+                    export.recent = Some(recent);
                 }
                 Err(error) => tracing::warn!(%error, %addr, "metrics not served"),
             }

@@ -9,7 +9,7 @@
 use std::{
     io::{self, Write as _},
     path::PathBuf,
-    sync::{Arc, atomic::Ordering},
+    sync::{Arc, Mutex, atomic::Ordering},
     time::Duration,
 };
 
@@ -32,6 +32,7 @@ use crate::{
         metrics::Metrics,
         otlp::{OtlpExporter, OtlpOptions, local_host_name},
         otlp_json::OtlpJsonFile,
+        recent::RecentTraces,
         terminal::{self, TerminalPrinter},
         waterfall::Waterfalls,
     },
@@ -81,6 +82,8 @@ pub struct ExportOptions {
     pub quiet: bool,
     /// Metrics to update (served by [`crate::export::metrics::serve`]).
     pub metrics: Option<Arc<Metrics>>,
+    /// Recent traces to keep for `podtrace explain` (served likewise).
+    pub recent: Option<Arc<Mutex<RecentTraces>>>,
 }
 
 /// The span exporters that are configured.
@@ -223,6 +226,11 @@ impl Stages {
                 if let Activity::Spans(spans) = &activity {
                     let metrics = export.metrics.as_deref();
                     sinks.export(spans, metrics);
+                    if let Some(recent) = &export.recent {
+                        if let Ok(mut recent) = recent.lock() {
+                            recent.on_spans(spans);
+                        }
+                    }
                     if let Some(metrics) = metrics {
                         metrics.on_spans(spans);
                         if let Some(otlp) = &sinks.otlp {

@@ -87,6 +87,12 @@ struct Args {
     /// lower-case, as the kubelet names its node].
     #[arg(long)]
     node_name: Option<String>,
+    /// Then create this many Pods whose sandbox cannot be created (their
+    /// RuntimeClass handler is not configured in containerd), as the failure
+    /// path podtrace must explain; each is reported with its error and left
+    /// Pending, as a real cluster would leave it.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=20))]
+    broken_pods: u32,
     /// After printing `ready`, wait until this file exists before creating
     /// Pods (so that a tracer can attach first).
     #[arg(long, value_name = "FILE")]
@@ -362,6 +368,9 @@ async fn drive(
         for index in 0..args.pods {
             create_pod(args, node, index, apiserver, &cri, &template, &mut created).await?;
         }
+        for index in 0..args.broken_pods {
+            create_broken_pod(args, node, index, apiserver, &cri, &template).await?;
+        }
         anyhow::Ok(())
     };
     let outcome = tokio::select! {
@@ -501,6 +510,70 @@ async fn create_pod(
             "sandbox_id": handles.sandbox_id,
             "container_id": handles.container_id,
             "node": node,
+        })
+        .to_string(),
+    )
+}
+
+/// The RuntimeClass handler broken Pods ask for: containerd has none by that
+/// name, so RunPodSandbox fails.
+const MISSING_RUNTIME_HANDLER: &str = "podtrace-demo-missing";
+
+/// A Pod created and bound like the others, whose sandbox creation fails
+/// (as with a RuntimeClass whose handler the node lacks); reported with the
+/// error on stdout and left Pending.
+async fn create_broken_pod(
+    args: &Args,
+    node: &str,
+    index: u32,
+    apiserver: &ApiserverRole,
+    cri: &CriClient,
+    template: &PodTemplate,
+) -> anyhow::Result<()> {
+    let namespace = &args.namespace;
+    let generate_name = format!("broken-{index}-");
+    let name = apiserver_role::generate_name(&generate_name)?;
+    let pod = apiserver_role::new_pod(
+        namespace,
+        &name,
+        Some(&generate_name),
+        &POD_LABELS,
+        template,
+    )?;
+    let uid = pod
+        .metadata
+        .as_ref()
+        .and_then(|metadata| metadata.uid.clone())
+        .unwrap_or_default();
+    let mut stored = apiserver
+        .create(pod)
+        .await
+        .with_context(|| format!("kube-apiserver creating Pod {namespace}/{name}"))?;
+    apiserver
+        .guaranteed_update(&mut stored, |pod| apiserver_role::bind(pod, node))
+        .await
+        .with_context(|| format!("kube-apiserver storing the binding of Pod {namespace}/{name}"))?;
+    let config = cri.sandbox_config(&name, namespace, &uid);
+    std::fs::create_dir_all(&config.log_directory)
+        .with_context(|| format!("creating {}", config.log_directory))?;
+    let error = match cri
+        .run_pod_sandbox_with(&config, MISSING_RUNTIME_HANDLER)
+        .await
+    {
+        Ok(sandbox_id) => bail!(
+            "RunPodSandbox of Pod {namespace}/{name} with handler {MISSING_RUNTIME_HANDLER:?} \
+             succeeded (sandbox {sandbox_id}): containerd has that handler"
+        ),
+        Err(error) => format!("{error:#}"),
+    };
+    say!("podtrace-demo: {namespace}/{name} (uid {uid}) cannot start, as intended: {error}");
+    emit(
+        &serde_json::json!({
+            "namespace": namespace,
+            "name": name,
+            "uid": uid,
+            "node": node,
+            "error": error,
         })
         .to_string(),
     )

@@ -399,9 +399,19 @@ impl CriClient {
 
     /// RunPodSandbox; returns the sandbox id.
     pub async fn run_pod_sandbox(&self, config: &api::PodSandboxConfig) -> anyhow::Result<String> {
+        self.run_pod_sandbox_with(config, "").await
+    }
+
+    /// RunPodSandbox with a RuntimeClass handler (`""`: containerd's
+    /// default runtime); returns the sandbox id.
+    pub async fn run_pod_sandbox_with(
+        &self,
+        config: &api::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> anyhow::Result<String> {
         let request = api::RunPodSandboxRequest {
             config: Some(config.clone()),
-            runtime_handler: String::new(),
+            runtime_handler: runtime_handler.to_owned(),
         };
         let response: api::RunPodSandboxResponse = self
             .call(&format!("{RUNTIME}RunPodSandbox"), request)

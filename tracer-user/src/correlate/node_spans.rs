@@ -125,8 +125,26 @@ struct HeldServerSpan {
     /// CLOCK_MONOTONIC ns after which it goes out under the node span (the
     /// kubelet is not followed, or its read of the response was lost).
     deadline_ns: u64,
-    /// The call is StartContainer: it ends the node's part of the trace.
-    starts_workload: bool,
+    /// The call ends the node's part of the trace: StartContainer, or a
+    /// failed sandbox or container call (with the failure).
+    closes_node: Option<SpanStatus>,
+}
+
+/// Whether a CRI call ends the node's part of a Pod's trace, and how: the
+/// workload container started, or the node could not create the Pod (the
+/// kubelet retries with backoff; the retries join the ended node span).
+fn closes_node(method: &str, status: &SpanStatus) -> Option<SpanStatus> {
+    let creates = matches!(
+        method,
+        "RunPodSandbox" | "CreateContainer" | "StartContainer" | "PullImage"
+    );
+    match status {
+        SpanStatus::Error(message) if creates => {
+            Some(SpanStatus::Error(format!("{method} failed: {message}")))
+        }
+        SpanStatus::Unset if method == "StartContainer" => Some(SpanStatus::Unset),
+        _ => None,
+    }
 }
 
 /// How long a CRI server span waits for its client span.
@@ -204,6 +222,8 @@ impl NodeSpans {
     /// container has been started.
     pub fn on_cri(&mut self, call: &CriMessage) -> Vec<Span> {
         let mut key = None;
+        // A RunPodSandbox that failed names its Pod but no sandbox.
+        let mut failed_sandbox = None;
         for clue in &call.clues {
             match clue {
                 PodClue::Sandbox {
@@ -238,18 +258,28 @@ impl NodeSpans {
                     }
                 }
                 PodClue::Sandbox {
-                    sandbox_id: None, ..
+                    pod,
+                    sandbox_id: None,
+                } => {
+                    if let (Some(namespace), Some(name), Some(uid)) =
+                        (&pod.namespace, &pod.name, &pod.uid)
+                    {
+                        failed_sandbox = Some(Pod::new(&self.cluster_id, namespace, name, uid));
+                    }
                 }
-                | PodClue::StorageKey { .. }
-                | PodClue::Object(_) => {}
+                PodClue::StorageKey { .. } | PodClue::Object(_) => {}
             }
         }
-        let Some((sandbox_id, container_id)) = key else {
-            return Vec::new(); // Version, ImageStatus…: about no Pod.
-        };
-        let Some(pod) = self.pods_by_sandbox.get(&sandbox_id).cloned() else {
-            self.unattributed += 1;
-            return Vec::new();
+        let (pod, sandbox_id, container_id) = match (key, failed_sandbox) {
+            (Some((sandbox_id, container_id)), _) => {
+                let Some(pod) = self.pods_by_sandbox.get(&sandbox_id).cloned() else {
+                    self.unattributed += 1;
+                    return Vec::new();
+                };
+                (pod, Some(sandbox_id), container_id)
+            }
+            (None, Some(pod)) => (pod, None, None),
+            (None, None) => return Vec::new(), // Version, ImageStatus…: about no Pod.
         };
         let (Some(start), Some(end)) = (call.start_ts_ns, call.end_ts_ns) else {
             self.unattributed += 1;
@@ -260,7 +290,10 @@ impl NodeSpans {
             let first = self.first_call_ns.entry(pod.uid.clone()).or_insert(start);
             *first = (*first).min(start);
         }
-        let span_key = container_id.clone().unwrap_or_else(|| sandbox_id.clone());
+        let span_key = container_id
+            .clone()
+            .or_else(|| sandbox_id.clone())
+            .unwrap_or_else(|| format!("pod/{}", pod.uid));
         let mut attributes = vec![
             (
                 "rpc.system".to_owned(),
@@ -274,11 +307,10 @@ impl NodeSpans {
                 "rpc.method".to_owned(),
                 AttributeValue::String(call.method.clone()),
             ),
-            (
-                "podtrace.cri.sandbox_id".to_owned(),
-                AttributeValue::String(sandbox_id.clone()),
-            ),
         ];
+        if let Some(sandbox_id) = &sandbox_id {
+            attributes.push(string_attribute("podtrace.cri.sandbox_id", sandbox_id));
+        }
         if let Some(container_id) = &container_id {
             attributes.push((
                 "container.id".to_owned(),
@@ -292,9 +324,12 @@ impl NodeSpans {
             ));
         }
         attributes.extend(self.pod_attributes(&pod));
-        let status = match call.status_code {
-            Some(0) | None => SpanStatus::Unset,
-            Some(code) => SpanStatus::Error(format!("gRPC status {code}")),
+        let status = match (call.status_code, &call.status_message) {
+            (Some(0) | None, _) => SpanStatus::Unset,
+            (Some(code), None) => SpanStatus::Error(format!("gRPC status {code}")),
+            (Some(code), Some(message)) => {
+                SpanStatus::Error(format!("gRPC status {code}: {message}"))
+            }
         };
         let span = Span {
             trace_id: pod.trace,
@@ -316,9 +351,13 @@ impl NodeSpans {
             "RemovePodSandbox" => Some("RemovePodSandbox"),
             _ => None,
         };
-        if let (Side::Server, Some(method), Some(start_ns), Some(end_ns)) =
-            (call.side, runs_cni, call.start_ts_ns, call.end_ts_ns)
-        {
+        if let (Side::Server, Some(method), Some(sandbox_id), Some(start_ns), Some(end_ns)) = (
+            call.side,
+            runs_cni,
+            &sandbox_id,
+            call.start_ts_ns,
+            call.end_ts_ns,
+        ) {
             if self.sandbox_windows.len() >= MAX_SANDBOX_WINDOWS {
                 self.sandbox_windows.pop_front();
             }
@@ -338,8 +377,10 @@ impl NodeSpans {
                 self.client_calls.insert(span.span_id, end);
                 // containerd not followed: the kubelet's side ends the node span.
                 let server_held = self.held.iter().any(|held| held.client == span.span_id);
-                if call.method == "StartContainer" && !server_held {
-                    spans.extend(self.close_node_span(&pod, end));
+                if let (Some(status), false) =
+                    (closes_node(&call.method, &span.status), server_held)
+                {
+                    spans.extend(self.close_node_span(&pod, end, status));
                 }
                 spans.push(span);
             }
@@ -350,12 +391,13 @@ impl NodeSpans {
                 if self.held.len() >= MAX_ENTRIES {
                     self.unattributed += 1;
                 } else {
+                    let closes_node = closes_node(&call.method, &span.status);
                     self.held.push(HeldServerSpan {
                         span,
                         client,
                         pod: pod.clone(),
                         deadline_ns: call.end_ts_ns.unwrap_or(0) + CLIENT_WAIT_NS,
-                        starts_workload: call.method == "StartContainer",
+                        closes_node,
                     });
                 }
             }
@@ -399,15 +441,15 @@ impl NodeSpans {
             }
             let pod = held.pod;
             spans.push(held.span);
-            if held.starts_workload {
-                spans.extend(self.close_node_span(&pod, end));
+            if let Some(status) = held.closes_node {
+                spans.extend(self.close_node_span(&pod, end, status));
             }
         }
         spans
     }
 
     /// The node's span of a Pod, once: from its first CRI call to `end_ns`.
-    fn close_node_span(&mut self, pod: &Pod, end_ns: u64) -> Option<Span> {
+    fn close_node_span(&mut self, pod: &Pod, end_ns: u64, status: SpanStatus) -> Option<Span> {
         let start = self.first_call_ns.remove(&pod.uid)?;
         Some(Span {
             trace_id: pod.trace,
@@ -418,7 +460,7 @@ impl NodeSpans {
             start_unix_ns: start,
             end_unix_ns: end_ns,
             attributes: self.pod_attributes(pod),
-            status: SpanStatus::Unset,
+            status,
         })
     }
 

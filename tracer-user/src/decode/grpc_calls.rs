@@ -35,6 +35,9 @@ use crate::capture::{ConnKey, ConnRecord, DataRecord};
 
 /// Connections decoded at once; past it new ones are counted and skipped.
 const MAX_CONNECTIONS: usize = 4096;
+/// Longest error text kept from a failed call.
+pub const MAX_STATUS_MESSAGE: usize = 256;
+
 /// Header blocks from the probes waiting for their stream, per connection.
 const MAX_WAITING_BLOCKS: usize = 64;
 /// How far apart a probe's header block and its stream's first captured
@@ -66,6 +69,9 @@ pub struct CriMessage {
     pub clues: Vec<PodClue>,
     /// gRPC status code, when the trailers were captured.
     pub status_code: Option<u32>,
+    /// The server's error text (`grpc-message`) of a failed call, cut to
+    /// [`MAX_STATUS_MESSAGE`] bytes: what `explain` shows as the reason.
+    pub status_message: Option<String>,
     /// Request start and response end (CLOCK_MONOTONIC ns), where captured.
     pub start_ts_ns: Option<u64>,
     /// See `start_ts_ns`.
@@ -351,6 +357,7 @@ fn call_messages(
                     method: call.method.clone()?,
                     clues: cri.clues(),
                     status_code: call.status.as_ref().map(|status| status.code),
+                    status_message: status_message(&call),
                     start_ts_ns: call.start_ts_ns,
                     end_ts_ns: call.end_ts_ns,
                 }));
@@ -358,6 +365,21 @@ fn call_messages(
             etcd_message(conn, side, &call).map(Message::Etcd)
         })
         .collect()
+}
+
+/// The error text of a failed call, cut at a character boundary.
+fn status_message(call: &GrpcCall) -> Option<String> {
+    let status = call.status.as_ref().filter(|status| status.code != 0)?;
+    let mut message = status.message.clone()?;
+    if message.len() > MAX_STATUS_MESSAGE {
+        let mut end = MAX_STATUS_MESSAGE;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    Some(message)
 }
 
 fn etcd_message(conn: ConnKey, side: Side, call: &GrpcCall) -> Option<EtcdMessage> {

@@ -7,7 +7,10 @@
 //! OTLP exporter's counts. Out: the OpenMetrics text exposition (exemplars
 //! exist only in OpenMetrics), served over HTTP by [`serve`].
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+};
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
@@ -19,11 +22,13 @@ use prometheus_client::{
 };
 use tokio_util::sync::CancellationToken;
 
+use super::{otlp_json, recent::RecentTraces};
+
 use crate::{
     capture::DropCounts,
     correlate::{
         Span,
-        span::{AttributeValue, SpanKind},
+        span::{AttributeValue, SpanKind, SpanStatus},
     },
 };
 
@@ -101,7 +106,8 @@ impl Phase {
                 })?;
             return Some((Phase::WalFsync, seconds(fsync)));
         }
-        if span.kind != SpanKind::Server {
+        // A failed call's duration is not the phase's latency.
+        if span.kind != SpanKind::Server || matches!(span.status, SpanStatus::Error(_)) {
             return None;
         }
         let phase = match (
@@ -118,6 +124,13 @@ impl Phase {
         };
         Some((phase, duration))
     }
+}
+
+/// The query of `GET /traces`.
+#[derive(Debug, serde::Deserialize)]
+struct PodQuery {
+    namespace: String,
+    name: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -313,17 +326,33 @@ fn own_usage() -> Option<(f64, u64)> {
     ))
 }
 
-/// Serves `GET /metrics` on `addr` until `shutdown`; returns the address
-/// bound (port 0 picks one).
+/// Serves `GET /metrics` and, for `podtrace explain`,
+/// `GET /traces?namespace=NS&name=POD` (the Pod's recent traces as OTLP-JSON
+/// lines) on `addr` until `shutdown`; returns the address bound (port 0
+/// picks one).
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
+    traces: Arc<Mutex<RecentTraces>>,
+    node_name: String,
     shutdown: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
-    use axum::{Router, http::header, routing::get};
+    use axum::{Router, extract::Query, http::header, routing::get};
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let app = Router::new().route(
+    let pod_traces = get(move |Query(pod): Query<PodQuery>| {
+        let traces = Arc::clone(&traces);
+        let node_name = node_name.clone();
+        async move {
+            let spans = match traces.lock() {
+                Ok(traces) => traces.of_pod(&pod.namespace, &pod.name),
+                Err(_) => Vec::new(),
+            };
+            let body = otlp_json::to_line(&spans, &node_name).unwrap_or_default();
+            ([(header::CONTENT_TYPE, "application/x-ndjson")], body)
+        }
+    });
+    let app = Router::new().route("/traces", pod_traces).route(
         "/metrics",
         get(move || {
             let metrics = Arc::clone(&metrics);
@@ -352,7 +381,7 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::correlate::span::{SpanId, SpanStatus, TraceId};
+    use crate::correlate::span::{SpanId, TraceId};
 
     fn span(
         name: &str,

@@ -27,10 +27,10 @@ use opentelemetry_proto::{
     },
 };
 
-use super::otlp::{podtrace_resource, podtrace_scope, span_data};
+use super::otlp::{local_host_name, podtrace_resource, podtrace_scope, span_data};
 use crate::correlate::span::Span;
 
-/// Why the OTLP-JSON file could not be opened or written.
+/// Why an OTLP-JSON file could not be opened, written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum OtlpJsonError {
     /// Opening (or creating) the file failed.
@@ -50,6 +50,15 @@ pub enum OtlpJsonError {
         /// The reason.
         #[source]
         source: io::Error,
+    },
+    /// A line is not an `ExportTraceServiceRequest` in OTLP-JSON, or holds
+    /// a span that is not one of podtrace's.
+    #[error("line {line}: {reason}")]
+    Malformed {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
     },
     /// The request could not be encoded (not expected: every field has a
     /// JSON form).
@@ -116,14 +125,118 @@ impl OtlpJsonFile {
     }
 
     fn request(&self, spans: &[Span]) -> ExportTraceServiceRequest {
-        let spans = spans
-            .iter()
-            .map(|span| span_data(span.clone(), &self.scope))
-            .collect();
-        ExportTraceServiceRequest {
-            resource_spans: group_spans_by_resource_and_scope(spans, &self.resource),
+        request(spans, &self.resource, &self.scope)
+    }
+}
+
+fn request(
+    spans: &[Span],
+    resource: &ResourceAttributesWithSchema,
+    scope: &InstrumentationScope,
+) -> ExportTraceServiceRequest {
+    let spans = spans
+        .iter()
+        .map(|span| span_data(span.clone(), scope))
+        .collect();
+    ExportTraceServiceRequest {
+        resource_spans: group_spans_by_resource_and_scope(spans, resource),
+    }
+}
+
+/// `spans` as one OTLP-JSON request line (with its newline; empty for no
+/// spans), with podtrace's resource for node `node_name`.
+pub fn to_line(spans: &[Span], node_name: &str) -> Result<String, OtlpJsonError> {
+    if spans.is_empty() {
+        return Ok(String::new());
+    }
+    let resource: ResourceAttributesWithSchema =
+        (&podtrace_resource(node_name, local_host_name().as_deref())).into();
+    let mut line = serde_json::to_string(&request(spans, &resource, &podtrace_scope()))?;
+    line.push('\n');
+    Ok(line)
+}
+
+/// Reads spans back from OTLP-JSON text (what [`OtlpJsonFile`] writes, or
+/// what a collector's file exporter writes): one request per line; blank
+/// lines are skipped; a malformed line is an error naming it.
+pub fn read_spans(text: &str) -> Result<Vec<Span>, OtlpJsonError> {
+    let mut spans = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let malformed = |reason: String| OtlpJsonError::Malformed {
+            line: index + 1,
+            reason,
+        };
+        let request: ExportTraceServiceRequest =
+            serde_json::from_str(line).map_err(|e| malformed(e.to_string()))?;
+        for resource in request.resource_spans {
+            for scope in resource.scope_spans {
+                for span in scope.spans {
+                    spans.push(from_proto(span).map_err(malformed)?);
+                }
+            }
         }
     }
+    Ok(spans)
+}
+
+fn from_proto(span: opentelemetry_proto::tonic::trace::v1::Span) -> Result<Span, String> {
+    use opentelemetry_proto::tonic::{common::v1::any_value, trace::v1::status::StatusCode};
+
+    use crate::correlate::span::{AttributeValue, SpanId, SpanKind, SpanStatus, TraceId};
+    let trace_id = TraceId(
+        span.trace_id
+            .as_slice()
+            .try_into()
+            .map_err(|_| format!("trace id of {} bytes", span.trace_id.len()))?,
+    );
+    let span_id = |bytes: &[u8]| -> Result<SpanId, String> {
+        Ok(SpanId(bytes.try_into().map_err(|_| {
+            format!("span id of {} bytes", bytes.len())
+        })?))
+    };
+    let parent_span_id = if span.parent_span_id.is_empty() {
+        None
+    } else {
+        Some(span_id(&span.parent_span_id)?)
+    };
+    let attributes = span
+        .attributes
+        .into_iter()
+        .filter_map(|kv| {
+            let value = match kv.value?.value? {
+                any_value::Value::StringValue(s) => AttributeValue::String(s),
+                any_value::Value::IntValue(i) => AttributeValue::Int(i),
+                any_value::Value::BoolValue(b) => AttributeValue::Bool(b),
+                // podtrace writes no other kinds; another writer's are left out.
+                _ => return None,
+            };
+            Some((kv.key, value))
+        })
+        .collect();
+    let status = match span.status {
+        Some(status) if status.code == StatusCode::Error as i32 => {
+            SpanStatus::Error(status.message)
+        }
+        _ => SpanStatus::Unset,
+    };
+    Ok(Span {
+        trace_id,
+        span_id: span_id(&span.span_id)?,
+        parent_span_id,
+        name: span.name,
+        kind: match span.kind {
+            2 => SpanKind::Server,
+            3 => SpanKind::Client,
+            _ => SpanKind::Internal,
+        },
+        start_unix_ns: span.start_time_unix_nano,
+        end_unix_ns: span.end_time_unix_nano,
+        attributes,
+        status,
+    })
 }
 
 #[cfg(test)]
@@ -136,6 +249,20 @@ mod tests {
         CANARY, HOST, NODE, assert_requests_carry, holds_canary, pod_spans,
         spans_from_events_with_canaries,
     };
+
+    #[test]
+    fn spans_read_back_are_the_spans_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spans.jsonl");
+        let spans = pod_spans();
+        let mut file = OtlpJsonFile::open(&path, NODE, Some(HOST)).unwrap();
+        file.write(&spans[..1]).unwrap();
+        file.write(&spans[1..]).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert_eq!(read_spans(&text).unwrap(), spans);
+        let error = read_spans(&format!("{text}{{\"resourceSpans\": 3}}\n")).unwrap_err();
+        assert!(error.to_string().starts_with("line 3: "), "{error}");
+    }
 
     fn lines(path: &Path) -> Vec<String> {
         fs::read_to_string(path)

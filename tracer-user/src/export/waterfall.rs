@@ -80,7 +80,7 @@ fn completes_trace(span: &Span, trace: &[Span]) -> bool {
 /// A span's line label: a short name (`CRI RunPodSandbox`, `etcd Txn`),
 /// which side of a call it is, and for etcd writes what the write did to
 /// the Pod.
-fn label(span: &Span) -> String {
+pub fn label(span: &Span) -> String {
     let attribute = |key: &str| span.string_attribute(key);
     let name = match (attribute("rpc.service"), attribute("rpc.method")) {
         (Some(service), Some(method)) if service.starts_with("runtime.v1.") => {

@@ -1,0 +1,173 @@
+//! `podtrace explain NAMESPACE/POD`: a Pod's creation as podtrace traced
+//! it — the waterfall, where it stands (Running, or the phase it is stuck
+//! in) and every error on the way (a failed CRI call, a runc exit code, a
+//! conflicting etcd write) — the answer `kubectl describe pod` leaves you to
+//! assemble by hand.
+//!
+//! In: the spans a running agent holds (`GET /traces` on its metrics
+//! address) or an OTLP-JSON file. Out: text.
+
+use std::collections::BTreeMap;
+
+use crate::{
+    correlate::{
+        Span,
+        span::{AttributeValue, SpanStatus, TraceId},
+    },
+    export::waterfall,
+};
+
+/// What `explain` says about one Pod, from `spans` (of any Pods): one
+/// section per trace of a Pod of that name (a Pod deleted and created again
+/// under the same name has two), oldest first. `None` if no span names it.
+pub fn explain(spans: &[Span], namespace: &str, name: &str) -> Option<String> {
+    let of_pod = |span: &Span| {
+        span.string_attribute("k8s.namespace.name") == Some(namespace)
+            && span.string_attribute("k8s.pod.name") == Some(name)
+    };
+    let mut traces: BTreeMap<TraceId, Vec<Span>> = BTreeMap::new();
+    for span in spans.iter().filter(|span| of_pod(span)) {
+        traces.entry(span.trace_id).or_default();
+    }
+    if traces.is_empty() {
+        return None;
+    }
+    for span in spans {
+        if let Some(trace) = traces.get_mut(&span.trace_id) {
+            trace.push(span.clone());
+        }
+    }
+    let mut sections: Vec<(u64, String)> = traces
+        .into_values()
+        .map(|spans| {
+            let start = spans.iter().map(|s| s.start_unix_ns).min().unwrap_or(0);
+            (start, section(&spans))
+        })
+        .collect();
+    sections.sort_by_key(|(start, _)| *start);
+    Some(
+        sections
+            .into_iter()
+            .map(|(_, text)| text)
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
+fn section(spans: &[Span]) -> String {
+    let mut out = waterfall::render(spans);
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    let root = spans.iter().find(|span| span.parent_span_id.is_none());
+    let verdict = match root {
+        Some(root) => {
+            let ms = root.end_unix_ns.saturating_sub(root.start_unix_ns) as f64 / 1e6;
+            let complete = root.attributes.iter().any(|(key, value)| {
+                key == "podtrace.trace.complete" && *value == AttributeValue::Bool(true)
+            });
+            match (&root.status, complete) {
+                (SpanStatus::Unset, true) => {
+                    format!("status: Running {ms:.1} ms after the create request reached etcd")
+                }
+                (SpanStatus::Error(message), _) => format!("status: {message}"),
+                (SpanStatus::Unset, false) => "status: incomplete".to_owned(),
+            }
+        }
+        None => "status: no root span yet (the Pod is still being created, or no agent saw \
+                 etcd handle its create)"
+            .to_owned(),
+    };
+    out.push_str(&verdict);
+    out.push('\n');
+    if let Some(node) = spans
+        .iter()
+        .find_map(|span| span.string_attribute("k8s.node.name"))
+    {
+        out.push_str(&format!("node: {node}\n"));
+    }
+    let mut errors: Vec<&Span> = spans
+        .iter()
+        .filter(|span| matches!(span.status, SpanStatus::Error(_)) && span.parent_span_id.is_some())
+        .collect();
+    errors.sort_by_key(|span| span.start_unix_ns);
+    for span in errors {
+        if let SpanStatus::Error(message) = &span.status {
+            out.push_str(&format!("error: {}: {message}\n", waterfall::label(span)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::correlate::span::{SpanId, SpanKind};
+
+    fn span(trace: TraceId, name: &str, parent: Option<&str>, status: SpanStatus) -> Span {
+        Span {
+            trace_id: trace,
+            span_id: SpanId::for_key(trace, name.as_bytes()),
+            parent_span_id: parent.map(|p| SpanId::for_key(trace, p.as_bytes())),
+            name: name.to_owned(),
+            kind: SpanKind::Internal,
+            start_unix_ns: 1_000_000_000,
+            end_unix_ns: 1_500_000_000,
+            attributes: vec![
+                (
+                    "k8s.pod.name".to_owned(),
+                    AttributeValue::String("web".into()),
+                ),
+                (
+                    "k8s.namespace.name".to_owned(),
+                    AttributeValue::String("default".into()),
+                ),
+                (
+                    "k8s.node.name".to_owned(),
+                    AttributeValue::String("node-a".into()),
+                ),
+            ],
+            status,
+        }
+    }
+
+    #[test]
+    fn a_stuck_pod_says_where_and_why() {
+        let trace = TraceId::for_pod("c", "uid");
+        let spans = vec![
+            span(
+                trace,
+                "pod.create default/web",
+                None,
+                SpanStatus::Error(
+                    "incomplete: timed out; stuck in node: bound, not reported Running".into(),
+                ),
+            ),
+            span(
+                trace,
+                "node node-a",
+                Some("pod.create default/web"),
+                SpanStatus::Unset,
+            ),
+            span(
+                trace,
+                "runtime.v1.RuntimeService/RunPodSandbox",
+                Some("node node-a"),
+                SpanStatus::Error("gRPC status 2: no runtime for \"gone\" is configured".into()),
+            ),
+        ];
+        let text = explain(&spans, "default", "web").unwrap();
+        assert!(
+            text.contains("status: incomplete: timed out; stuck in node"),
+            "{text}"
+        );
+        assert!(text.contains("node: node-a"), "{text}");
+        assert!(
+            text.contains(
+                "error: runtime.v1.RuntimeService/RunPodSandbox: gRPC status 2: no runtime"
+            ),
+            "{text}"
+        );
+        assert!(explain(&spans, "default", "other").is_none());
+    }
+}
