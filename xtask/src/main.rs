@@ -2,6 +2,7 @@
 //! the toolchain or test components runs `setup` first, which is idempotent.
 
 mod demo;
+mod image;
 mod setup;
 
 use std::{
@@ -32,6 +33,9 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Build podtrace's container image as an OCI image tarball, without a
+    /// container engine (`ctr images import`, `docker load`, `podman load`).
+    Image(image::ImageArgs),
     /// Run the whole test suite (formatting, lints, unit and live tests).
     Test {
         /// Arguments passed to `cargo test` after `--` (e.g. a test name filter).
@@ -100,6 +104,7 @@ fn run(task: Task) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Task::Image(args) => image::image(&root, args),
         Task::Test { args } => {
             setup::setup(&root)?;
             lint(&root)?;
