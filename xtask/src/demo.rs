@@ -36,7 +36,14 @@ pub(crate) struct DemoArgs {
     /// Serve etcd without TLS (default: mTLS with etcd authentication).
     #[arg(long)]
     plain_etcd: bool,
+    /// Keep the components and the agent running this many seconds after
+    /// the Pods are created (look at the metrics, run `podtrace explain`).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    linger: u64,
 }
+
+/// Where the agent serves its metrics and recent traces during the demo.
+const METRICS_ADDR: &str = "127.0.0.1:9464";
 
 /// The cluster id the demo's traces are derived under.
 const CLUSTER_ID: &str = "podtrace-demo";
@@ -93,6 +100,10 @@ pub(crate) fn demo(root: &Path, args: DemoArgs) -> anyhow::Result<()> {
     let spans = read_spans(&out)?;
     print_summary(&pods, &spans);
     println!("xtask: traces (OTLP-JSON) in {}", out.display());
+    println!(
+        "xtask: a Pod's story: target/release/podtrace explain NAMESPACE/NAME --file {}",
+        out.display()
+    );
     let incomplete: Vec<&str> = pods
         .iter()
         .filter(|pod| !has_complete_root(&spans, pod))
@@ -121,7 +132,8 @@ impl Agent {
         command
             .args(["run", "--quiet", "--target", "podtrace-demo"])
             .args(["--target", "demo-apiserver"])
-            .args(["--cluster-id", CLUSTER_ID, "--node-name", node, "--out"])
+            .args(["--cluster-id", CLUSTER_ID, "--node-name", node])
+            .args(["--metrics-addr", METRICS_ADDR, "--out"])
             .arg(out)
             .stderr(Stdio::piped());
         if let Some(endpoint) = otlp_endpoint {
@@ -193,23 +205,18 @@ fn run_driver(driver: &Path, args: &DemoArgs, node: &str) -> anyhow::Result<Vec<
     let mut command = Command::new(driver);
     command
         .args(["--pods", &args.pods.to_string(), "--node-name", node])
+        .args(["--linger", &args.linger.to_string()])
         .stdout(Stdio::piped());
     if args.plain_etcd {
         command.arg("--plain-etcd");
     }
-    let output = command
+    let mut child = command
         .spawn()
-        .with_context(|| format!("starting {}", driver.display()))?
-        .wait_with_output()?;
-    if !output.status.success() {
-        bail!(
-            "podtrace-demo failed ({}): see its messages above",
-            output.status
-        );
-    }
+        .with_context(|| format!("starting {}", driver.display()))?;
+    let stdout = child.stdout.take().context("podtrace-demo stdout")?;
     let mut pods = Vec::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(pod) = serde_json::from_str::<Value>(line) else {
+    for line in BufReader::new(stdout).lines() {
+        let Ok(pod) = serde_json::from_str::<Value>(&line?) else {
             continue; // `ready`
         };
         let field = |key: &str| pod[key].as_str().unwrap_or_default().to_owned();
@@ -218,6 +225,20 @@ fn run_driver(driver: &Path, args: &DemoArgs, node: &str) -> anyhow::Result<Vec<
             name: field("name"),
             uid: field("uid"),
         });
+        if pods.len() == args.pods as usize && args.linger > 0 {
+            println!(
+                "xtask: {} Pods created; for {} s: metrics at http://{METRICS_ADDR}/metrics, \
+                 and `target/release/podtrace explain {}/{}`",
+                pods.len(),
+                args.linger,
+                pods[0].namespace,
+                pods[0].name
+            );
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("podtrace-demo failed ({status}): see its messages above");
     }
     Ok(pods)
 }

@@ -93,6 +93,10 @@ struct Args {
     /// Pending, as a real cluster would leave it.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=20))]
     broken_pods: u32,
+    /// Keep everything running this many seconds after the Pods are created
+    /// (to look at traces, metrics and `podtrace explain`), then clean up.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    linger: u64,
     /// After printing `ready`, wait until this file exists before creating
     /// Pods (so that a tracer can attach first).
     #[arg(long, value_name = "FILE")]
@@ -370,6 +374,13 @@ async fn drive(
         }
         for index in 0..args.broken_pods {
             create_broken_pod(args, node, index, apiserver, &cri, &template).await?;
+        }
+        if args.linger > 0 {
+            say!(
+                "podtrace-demo: Pods created; everything keeps running for {} s (Ctrl-C ends it sooner)",
+                args.linger
+            );
+            tokio::time::sleep(Duration::from_secs(args.linger)).await;
         }
         anyhow::Ok(())
     };
