@@ -30,6 +30,7 @@ use tracer_user::{
     check::run_checks,
     correlate::TraceConfig,
     export::{
+        alerts::Threshold,
         metrics::{self, Metrics},
         otlp::{OtlpOptions, OtlpProtocol, local_host_name},
         otlp_json,
@@ -101,6 +102,14 @@ struct ExportArgs {
     /// process, connection and span.
     #[arg(long, env = "PODTRACE_QUIET")]
     quiet: bool,
+    /// Alert when a phase takes longer than a threshold: PHASE>DURATION,
+    /// e.g. pod_start>5s or wal_fsync>10ms (repeatable). Alerts are logged
+    /// as warnings, with the Pod and trace id.
+    #[arg(long = "alert", value_name = "PHASE>DURATION")]
+    alerts: Vec<Threshold>,
+    /// Also POST each alert as JSON to this URL.
+    #[arg(long, env = "PODTRACE_ALERT_WEBHOOK", value_name = "URL")]
+    alert_webhook: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -140,6 +149,8 @@ impl ExportArgs {
             quiet: self.quiet,
             metrics: None,
             recent: None,
+            alerts: self.alerts,
+            alert_webhook: self.alert_webhook,
         }
     }
 }

@@ -28,6 +28,7 @@ use crate::{
     correlate::{Activity, Correlator, Span, TraceConfig},
     decode::{Decoder, Message},
     export::{
+        alerts::{self, Alert, Threshold},
         dump,
         metrics::Metrics,
         otlp::{OtlpExporter, OtlpOptions, local_host_name},
@@ -84,6 +85,10 @@ pub struct ExportOptions {
     pub metrics: Option<Arc<Metrics>>,
     /// Recent traces to keep for `podtrace explain` (served likewise).
     pub recent: Option<Arc<Mutex<RecentTraces>>>,
+    /// Phase thresholds to alert on (`--alert`).
+    pub alerts: Vec<Threshold>,
+    /// Where alerts are POSTed as JSON (`--alert-webhook`).
+    pub alert_webhook: Option<String>,
 }
 
 /// The span exporters that are configured.
@@ -226,6 +231,9 @@ impl Stages {
                 if let Activity::Spans(spans) = &activity {
                     let metrics = export.metrics.as_deref();
                     sinks.export(spans, metrics);
+                    for alert in alerts::check(&export.alerts, spans) {
+                        raise(&alert, export.alert_webhook.as_deref());
+                    }
                     if let Some(recent) = &export.recent {
                         if let Ok(mut recent) = recent.lock() {
                             recent.on_spans(spans);
@@ -381,6 +389,36 @@ pub async fn replay<R: io::Read>(
         malformed,
         truncated: reader.truncated,
     })
+}
+
+/// Logs an alert and, with a webhook, POSTs it (on a blocking thread: a
+/// slow webhook must not hold up the spans).
+fn raise(alert: &Alert, webhook: Option<&str>) {
+    tracing::warn!(
+        phase = alert.phase,
+        seconds = alert.seconds,
+        threshold = alert.threshold_seconds,
+        namespace = alert.namespace.as_deref().unwrap_or("-"),
+        pod = alert.pod.as_deref().unwrap_or("-"),
+        trace_id = %alert.trace_id,
+        "alert: phase over its threshold"
+    );
+    if let Some(url) = webhook {
+        let (url, alert) = (url.to_owned(), alert.clone());
+        tokio::task::spawn_blocking(move || {
+            let sent = serde_json::to_string(&alert)
+                .map_err(|e| e.to_string())
+                .and_then(|body| {
+                    ureq::post(&url)
+                        .header("content-type", "application/json")
+                        .send(body)
+                        .map_err(|e| e.to_string())
+                });
+            if let Err(error) = sent {
+                tracing::warn!(%error, %url, "alert webhook failed");
+            }
+        });
+    }
 }
 
 /// Logs counters that grew since the last report: losses as warnings (an

@@ -8,6 +8,7 @@
 //! bounded, batching, retrying exporter task ([`otlp`]), or as OTLP-JSON lines
 //! appended to a file ([`otlp_json`]).
 
+pub mod alerts;
 pub mod dump;
 pub mod metrics;
 pub mod otlp;
