@@ -69,22 +69,8 @@ pub(crate) fn demo(root: &Path, args: DemoArgs) -> anyhow::Result<()> {
         );
     }
     super::setup::setup(root)?;
-    super::cargo(
-        root,
-        &[
-            "build",
-            "--release",
-            "-p",
-            "tracer-user",
-            "--bin",
-            "podtrace",
-            "-p",
-            "podtrace-tests",
-            "--bin",
-            "podtrace-demo",
-        ],
-    )?;
-    let podtrace = root.join("target/release/podtrace");
+    let podtrace =
+        super::build_podtrace(root, &["-p", "podtrace-tests", "--bin", "podtrace-demo"])?;
     let driver = root.join("target/release/podtrace-demo");
     let node = hostname();
 

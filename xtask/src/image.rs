@@ -92,18 +92,7 @@ pub(crate) fn image(root: &Path, args: ImageArgs) -> anyhow::Result<()> {
         Some(binary) => binary.clone(),
         None => {
             setup::setup(root)?;
-            crate::cargo(
-                root,
-                &[
-                    "build",
-                    "--release",
-                    "-p",
-                    "tracer-user",
-                    "--bin",
-                    "podtrace",
-                ],
-            )?;
-            root.join("target/release/podtrace")
+            crate::build_podtrace(root, &[])?
         }
     };
     let build_time = args.binary.is_none().then(|| started.elapsed());

@@ -80,18 +80,7 @@ fn run(task: Task) -> anyhow::Result<()> {
         Task::Demo(args) => demo::demo(&root, args),
         Task::Run { args } => {
             setup::setup(&root)?;
-            cargo(
-                &root,
-                &[
-                    "build",
-                    "--release",
-                    "-p",
-                    "tracer-user",
-                    "--bin",
-                    "podtrace",
-                ],
-            )?;
-            let binary = root.join("target/release/podtrace");
+            let binary = build_podtrace(&root, &[])?;
             println!("xtask: running {} run {}", binary.display(), args.join(" "));
             let status = Command::new(&binary)
                 .arg("run")
@@ -194,6 +183,22 @@ fn lint(root: &Path) -> anyhow::Result<()> {
             "warnings",
         ],
     )
+}
+
+/// Builds podtrace in release (and whatever `more` adds to the cargo
+/// command, e.g. another package's binary); returns the binary's path.
+fn build_podtrace(root: &Path, more: &[&str]) -> anyhow::Result<PathBuf> {
+    let mut args = vec![
+        "build",
+        "--release",
+        "-p",
+        "tracer-user",
+        "--bin",
+        "podtrace",
+    ];
+    args.extend_from_slice(more);
+    cargo(root, &args)?;
+    Ok(root.join("target/release/podtrace"))
 }
 
 /// The repository root (this crate lives in `xtask/`).

@@ -413,6 +413,29 @@ async fn wait_for_file(file: &Path, shutdown: &Shutdown) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A new Pod as kube-apiserver makes one from a request with generateName
+/// `generate_name`: its name, the object, its UID.
+fn new_demo_pod(
+    args: &Args,
+    generate_name: &str,
+    template: &PodTemplate,
+) -> anyhow::Result<(String, k8s_pb::api::core::v1::Pod, String)> {
+    let name = apiserver_role::generate_name(generate_name)?;
+    let pod = apiserver_role::new_pod(
+        &args.namespace,
+        &name,
+        Some(generate_name),
+        &POD_LABELS,
+        template,
+    )?;
+    let uid = pod
+        .metadata
+        .as_ref()
+        .and_then(|metadata| metadata.uid.clone())
+        .unwrap_or_default();
+    Ok((name, pod, uid))
+}
+
 /// One Pod's creation, step by step as the components would make it.
 async fn create_pod(
     args: &Args,
@@ -424,21 +447,8 @@ async fn create_pod(
     created: &mut Vec<PodHandles>,
 ) -> anyhow::Result<()> {
     let namespace = &args.namespace;
-    let generate_name = format!("demo-{index}-");
-    let name = apiserver_role::generate_name(&generate_name)?;
+    let (name, pod, uid) = new_demo_pod(args, &format!("demo-{index}-"), template)?;
     let what = || format!("Pod {namespace}/{name}");
-    let pod = apiserver_role::new_pod(
-        namespace,
-        &name,
-        Some(&generate_name),
-        &POD_LABELS,
-        template,
-    )?;
-    let uid = pod
-        .metadata
-        .as_ref()
-        .and_then(|metadata| metadata.uid.clone())
-        .unwrap_or_default();
 
     // kube-apiserver, for the create request: store.Create.
     let step = Instant::now();
@@ -542,20 +552,7 @@ async fn create_broken_pod(
     template: &PodTemplate,
 ) -> anyhow::Result<()> {
     let namespace = &args.namespace;
-    let generate_name = format!("broken-{index}-");
-    let name = apiserver_role::generate_name(&generate_name)?;
-    let pod = apiserver_role::new_pod(
-        namespace,
-        &name,
-        Some(&generate_name),
-        &POD_LABELS,
-        template,
-    )?;
-    let uid = pod
-        .metadata
-        .as_ref()
-        .and_then(|metadata| metadata.uid.clone())
-        .unwrap_or_default();
+    let (name, pod, uid) = new_demo_pod(args, &format!("broken-{index}-"), template)?;
     let mut stored = apiserver
         .create(pod)
         .await
