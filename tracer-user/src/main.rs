@@ -322,8 +322,10 @@ fn write_stdout(text: &str) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The executables named `names` (exact names, not prefixes) in `PATH`
-/// and the usual system directories.
+/// The executables named `names` (exact names, not prefixes) in `PATH` and
+/// the usual system directories, of this filesystem and, when podtrace runs
+/// in a container with the host's PID namespace (the DaemonSet), of the
+/// host's (`/proc/1/root`). Each file once, however many paths lead to it.
 fn installed_executables(names: &[String]) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|path| std::env::split_paths(&path).collect())
@@ -333,13 +335,21 @@ fn installed_executables(names: &[String]) -> Vec<PathBuf> {
             dirs.push(PathBuf::from(dir));
         }
     }
+    let host = Path::new("/proc/1/root");
+    let host_dirs: Vec<PathBuf> = dirs
+        .iter()
+        .filter_map(|dir| Some(host.join(dir.strip_prefix("/").ok()?)))
+        .collect();
+    dirs.extend(host_dirs);
+    let mut seen = std::collections::HashSet::new();
     names
         .iter()
         .filter(|name| !name.ends_with('*'))
-        .filter_map(|name| {
-            dirs.iter()
-                .map(|dir| dir.join(name))
-                .find(|path| path.is_file())
+        .flat_map(|name| dirs.iter().map(move |dir| dir.join(name)))
+        .filter(|path| {
+            use std::os::unix::fs::MetadataExt as _;
+            std::fs::metadata(path)
+                .is_ok_and(|meta| meta.is_file() && seen.insert((meta.dev(), meta.ino())))
         })
         .collect()
 }
