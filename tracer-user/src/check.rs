@@ -250,6 +250,18 @@ fn capabilities(caps: u64) -> Vec<Finding> {
             },
         ),
         finding(
+            "CAP_SYS_ADMIN",
+            Need::Optional,
+            has(CAP_SYS_ADMIN),
+            if has(CAP_SYS_ADMIN) {
+                "held"
+            } else {
+                "not held: Linux 6.16 and stable kernels updated since July 2025 require it to \
+                 attach uprobes; without it there is no TLS plaintext or HTTP/2 headers from Go, \
+                 only syscall data"
+            },
+        ),
+        finding(
             "CAP_SYS_RESOURCE",
             Need::Optional,
             has(CAP_SYS_RESOURCE),
