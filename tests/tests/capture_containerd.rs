@@ -227,9 +227,11 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
         })
         .unwrap_or_else(|| panic!("no first exec of the workload: {spans:#?}"));
     assert_eq!(first_exec.parent_span_id, Some(start.span_id));
+    // After StartContainer began; runc start returns once it has told runc
+    // init to exec, so the exec may come after containerd answered.
     assert!(
-        start.start_unix_ns <= first_exec.start_unix_ns
-            && first_exec.start_unix_ns <= start.end_unix_ns
+        start.start_unix_ns <= first_exec.start_unix_ns,
+        "{first_exec:#?}"
     );
     // Nothing but metadata: no payload bytes in any attribute.
     assert!(

@@ -398,10 +398,9 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
                 .iter()
                 .find(|s| s.name.starts_with("container process start: "))
                 .unwrap_or_else(|| panic!("no first exec under {}: {children:#?}", server.name));
-            assert!(
-                server.start_unix_ns <= first.start_unix_ns
-                    && first.start_unix_ns <= server.end_unix_ns
-            );
+            // After the call began; it may end before the exec happens
+            // (runc start returns once it has told runc init to exec).
+            assert!(server.start_unix_ns <= first.start_unix_ns, "{first:#?}");
         }
     }
 }
