@@ -1,7 +1,9 @@
 //! `cargo xtask demo`: a newcomer's first minute. Runs the podtrace agent on
 //! this host while `podtrace-demo` creates Pods through real etcd and real
 //! containerd + runc (playing kube-apiserver's etcd writes, the scheduler's
-//! binding and the kubelet's CRI calls itself, as it says), then prints each
+//! binding and the kubelet's CRI calls itself, as it says; with `--k8s-bin`
+//! it starts a real kube-apiserver, kube-scheduler and kubelet from the
+//! user's binaries and creates the Pods with kubectl), then prints each
 //! Pod's waterfall, a table of phase latencies and where the traces are.
 
 use std::{
@@ -54,13 +56,13 @@ const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
 const DRAIN: Duration = Duration::from_secs(4);
 
 pub(crate) fn demo(root: &Path, args: DemoArgs) -> anyhow::Result<()> {
-    if let Some(dir) = &args.k8s_bin {
-        bail!(
-            "--k8s-bin {}: running a real control plane is not built yet; \
-             without --k8s-bin the demo plays its roles against real etcd and containerd",
-            dir.display()
-        );
-    }
+    let k8s_bin = match &args.k8s_bin {
+        Some(dir) => Some(
+            std::path::absolute(dir)
+                .with_context(|| format!("resolving --k8s-bin {}", dir.display()))?,
+        ),
+        None => None,
+    };
     let out = std::path::absolute(&args.out).context("resolving --out")?;
     if out.exists() {
         bail!(
@@ -76,7 +78,7 @@ pub(crate) fn demo(root: &Path, args: DemoArgs) -> anyhow::Result<()> {
 
     let mut agent = Agent::start(&podtrace, &out, &node, args.otlp_endpoint.as_deref())?;
     println!("xtask: podtrace is running; creating {} Pods", args.pods);
-    let created = run_driver(&driver, &args, &node);
+    let created = run_driver(&driver, &args, k8s_bin.as_deref(), &node);
     // The agent first sees the last spans through, then stops.
     thread::sleep(DRAIN);
     let stopped = agent.stop();
@@ -187,7 +189,12 @@ struct DemoPod {
     uid: String,
 }
 
-fn run_driver(driver: &Path, args: &DemoArgs, node: &str) -> anyhow::Result<Vec<DemoPod>> {
+fn run_driver(
+    driver: &Path,
+    args: &DemoArgs,
+    k8s_bin: Option<&Path>,
+    node: &str,
+) -> anyhow::Result<Vec<DemoPod>> {
     let mut command = Command::new(driver);
     command
         .args(["--pods", &args.pods.to_string(), "--node-name", node])
@@ -195,6 +202,11 @@ fn run_driver(driver: &Path, args: &DemoArgs, node: &str) -> anyhow::Result<Vec<
         .stdout(Stdio::piped());
     if args.plain_etcd {
         command.arg("--plain-etcd");
+    }
+    if let Some(dir) = k8s_bin {
+        // A real kube-apiserver, kube-scheduler and kubelet: podtrace
+        // follows them by default.
+        command.arg("--k8s-bin").arg(dir);
     }
     let mut child = command
         .spawn()

@@ -17,6 +17,14 @@
 //! demo-apiserver and etcd before it exits — after an error or
 //! SIGINT/SIGTERM too (exit status 1, 130 or 143). Tracers find it by its
 //! process name, `podtrace-demo`, and its etcd client by `demo-apiserver`.
+//!
+//! With `--k8s-bin DIR` it plays no role: it starts a real control plane
+//! from the kube-apiserver, kube-scheduler, kubelet and kubectl in DIR on the
+//! same etcd and containerd ([`ControlPlane`]), creates the Pods with
+//! kubectl, waits until each is Running, and prints the same JSON lines (the
+//! sandbox id read from containerd's CRI, the container id from the Pod's
+//! status). The Pods are deleted through the apiserver before everything
+//! stops.
 
 use std::{
     path::{Path, PathBuf},
@@ -31,8 +39,8 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use podtrace_tests::components::{
-    ApiserverRole, Containerd, ContainerdOptions, CriClient, DemoApiserverBinary, Etcd,
-    EtcdOptions, PodHandles, PodTemplate,
+    ApiserverRole, Containerd, ContainerdOptions, ControlPlane, ControlPlaneOptions, CreatedPod,
+    CriClient, DemoApiserverBinary, Etcd, EtcdOptions, PodHandles, PodTemplate,
     apiserver_role::{self, RunningContainer},
     cri::api,
     demo_apiserver,
@@ -93,6 +101,11 @@ struct Args {
     /// Pending, as a real cluster would leave it.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=20))]
     broken_pods: u32,
+    /// Start a real control plane from the kube-apiserver, kube-scheduler,
+    /// kubelet and kubectl in this directory and create the Pods through it,
+    /// instead of playing its roles.
+    #[arg(long, value_name = "DIR")]
+    k8s_bin: Option<PathBuf>,
     /// Keep everything running this many seconds after the Pods are created
     /// (to look at traces, metrics and `podtrace explain`), then clean up.
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
@@ -266,9 +279,12 @@ fn run(args: &Args, runtime: &tokio::runtime::Runtime, shutdown: &Shutdown) -> a
         Some(node) => node.clone(),
         None => hostname()?,
     };
-    explain(args, &node);
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating the state directory {}", args.state_dir.display()))?;
+    if let Some(bin_dir) = &args.k8s_bin {
+        return run_kubernetes(args, bin_dir, &node, runtime, shutdown);
+    }
+    explain(args, &node);
     let relay = build_demo_apiserver(args)?;
     shutdown.check()?;
     // Started on this thread, which outlives them (their processes die with
@@ -622,4 +638,180 @@ async fn remove_pods(cri: &CriClient, created: &[PodHandles]) -> anyhow::Result<
         .with_context(|| {
             format!("removing containers and sandboxes took over {CLEANUP_TIMEOUT:?}")
         })?
+}
+
+/// How long a Pod created through the real control plane may take to run.
+const POD_RUNNING_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `--k8s-bin`: etcd, containerd and a real control plane on them; the Pods
+/// created with kubectl.
+fn run_kubernetes(
+    args: &Args,
+    bin_dir: &Path,
+    node: &str,
+    runtime: &tokio::runtime::Runtime,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
+    ControlPlane::check_binaries(bin_dir)?;
+    if args.plain_etcd {
+        bail!("--k8s-bin runs kube-apiserver with etcd's client certificate: drop --plain-etcd");
+    }
+    if args.broken_pods > 0 {
+        bail!("--broken-pods is not supported with --k8s-bin yet");
+    }
+    say!(
+        "podtrace-demo: a real control plane from {}: kube-apiserver on a real etcd (TLS, \
+         authentication; it is etcd user kube-apiserver by its client certificate), \
+         kube-scheduler, and a kubelet on a real containerd + runc, node {node:?}. \
+         Pods: {} in namespace {:?}, created with kubectl one after the other.",
+        bin_dir.display(),
+        args.pods,
+        args.namespace
+    );
+    let started = Instant::now();
+    let etcd = Etcd::start_in(
+        EtcdOptions {
+            tls: true,
+            auth: true,
+        },
+        &args.state_dir,
+    )
+    .context("starting etcd")?;
+    shutdown.check()?;
+    let containerd = Containerd::start_in(
+        ContainerdOptions {
+            image_cache_dir: args.state_dir.clone(),
+        },
+        &args.state_dir,
+    )
+    .context("starting containerd")?;
+    shutdown.check()?;
+    let plane = ControlPlane::start_in(
+        ControlPlaneOptions {
+            bin_dir: bin_dir.to_owned(),
+            node_name: node.to_owned(),
+        },
+        &args.state_dir,
+        &etcd,
+        &containerd,
+    )
+    .context("starting the control plane")?;
+    say!(
+        "podtrace-demo: etcd, containerd and the control plane ready in {:.1?}",
+        started.elapsed()
+    );
+    let result = drive_kubernetes(args, node, &plane, &containerd, runtime, shutdown);
+    // Pods go through the apiserver while everything still runs.
+    let cleanup = if args.pods > 0 {
+        plane
+            .delete_pods(&args.namespace, "app=podtrace-demo")
+            .context("deleting the demo Pods")
+    } else {
+        Ok(())
+    };
+    drop(plane);
+    drop(containerd);
+    drop(etcd);
+    result?;
+    cleanup
+}
+
+fn drive_kubernetes(
+    args: &Args,
+    node: &str,
+    plane: &ControlPlane,
+    containerd: &Containerd,
+    runtime: &tokio::runtime::Runtime,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
+    emit("ready")?;
+    if let Some(file) = &args.wait_for {
+        runtime.block_on(wait_for_file(file, shutdown))?;
+    }
+    let template = containerd.pod_template();
+    let cri = runtime.block_on(containerd.cri())?;
+    for index in 0..args.pods {
+        shutdown.check()?;
+        let manifest = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": format!("demo-{index}-"),
+                "namespace": args.namespace,
+                "labels": POD_LABELS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<std::collections::BTreeMap<_, _>>(),
+            },
+            "spec": {
+                // Nothing publishes kube-root-ca.crt without a controller
+                // manager: no token volume.
+                "automountServiceAccountToken": false,
+                "enableServiceLinks": false,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{
+                    "name": "main",
+                    "image": template.image,
+                    "imagePullPolicy": "Never",
+                    "command": template.command,
+                }],
+            },
+        });
+        let step = Instant::now();
+        let pod: CreatedPod = plane.create_pod(&manifest)?;
+        let create_took = step.elapsed();
+        let status = plane.wait_running(&pod, POD_RUNNING_TIMEOUT)?;
+        let running_took = step.elapsed();
+        let container_id = status["status"]["containerStatuses"][0]["containerID"]
+            .as_str()
+            .unwrap_or_default()
+            .rsplit("://")
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let sandbox_id = runtime
+            .block_on(cri.list_pod_sandboxes())?
+            .into_iter()
+            .find(|sandbox| {
+                sandbox
+                    .metadata
+                    .as_ref()
+                    .is_some_and(|metadata| metadata.uid == pod.uid)
+            })
+            .map(|sandbox| sandbox.id)
+            .unwrap_or_default();
+        let on_node = status["spec"]["nodeName"].as_str().unwrap_or(node);
+        say!(
+            "podtrace-demo: {}/{} (uid {}) running on {on_node}: created in {:.1?}, Running \
+             after {:.1?} (as kubectl saw it)",
+            pod.namespace,
+            pod.name,
+            pod.uid,
+            create_took,
+            running_took
+        );
+        emit(
+            &serde_json::json!({
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "uid": pod.uid,
+                "sandbox_id": sandbox_id,
+                "container_id": container_id,
+                "node": on_node,
+            })
+            .to_string(),
+        )?;
+    }
+    if args.linger > 0 {
+        say!(
+            "podtrace-demo: Pods created; everything keeps running for {} s (Ctrl-C ends it \
+             sooner); kubectl --kubeconfig {}",
+            args.linger,
+            plane.admin_kubeconfig().display()
+        );
+        runtime.block_on(async {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(args.linger)) => {}
+                () = shutdown.token.cancelled() => {}
+            }
+        });
+    }
+    Ok(())
 }

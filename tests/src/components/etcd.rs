@@ -16,7 +16,8 @@
 //! a command line (podtrace prints the arguments of the processes it
 //! follows): etcdctl reads it from stdin, then from `ETCDCTL_USER`. Auth also
 //! creates user `kube-apiserver` without a password, whose role may read and
-//! write keys under `/registry/` only: with `tls` too, a client presenting
+//! write keys under `/registry/` (and its compactor's `compact_rev_key`)
+//! only: with `tls` too, a client presenting
 //! the `kube-apiserver` certificate is that user (etcd takes the
 //! certificate's Common Name as the user name), which is how kube-apiserver
 //! authenticates to an etcd with authentication on.
@@ -53,6 +54,9 @@ pub const APISERVER_USER: &str = "kube-apiserver";
 /// The key prefix the [`APISERVER_USER`] may read and write: kube-apiserver's
 /// default `--etcd-prefix`, with the slash.
 pub const APISERVER_PREFIX: &str = "/registry/";
+/// The one key kube-apiserver writes outside its prefix: its compactor's
+/// last compacted revision (`compactRevKey` in k8s.io/apiserver's etcd3).
+pub const APISERVER_COMPACT_KEY: &str = "compact_rev_key";
 
 /// How to start etcd.
 #[derive(Debug, Clone, Copy, Default)]
@@ -187,6 +191,18 @@ impl Etcd {
                 APISERVER_PREFIX,
             ]),
             "role grant-permission kube-apiserver",
+        )?;
+        // kube-apiserver's compactor keeps its revision in this key, outside
+        // its prefix.
+        run_etcdctl(
+            self.etcdctl().args([
+                "role",
+                "grant-permission",
+                APISERVER_USER,
+                "readwrite",
+                APISERVER_COMPACT_KEY,
+            ]),
+            "role grant-permission kube-apiserver compact_rev_key",
         )?;
         run_etcdctl(
             self.etcdctl()
