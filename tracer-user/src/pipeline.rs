@@ -358,7 +358,10 @@ pub async fn replay<R: io::Read>(
     let known = reader.header.known_processes.clone();
     let stages = (!dump).then(|| Stages::spawn(clock, known, export, false));
     let mut malformed = 0;
-    let mut out = io::stdout().lock();
+    // Dumps write here; without dump the export stage prints to stdout, and
+    // holding its lock while feeding the stages would deadlock them once
+    // the channels fill.
+    let mut out = io::BufWriter::new(io::stdout());
     while let Some(record) = reader.next_record()? {
         let event = match parse_record(&record) {
             Ok(event) => event,
@@ -378,6 +381,11 @@ pub async fn replay<R: io::Read>(
                     return Err(err.into());
                 }
             }
+        }
+    }
+    if let Err(err) = out.flush() {
+        if err.kind() != io::ErrorKind::BrokenPipe {
+            return Err(err.into());
         }
     }
     drop(out);
