@@ -498,7 +498,6 @@ fn replayed_kubernetes_run_gives_a_complete_trace_per_pod() {
 /// the scheduler's binding arrives through the apiserver's binding
 /// subresource, and the kubelet asks PodSandboxStatus twice about a sandbox.
 #[test]
-#[ignore = "podtrace labels the real binding `updated` and gives repeated CRI calls one span id"]
 fn replayed_kubernetes_run_names_the_binding_and_keeps_span_ids_apart() {
     let pods = demo_pods("k8s-1.28-2-pods.pods.jsonl");
     let (spans, _) = replay_with("k8s-1.28-2-pods.ptrace", "vm", &["--quiet"]);

@@ -290,10 +290,27 @@ impl NodeSpans {
             let first = self.first_call_ns.entry(pod.uid.clone()).or_insert(start);
             *first = (*first).min(start);
         }
-        let span_key = container_id
+        let mut span_key = container_id
             .clone()
             .or_else(|| sandbox_id.clone())
             .unwrap_or_else(|| format!("pod/{}", pod.uid));
+        // Status and other queries repeat about one sandbox or container
+        // (the kubelet asks PodSandboxStatus more than once): the HTTP/2
+        // stream, the same at both ends, tells them apart. The lifecycle
+        // calls, once per sandbox or container, keep the plain key: runc
+        // runs, processes and CNI runs name them as their parents.
+        if !matches!(
+            call.method.as_str(),
+            "RunPodSandbox"
+                | "CreateContainer"
+                | "StartContainer"
+                | "StopContainer"
+                | "RemoveContainer"
+                | "StopPodSandbox"
+                | "RemovePodSandbox"
+        ) {
+            span_key = format!("{span_key}/stream/{}", call.stream_id);
+        }
         let mut attributes = vec![
             (
                 "rpc.system".to_owned(),

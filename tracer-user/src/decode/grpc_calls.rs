@@ -59,6 +59,8 @@ pub enum Side {
 pub struct CriMessage {
     /// The connection.
     pub conn: ConnKey,
+    /// The HTTP/2 stream: the same number at both ends of the connection.
+    pub stream_id: u32,
     /// Whether the process handled or made the call.
     pub side: Side,
     /// `runtime.v1.RuntimeService`, `runtime.v1.ImageService`.
@@ -352,6 +354,7 @@ fn call_messages(
             if let Some(cri) = CriCall::from_grpc(&call) {
                 return Some(Message::Cri(CriMessage {
                     conn,
+                    stream_id: call.stream_id,
                     side,
                     service: call.service.clone()?,
                     method: call.method.clone()?,

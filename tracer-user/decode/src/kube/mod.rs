@@ -94,13 +94,20 @@ fn decode_envelope(envelope: &[u8]) -> Result<StoredObject, KubeError> {
         })?;
     let metadata = pod.metadata.unwrap_or_default();
     Ok(StoredObject::Pod(PodIdentity {
-        namespace: metadata.namespace,
-        name: metadata.name,
-        generate_name: metadata.generate_name,
-        uid: metadata.uid,
-        node_name: pod.spec.and_then(|s| s.node_name),
-        phase: pod.status.and_then(|s| s.phase),
+        namespace: set(metadata.namespace),
+        name: set(metadata.name),
+        generate_name: set(metadata.generate_name),
+        uid: set(metadata.uid),
+        node_name: set(pod.spec.and_then(|s| s.node_name)),
+        phase: set(pod.status.and_then(|s| s.phase)),
     }))
+}
+
+/// A string field as Kubernetes means it: Go's protobuf encoder writes
+/// unset strings as present and empty (kube-apiserver stores a Pod not yet
+/// scheduled with `spec.nodeName: ""`), which means unset.
+fn set(field: Option<String>) -> Option<String> {
+    field.filter(|value| !value.is_empty())
 }
 
 /// Only the fields podtrace reads; serde skips everything else without
@@ -172,20 +179,26 @@ pub(crate) fn stored_from_json(object: JsonObject) -> StoredObject {
     }
     let metadata = object.metadata;
     StoredObject::Pod(PodIdentity {
-        namespace: metadata.namespace,
-        name: metadata.name,
-        generate_name: metadata.generate_name,
-        uid: metadata.uid,
-        node_name: object.spec.node_name,
-        phase: match object.status {
+        namespace: set(metadata.namespace),
+        name: set(metadata.name),
+        generate_name: set(metadata.generate_name),
+        uid: set(metadata.uid),
+        node_name: set(object.spec.node_name),
+        phase: set(match object.status {
             JsonStatusField::Object(status) => status.phase,
             JsonStatusField::Other(_) => None,
-        },
+        }),
     })
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn empty_strings_are_unset_as_go_means_them() {
+        assert_eq!(super::set(Some(String::new())), None);
+        assert_eq!(super::set(Some("vm".into())), Some("vm".into()));
+    }
+
     use super::*;
     use crate::testdata;
 
