@@ -195,8 +195,8 @@ pub(crate) fn stored_from_json(object: JsonObject) -> StoredObject {
 mod tests {
     #[test]
     fn empty_strings_are_unset_as_go_means_them() {
-        assert_eq!(super::set(Some(String::new())), None);
-        assert_eq!(super::set(Some("vm".into())), Some("vm".into()));
+        assert_eq!(set(Some(String::new())), None);
+        assert_eq!(set(Some("vm".into())), Some("vm".into()));
     }
 
     use super::*;
