@@ -27,7 +27,7 @@ use super::{
 };
 use crate::{
     capture::{ConnKey, FsyncRecord, clock::WallClock},
-    decode::{EtcdMessage, WalMessage, grpc_calls::Side},
+    decode::{EtcdMessage, WalMessage, grpc_calls::Side, wal_writes::WalPodEntry},
 };
 
 /// Bound on Pods remembered (name → UID, unfinished roots).
@@ -102,7 +102,7 @@ struct WalBatch {
     first_write_ns: u64,
     bytes: u64,
     entries: u64,
-    pod_entries: Vec<crate::decode::wal_writes::WalPodEntry>,
+    pod_entries: Vec<WalPodEntry>,
 }
 
 /// Builds the control-plane spans of Pod traces.
@@ -451,9 +451,16 @@ impl ControlSpans {
         let Some(batch) = self.batches.remove(&sync.conn) else {
             return Vec::new();
         };
+        // Each entry's Pods, learnt once: the batch attribute needs them all
+        // before any entry's span is drafted.
+        let entries: Vec<(&WalPodEntry, Vec<PodName>)> = batch
+            .pod_entries
+            .iter()
+            .map(|entry| (entry, self.learn(&entry.clues)))
+            .collect();
         let mut pods_in_batch: Vec<String> = Vec::new();
-        for entry in &batch.pod_entries {
-            for pod in self.learn(&entry.clues) {
+        for (_, pods) in &entries {
+            for pod in pods {
                 let name = format!("{}/{}", pod.namespace, pod.name);
                 if !pods_in_batch.contains(&name) {
                     pods_in_batch.push(name);
@@ -471,9 +478,9 @@ impl ControlSpans {
         } else {
             SpanStatus::Unset
         };
-        for entry in &batch.pod_entries {
+        for (entry, pods) in entries {
             let fingerprint = hex(&entry.fingerprint);
-            for pod in self.learn(&entry.clues) {
+            for pod in pods {
                 let attributes = vec![
                     string_attribute("db.system.name", "etcd"),
                     int_attribute("podtrace.etcd.raft.index", entry.index as i64),
