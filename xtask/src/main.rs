@@ -44,8 +44,14 @@ enum Task {
     },
     /// Check formatting and lints only.
     Lint,
-    /// Regenerate the Go struct offsets table from the DWARF of fixture builds.
-    Offsets,
+    /// Regenerate the Go struct offsets table from the DWARF of fixture builds;
+    /// with `--kube DIR`, the Kubernetes struct offsets table from the
+    /// unstripped `DIR/kube-apiserver` and `DIR/kube-scheduler` instead.
+    Offsets {
+        /// Directory of unstripped Kubernetes binaries (kube-apiserver, kube-scheduler).
+        #[arg(long, value_name = "DIR")]
+        kube: Option<PathBuf>,
+    },
     /// Run the benchmarks (each reports a ratio against a baseline measured in the same run).
     Bench,
     /// Fuzz every parser with libFuzzer (cargo-fuzz, nightly) for a while each.
@@ -109,7 +115,31 @@ fn run(task: Task) -> anyhow::Result<()> {
             run_command(command)
         }
         Task::Lint => lint(&root),
-        Task::Offsets => {
+        Task::Offsets { kube: Some(dir) } => {
+            // cargo runs in the workspace root: resolve DIR from here first.
+            let dir = dir
+                .canonicalize()
+                .with_context(|| format!("Kubernetes binaries directory {}", dir.display()))?;
+            let mut args = vec![
+                "run",
+                "--release",
+                "-p",
+                "tracer-gobin",
+                "--bin",
+                "gen-offsets",
+                "--",
+            ];
+            let binaries: Vec<String> = ["kube-apiserver", "kube-scheduler"]
+                .iter()
+                .map(|name| dir.join(name).display().to_string())
+                .collect();
+            for binary in &binaries {
+                args.extend(["--kube", binary.as_str()]);
+            }
+            args.extend(["--out", "tracer-user/gobin/src/kube_offsets_table.rs"]);
+            cargo(&root, &args)
+        }
+        Task::Offsets { kube: None } => {
             setup::setup(&root)?;
             cargo(
                 &root,

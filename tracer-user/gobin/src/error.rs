@@ -59,6 +59,13 @@ pub enum GoBinError {
     /// No struct offsets are known for the Go release that built the binary.
     #[error("no struct offsets for Go version {version:?}: the table covers {known}")]
     UnknownGoVersion { version: String, known: String },
+    /// A Kubernetes component (it has `k8s.io/component-base/version`) whose
+    /// `gitVersion` could not be read or is not `vMAJOR.MINOR.PATCH`.
+    #[error("Kubernetes version not found: {reason}")]
+    KubeVersionNotFound { reason: String },
+    /// No Kubernetes struct offsets are known for this Kubernetes release.
+    #[error("no Kubernetes struct offsets for Kubernetes {version}: the table covers {known}")]
+    UnknownKubeVersion { version: String, known: String },
 }
 
 /// Shorthand used throughout the crate.

@@ -181,6 +181,19 @@ pub fn build(
     build_source(toolchain, variant, &fixture_source(), out_dir, gocache)
 }
 
+/// The stand-in Kubernetes component (`testdata/kubeversion`): module
+/// `k8s.io/component-base`, whose `version.gitVersion` the build sets with
+/// [`kube_version_ldflags`]; `-tags dynamic` makes `version.Get` read it the
+/// Kubernetes 1.28+ way. Build it with [`build_source_with`].
+pub fn kube_version_source() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/kubeversion")
+}
+
+/// The linker flag Kubernetes release builds set the version with.
+pub fn kube_version_ldflags(version: &str) -> String {
+    format!("-X k8s.io/component-base/version.gitVersion={version}")
+}
+
 /// Builds the Go main package in `source` (stdlib only; builds are offline)
 /// like [`build`] builds this crate's fixture.
 pub fn build_source(
@@ -189,6 +202,21 @@ pub fn build_source(
     source: &Path,
     out_dir: &Path,
     gocache: &Path,
+) -> Result<PathBuf, FixtureError> {
+    build_source_with(toolchain, variant, source, out_dir, gocache, "", "")
+}
+
+/// [`build_source`] with more linker flags (`ldflags`, added after the
+/// variant's `-s -w`, e.g. `-X pkg.var=value`) and build tags (`tags`,
+/// comma-separated); empty strings add nothing.
+pub fn build_source_with(
+    toolchain: &GoToolchain,
+    variant: Variant,
+    source: &Path,
+    out_dir: &Path,
+    gocache: &Path,
+    ldflags: &str,
+    tags: &str,
 ) -> Result<PathBuf, FixtureError> {
     let out = out_dir.join(variant.name());
     let mut cmd = Command::new(&toolchain.go);
@@ -206,8 +234,13 @@ pub fn build_source(
     if variant.is_pie() {
         cmd.arg("-buildmode=pie");
     }
-    if variant.is_stripped() {
-        cmd.arg("-ldflags=-s -w");
+    let strip = if variant.is_stripped() { "-s -w" } else { "" };
+    let all_ldflags = format!("{strip} {ldflags}");
+    if !all_ldflags.trim().is_empty() {
+        cmd.arg(format!("-ldflags={}", all_ldflags.trim()));
+    }
+    if !tags.is_empty() {
+        cmd.arg(format!("-tags={tags}"));
     }
     cmd.arg(".");
     let output = cmd.output().map_err(|source| FixtureError::Spawn {

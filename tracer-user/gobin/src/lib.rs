@@ -10,7 +10,11 @@
 //! - **RET offsets** — every near RET of a function, found with an x86-64
 //!   decoder, for "return" uprobes ([`GoBinary::ret_offsets`]);
 //! - **struct offsets** — field offsets the Go probes read, from a table
-//!   generated from DWARF per Go release ([`StructOffsets::for_binary`]).
+//!   generated from DWARF per Go release ([`StructOffsets::for_binary`]);
+//! - **Kubernetes** — the version of a Kubernetes component, unstripped or
+//!   stripped ([`GoBinary::kubernetes_version`]), and the offsets of the
+//!   Kubernetes object fields the probes read, per Kubernetes release
+//!   ([`kube_offsets`]).
 //!
 //! Parsing is deterministic and does not depend on the running kernel or
 //! process. Nothing read from the file is trusted: malformed input gives a
@@ -44,6 +48,8 @@ mod buildinfo;
 mod elf;
 mod error;
 pub mod fixture;
+mod kube;
+mod kube_offsets_table;
 mod moduledata;
 mod offsets;
 mod offsets_table;
@@ -54,6 +60,7 @@ use std::{collections::BTreeMap, collections::HashMap, fs::File, path::Path, syn
 
 pub use buildinfo::{BuildInfo, Module};
 pub use error::{GoBinError, Result};
+pub use kube::{KubeStructOffsets, KubeVersion, known_kube_releases, kube_offsets};
 pub use moduledata::TextStartSource;
 pub use offsets::{GoRelease, StructOffsets};
 pub use pclntab::PclntabVersion;

@@ -65,10 +65,20 @@ pub struct StructOffsets {
     pub net_fd_sysfd: u64,
     /// `runtime.g.goid`: the goroutine id (a `uint64`; the current g is in R14).
     pub runtime_g_goid: u64,
+    /// `runtime.g.parentGoid`: the goid of the goroutine whose `go` statement
+    /// created this one (a `uint64`). **`None` = the field does not exist in
+    /// that release**: it was added in Go 1.21, so the Go 1.19 row has `None`.
+    pub runtime_g_parent_goid: Option<u64>,
     /// `hpack.HeaderField.Name`, a Go string (data pointer, then length).
     pub hpack_header_field_name: u64,
     /// `hpack.HeaderField.Value`, a Go string.
     pub hpack_header_field_value: u64,
+    /// `net/http.Request.URL`, a `*url.URL`.
+    pub http_request_url: u64,
+    /// `net/http.Request.RemoteAddr`, a Go string (`IP:port` of the peer, server side).
+    pub http_request_remote_addr: u64,
+    /// `net/url.URL.Path`, a Go string (the unescaped path).
+    pub url_path: u64,
 }
 
 /// One row of the generated table.
@@ -163,6 +173,17 @@ mod tests {
                 offsets.hpack_header_field_name + 16
             );
             assert!(offsets.runtime_g_goid > 0);
+            // parentGoid exists since Go 1.21 and is not goid itself.
+            match offsets.runtime_g_parent_goid {
+                None => assert!(minor < 21, "1.{minor} lacks parentGoid"),
+                Some(parent) => {
+                    assert!(minor >= 21);
+                    assert_ne!(parent, offsets.runtime_g_goid);
+                }
+            }
+            assert!(offsets.http_request_url > 0);
+            assert!(offsets.http_request_remote_addr > offsets.http_request_url);
+            assert!(offsets.url_path > 0);
         }
     }
 }

@@ -18,39 +18,127 @@ use gimli::{EndianSlice, RunTimeEndian};
 use object::{Object as _, ObjectSection as _};
 use tracer_gobin::{GoBinary, GoRelease, fixture};
 
-/// Each field of `StructOffsets`, and the chain of (struct, member) whose
-/// offsets add up to it. Adding a field to `StructOffsets` means adding a row
-/// here; the generated table then fails to compile until it is regenerated.
-const FIELDS: &[(&str, &[(&str, &str)])] = &[
-    ("tls_conn_conn", &[("crypto/tls.Conn", "conn")]),
-    (
+/// One generated field: its name in the Rust struct and the chain of
+/// (struct, member) whose offsets add up to it.
+struct Field {
+    name: &'static str,
+    chain: &'static [(&'static str, &'static str)],
+    /// The first Go release that has the field (`None`: every release in the
+    /// table). Rows of older releases get `None` (absent); newer rows must
+    /// find it in DWARF. A field with a `since` is an `Option<u64>` in Rust.
+    since: Option<(u32, u32)>,
+}
+
+const fn field(name: &'static str, chain: &'static [(&'static str, &'static str)]) -> Field {
+    Field {
+        name,
+        chain,
+        since: None,
+    }
+}
+
+/// Each field of `StructOffsets`. Adding a field to `StructOffsets` means
+/// adding a row here; the generated table then fails to compile until it is
+/// regenerated.
+const FIELDS: &[Field] = &[
+    field("tls_conn_conn", &[("crypto/tls.Conn", "conn")]),
+    field(
         "tcp_conn_fd",
         &[("net.TCPConn", "conn"), ("net.conn", "fd")],
     ),
-    (
+    field(
         "net_fd_sysfd",
         &[("net.netFD", "pfd"), ("internal/poll.FD", "Sysfd")],
     ),
-    ("runtime_g_goid", &[("runtime.g", "goid")]),
-    (
+    field("runtime_g_goid", &[("runtime.g", "goid")]),
+    Field {
+        name: "runtime_g_parent_goid",
+        chain: &[("runtime.g", "parentGoid")],
+        since: Some((1, 21)),
+    },
+    field(
         "hpack_header_field_name",
         &[("vendor/golang.org/x/net/http2/hpack.HeaderField", "Name")],
     ),
-    (
+    field(
         "hpack_header_field_value",
         &[("vendor/golang.org/x/net/http2/hpack.HeaderField", "Value")],
     ),
+    field("http_request_url", &[("net/http.Request", "URL")]),
+    field(
+        "http_request_remote_addr",
+        &[("net/http.Request", "RemoteAddr")],
+    ),
+    field("url_path", &[("net/url.URL", "Path")]),
 ];
 
-/// A table row: the toolchain's version and each field's offset.
-type Row = (String, Vec<(&'static str, u64)>);
+/// Each field of `KubeStructOffsets` (`--kube` mode), from the DWARF of
+/// unstripped Kubernetes binaries; a field may come from any of them.
+const KUBE_FIELDS: &[Field] = &[
+    field(
+        "pod_name",
+        &[
+            ("k8s.io/api/core/v1.Pod", "ObjectMeta"),
+            ("k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta", "Name"),
+        ],
+    ),
+    field(
+        "pod_namespace",
+        &[
+            ("k8s.io/api/core/v1.Pod", "ObjectMeta"),
+            (
+                "k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta",
+                "Namespace",
+            ),
+        ],
+    ),
+    field(
+        "pod_uid",
+        &[
+            ("k8s.io/api/core/v1.Pod", "ObjectMeta"),
+            ("k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta", "UID"),
+        ],
+    ),
+    field(
+        "queued_pod_info_pod_info",
+        &[(
+            "k8s.io/kubernetes/pkg/scheduler/framework.QueuedPodInfo",
+            "PodInfo",
+        )],
+    ),
+    field(
+        "pod_info_pod",
+        &[("k8s.io/kubernetes/pkg/scheduler/framework.PodInfo", "Pod")],
+    ),
+    field(
+        "authn_response_user",
+        &[(
+            "k8s.io/apiserver/pkg/authentication/authenticator.Response",
+            "User",
+        )],
+    ),
+    field(
+        "user_info_name",
+        &[(
+            "k8s.io/apiserver/pkg/authentication/user.DefaultInfo",
+            "Name",
+        )],
+    ),
+];
+
+/// A table row: the toolchain's version and each field's offset (`None`:
+/// absent in that release).
+type Row = (String, Vec<(&'static Field, Option<u64>)>);
 
 #[derive(Debug, Default)]
 struct Args {
     out: Option<PathBuf>,
     gos: Vec<PathBuf>,
     binaries: Vec<PathBuf>,
+    kube: Vec<PathBuf>,
 }
+
+const USAGE: &str = "usage: gen-offsets [--out FILE] [--go PATH/TO/go]... [--binary UNSTRIPPED_GO_BINARY]...\n       gen-offsets --kube UNSTRIPPED_K8S_BINARY... [--out FILE]   (Kubernetes struct offsets)";
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args::default();
@@ -65,20 +153,39 @@ fn parse_args() -> anyhow::Result<Args> {
             Some("--out") => args.out = Some(value()?),
             Some("--go") => args.gos.push(value()?),
             Some("--binary") => args.binaries.push(value()?),
+            Some("--kube") => args.kube.push(value()?),
             Some("-h" | "--help") => {
-                println!(
-                    "usage: gen-offsets [--out FILE] [--go PATH/TO/go]... [--binary UNSTRIPPED_GO_BINARY]..."
-                );
+                println!("{USAGE}");
                 std::process::exit(0);
             }
             _ => bail!("unknown argument {arg:?} (see --help)"),
         }
+    }
+    let go_mode = !args.gos.is_empty() || !args.binaries.is_empty();
+    if !args.kube.is_empty() && go_mode {
+        bail!("--kube cannot be combined with --go or --binary\n{USAGE}");
     }
     Ok(args)
 }
 
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
+    let table = if args.kube.is_empty() {
+        go_table(&args)?
+    } else {
+        kube_table(&args.kube)?
+    };
+    match args.out {
+        Some(path) => {
+            std::fs::write(&path, table).with_context(|| format!("writing {}", path.display()))?
+        }
+        None => print!("{table}"),
+    }
+    Ok(())
+}
+
+/// The Go struct offsets table (`src/offsets_table.rs`).
+fn go_table(args: &Args) -> anyhow::Result<String> {
     let mut binaries = args.binaries.clone();
     let toolchains: Vec<fixture::GoToolchain> = if args.gos.is_empty() && args.binaries.is_empty() {
         fixture::toolchains()
@@ -124,27 +231,128 @@ fn main() -> anyhow::Result<()> {
             .clone();
         let release =
             GoRelease::parse(&go_version).with_context(|| format!("Go version {go_version:?}"))?;
-        let offsets = field_offsets(binary)
+        let found = field_offsets(binary, FIELDS)
             .with_context(|| format!("reading DWARF of {}", binary.display()))?;
+        let mut offsets = Vec::new();
+        for (field, offset) in found {
+            let exists = field
+                .since
+                .is_none_or(|(major, minor)| (release.major, release.minor) >= (major, minor));
+            match (exists, offset) {
+                (true, Ok(offset)) => offsets.push((field, Some(offset))),
+                (true, Err(missing)) => {
+                    bail!("{}: {}: {missing}", binary.display(), field.name)
+                }
+                (false, Ok(offset)) => bail!(
+                    "{}: {} found at {offset} in Go {release}, before the release FIELDS says added it",
+                    binary.display(),
+                    field.name
+                ),
+                (false, Err(_)) => offsets.push((field, None)),
+            }
+        }
         eprintln!(
-            "gen-offsets: {} ({go_version}): {offsets:?}",
-            binary.display()
+            "gen-offsets: {} ({go_version}): {:?}",
+            binary.display(),
+            offsets
+                .iter()
+                .map(|(f, o)| (f.name, *o))
+                .collect::<Vec<_>>()
         );
         rows.insert(release, (go_version, offsets));
     }
-    let table = render(&rows);
     let _ = std::fs::remove_dir_all(&work);
-    match args.out {
-        Some(path) => {
-            std::fs::write(&path, table).with_context(|| format!("writing {}", path.display()))?
-        }
-        None => print!("{table}"),
-    }
-    Ok(())
+    Ok(render(&rows))
 }
 
-/// Reads the members of the structs named in [`FIELDS`] and sums each chain.
-fn field_offsets(binary: &std::path::Path) -> anyhow::Result<Vec<(&'static str, u64)>> {
+/// A row of the Kubernetes table: Kubernetes and Go versions, the binaries
+/// it was read from, each field's offset.
+struct KubeRow {
+    kubernetes: String,
+    go: String,
+    sources: Vec<String>,
+    offsets: Vec<(&'static Field, Option<u64>)>,
+}
+
+/// The Kubernetes struct offsets table (`src/kube_offsets_table.rs`): one
+/// row per Kubernetes minor version; binaries of one version are merged.
+fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
+    let mut rows: BTreeMap<(u32, u32), KubeRow> = BTreeMap::new();
+    for binary in binaries {
+        let bin =
+            GoBinary::open(binary).with_context(|| format!("reading {}", binary.display()))?;
+        let version = bin
+            .kubernetes_version()
+            .with_context(|| format!("Kubernetes version of {}", binary.display()))?
+            .with_context(|| format!("{} is not a Kubernetes component", binary.display()))?;
+        let go = bin.build_info().go_version.clone();
+        let found = field_offsets(binary, KUBE_FIELDS)
+            .with_context(|| format!("reading DWARF of {}", binary.display()))?;
+        let name = binary.file_name().map_or_else(
+            || binary.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        eprintln!(
+            "gen-offsets: {} ({version}, {go}): {:?}",
+            binary.display(),
+            found
+                .iter()
+                .map(|(f, o)| (f.name, o.as_ref().ok().copied()))
+                .collect::<Vec<_>>()
+        );
+        let row = rows
+            .entry((version.major, version.minor))
+            .or_insert_with(|| KubeRow {
+                kubernetes: version.to_string(),
+                go: go.clone(),
+                sources: Vec::new(),
+                offsets: KUBE_FIELDS.iter().map(|f| (f, None)).collect(),
+            });
+        if row.kubernetes != version.to_string() || row.go != go {
+            eprintln!(
+                "gen-offsets: warning: {} is {version} built with {go}, the row has {} built with {}",
+                binary.display(),
+                row.kubernetes,
+                row.go
+            );
+        }
+        row.sources.push(name);
+        for ((field, merged), (_, offset)) in row.offsets.iter_mut().zip(found) {
+            let Ok(offset) = offset else { continue };
+            match *merged {
+                Some(previous) if previous != offset => bail!(
+                    "{}: {} is {offset}, another binary of {version} says {previous}",
+                    binary.display(),
+                    field.name
+                ),
+                _ => *merged = Some(offset),
+            }
+        }
+    }
+    for ((major, minor), row) in &rows {
+        let missing: Vec<&str> = row
+            .offsets
+            .iter()
+            .filter(|(_, o)| o.is_none())
+            .map(|(f, _)| f.name)
+            .collect();
+        if !missing.is_empty() {
+            bail!(
+                "Kubernetes {major}.{minor} ({}): {} not in the DWARF of any --kube binary",
+                row.sources.join(", "),
+                missing.join(", ")
+            );
+        }
+    }
+    Ok(render_kube(&rows))
+}
+
+/// Reads the members of the structs named in `fields` and sums each chain;
+/// a chain with a struct or member missing from DWARF is an `Err` naming it.
+fn field_offsets(
+    binary: &std::path::Path,
+    fields: &'static [Field],
+) -> anyhow::Result<Vec<(&'static Field, Result<u64, String>)>> {
     let bytes = std::fs::read(binary)?;
     let file = object::File::parse(&*bytes)?;
     let endian = if file.is_little_endian() {
@@ -161,9 +369,9 @@ fn field_offsets(binary: &std::path::Path) -> anyhow::Result<Vec<(&'static str, 
     let dwarf_sections = gimli::DwarfSections::load(load)?;
     let dwarf = dwarf_sections.borrow(|section| EndianSlice::new(section, endian));
 
-    let wanted: Vec<&str> = FIELDS
+    let wanted: Vec<&str> = fields
         .iter()
-        .flat_map(|(_, chain)| chain.iter().map(|(s, _)| *s))
+        .flat_map(|f| f.chain.iter().map(|(s, _)| *s))
         .collect();
     let mut members: HashMap<String, HashMap<String, u64>> = HashMap::new();
     let mut units = dwarf.units();
@@ -212,26 +420,36 @@ fn field_offsets(binary: &std::path::Path) -> anyhow::Result<Vec<(&'static str, 
         }
     }
 
-    FIELDS
+    Ok(fields
         .iter()
-        .map(|(field, chain)| {
-            let mut total = 0;
-            for (strukt, member) in chain.iter() {
+        .map(|field| {
+            let mut total = Ok(0);
+            for (strukt, member) in field.chain {
                 let offset = members
                     .get(*strukt)
                     .and_then(|fields| fields.get(*member))
-                    .with_context(|| format!("{strukt}.{member} not in DWARF"))?;
-                total += offset;
+                    .ok_or_else(|| format!("{strukt}.{member} not in DWARF"));
+                total = total.and_then(|sum| Ok(sum + offset?));
             }
-            Ok((*field, total))
+            (field, total)
         })
-        .collect()
+        .collect())
+}
+
+/// `12` for a field every release has, `Some(12)` / `None` for one with a `since`.
+fn render_value(field: &Field, offset: Option<u64>) -> String {
+    match (field.since, offset) {
+        (None, Some(offset)) => offset.to_string(),
+        (Some(_), Some(offset)) => format!("Some({offset})"),
+        (_, None) => "None".to_owned(),
+    }
 }
 
 fn render(rows: &BTreeMap<GoRelease, Row>) -> String {
     let mut out = String::from(
         "//! Generated by `gen-offsets` (`cargo xtask offsets`) from the DWARF of\n\
-         //! `testdata/fixture` built with each Go toolchain below. Do not edit.\n\n\
+         //! `testdata/fixture` built with each Go toolchain below. Do not edit.\n\
+         //! `None`: the field does not exist in that Go release.\n\n\
          use crate::offsets::{GoRelease, StructOffsets, TableEntry};\n\n\
          pub(crate) const TABLE: &[TableEntry] = &[\n",
     );
@@ -241,7 +459,40 @@ fn render(rows: &BTreeMap<GoRelease, Row>) -> String {
             release.major, release.minor
         ));
         for (field, offset) in fields {
-            out.push_str(&format!("            {field}: {offset},\n"));
+            out.push_str(&format!(
+                "            {}: {},\n",
+                field.name,
+                render_value(field, *offset)
+            ));
+        }
+        out.push_str("        },\n    },\n");
+    }
+    out.push_str("];\n");
+    out
+}
+
+fn render_kube(rows: &BTreeMap<(u32, u32), KubeRow>) -> String {
+    let mut out = String::from(
+        "//! Generated by `gen-offsets --kube` (`cargo xtask offsets --kube DIR`) from\n\
+         //! the DWARF of the unstripped Kubernetes binaries named in each row. Do not edit.\n\n\
+         use crate::kube::{KubeStructOffsets, KubeTableEntry};\n\n\
+         // Keep the generated layout: rustfmt would fold a one-row array.\n\
+         #[rustfmt::skip]\n\
+         pub(crate) const KUBE_TABLE: &[KubeTableEntry] = &[\n",
+    );
+    for ((major, minor), row) in rows {
+        out.push_str(&format!(
+            "    KubeTableEntry {{\n        major: {major},\n        minor: {minor},\n        kubernetes: {:?},\n        go: {:?},\n        sources: {:?},\n        offsets: KubeStructOffsets {{\n",
+            row.kubernetes,
+            row.go,
+            row.sources.join(", ")
+        ));
+        for (field, offset) in &row.offsets {
+            out.push_str(&format!(
+                "            {}: {},\n",
+                field.name,
+                render_value(field, *offset)
+            ));
         }
         out.push_str("        },\n    },\n");
     }

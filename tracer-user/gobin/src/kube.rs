@@ -1,0 +1,334 @@
+//! Kubernetes components: a Go binary in, its Kubernetes version
+//! ([`GoBinary::kubernetes_version`]) and the Kubernetes struct offsets for
+//! that version ([`kube_offsets`]) out.
+//!
+//! Every Kubernetes component links `k8s.io/component-base/version`, whose
+//! string variable `gitVersion` the release build sets with
+//! `-ldflags -X k8s.io/component-base/version.gitVersion=v1.28.4`.
+//!
+//! - **Unstripped**: `.symtab` names the variable (a data object); its 16
+//!   bytes are a Go string header (pointer, length) and the pointer leads to
+//!   the text.
+//! - **Stripped** (`-s -w`): there is no symbol table, but pclntab still names
+//!   the functions. `version.Get` reads the variable, either directly (older
+//!   releases) or through `dynamicGitVersion`, an `atomic.Value` the package's
+//!   `init` fills from `gitVersion` (1.28 on). So the code of `Get`, then of the
+//!   package's `init` functions, is decoded (iced-x86) and each RIP-relative
+//!   memory operand is read as a string header: the first whose text parses
+//!   as `vMAJOR.MINOR.PATCH[-suffix][+build]` is the version. The other
+//!   strings these functions load (`gitMajor` "1", `gitMinor` "28",
+//!   `runtime.buildVersion` "go1.21.13", the commit, the date) do not parse.
+//!
+//! Without `-X` a component reports the source default `v0.0.0-master+$Format:%H$`,
+//! i.e. v0.0.0 (a development build), which no offsets row matches.
+
+use std::fmt;
+
+use iced_x86::{Decoder, DecoderOptions};
+
+use crate::{
+    GoBinary,
+    elf::read_u64,
+    error::{GoBinError, Result},
+    kube_offsets_table::KUBE_TABLE,
+};
+
+/// The package that carries the version, and its variable and accessor.
+const VERSION_PACKAGE: &str = "k8s.io/component-base/version";
+const GIT_VERSION_SYMBOL: &str = "k8s.io/component-base/version.gitVersion";
+const GET_FUNCTION: &str = "k8s.io/component-base/version.Get";
+/// `init` functions of the package tried after `Get` (`init.0` … `init.9`):
+/// since 1.28 the variable is read there, not in `Get`.
+const INIT_FUNCTIONS: usize = 10;
+/// Longest version text accepted (`v1.28.4-eks-1-28-20240110`, with room).
+const MAX_VERSION_LEN: u64 = 256;
+/// Instructions decoded per function at most (version.Get is ~150 bytes).
+const MAX_INSTRUCTIONS: usize = 4096;
+
+/// A Kubernetes release, `v1.28.4` (pre-release or build suffixes dropped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KubeVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl KubeVersion {
+    /// Parses `v1.28.4`, `v1.28.4-eks-abc`, `v1.29.0-rc.1+abc`; `None` for
+    /// anything else (no `v`, fewer than three numbers, trailing garbage).
+    pub fn parse(text: &str) -> Option<Self> {
+        let rest = text.strip_prefix('v')?;
+        let end = rest.find(['-', '+']).unwrap_or(rest.len());
+        let (numbers, suffix) = rest.split_at(end);
+        if suffix.len() == 1 || suffix.chars().any(|c| c.is_control() || c == ' ') {
+            return None;
+        }
+        let mut parts = numbers.split('.');
+        let mut number = || -> Option<u32> {
+            let part = parts.next()?;
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            part.parse().ok()
+        };
+        let version = Self {
+            major: number()?,
+            minor: number()?,
+            patch: number()?,
+        };
+        parts.next().is_none().then_some(version)
+    }
+}
+
+impl fmt::Display for KubeVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+impl GoBinary {
+    /// The Kubernetes version of a Kubernetes component (kube-apiserver,
+    /// kubelet, kubectl, …), from `k8s.io/component-base/version.gitVersion`:
+    /// through `.symtab` when present, else by decoding `version.Get` (and the
+    /// package's `init`) found in pclntab — see the module docs.
+    ///
+    /// `Ok(None)`: not a Kubernetes component (neither the variable nor
+    /// `version.Get` exists). `Err`: the binary has them but the version cannot
+    /// be read (a string header pointing outside the file, a text that is not a
+    /// version; `KubeVersionNotFound`), or the code is not x86-64
+    /// (`UnsupportedArchitecture`, stripped binaries only).
+    pub fn kubernetes_version(&self) -> Result<Option<KubeVersion>> {
+        if let Some(sym) = self.layout.any_symbol(&self.data, GIT_VERSION_SYMBOL) {
+            let text = self.go_string_at(sym.addr).ok_or_else(|| {
+                not_found(format!(
+                    "{GIT_VERSION_SYMBOL} at {:#x} is not a readable Go string header",
+                    sym.addr
+                ))
+            })?;
+            return KubeVersion::parse(&text).map(Some).ok_or_else(|| {
+                not_found(format!(
+                    "{GIT_VERSION_SYMBOL} is {text:?}, not vMAJOR.MINOR.PATCH"
+                ))
+            });
+        }
+        let Some(get) = self.function(GET_FUNCTION)? else {
+            return Ok(None);
+        };
+        let mut functions = vec![get];
+        for name in std::iter::once(format!("{VERSION_PACKAGE}.init"))
+            .chain((0..INIT_FUNCTIONS).map(|i| format!("{VERSION_PACKAGE}.init.{i}")))
+        {
+            functions.extend(self.function(&name)?);
+        }
+        for f in &functions {
+            let code = self.function_code(f)?;
+            for addr in rip_relative_operands(code, f.entry) {
+                if let Some(version) = self
+                    .go_string_at(addr)
+                    .and_then(|text| KubeVersion::parse(&text))
+                {
+                    return Ok(Some(version));
+                }
+            }
+        }
+        Err(not_found(format!(
+            "no string loaded by {GET_FUNCTION} or the package's init functions reads as vMAJOR.MINOR.PATCH"
+        )))
+    }
+
+    /// The text of the Go string header (data pointer, length) stored at
+    /// `vaddr`; `None` when the header or its bytes are not file-backed, the
+    /// length is implausible for a version, or the bytes are not UTF-8.
+    fn go_string_at(&self, vaddr: u64) -> Option<String> {
+        let ptr = self.layout.read_pointer(&self.data, vaddr)?;
+        let len = read_u64(
+            self.layout.bytes_at(&self.data, vaddr.checked_add(8)?, 8)?,
+            0,
+        )?;
+        if len == 0 || len > MAX_VERSION_LEN {
+            return None;
+        }
+        let bytes = self.layout.bytes_at(&self.data, ptr, len)?;
+        std::str::from_utf8(bytes).ok().map(str::to_owned)
+    }
+}
+
+fn not_found(reason: String) -> GoBinError {
+    GoBinError::KubeVersionNotFound { reason }
+}
+
+/// Addresses of the RIP-relative memory operands of the instructions in
+/// `code` (which starts at `entry`), in order, each once.
+fn rip_relative_operands(code: &[u8], entry: u64) -> Vec<u64> {
+    let mut decoder = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
+    let mut found = Vec::new();
+    for _ in 0..MAX_INSTRUCTIONS {
+        if !decoder.can_decode() {
+            break;
+        }
+        let instruction = decoder.decode();
+        if instruction.is_ip_rel_memory_operand() {
+            let addr = instruction.ip_rel_memory_address();
+            if !found.contains(&addr) {
+                found.push(addr);
+            }
+        }
+    }
+    found
+}
+
+/// Byte offsets of the fields of Kubernetes objects the probes read, from the
+/// start of the outer struct (paths through embedded structs summed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KubeStructOffsets {
+    /// `k8s.io/api/core/v1.Pod` → `ObjectMeta` → `Name`, a Go string.
+    pub pod_name: u64,
+    /// `Pod` → `ObjectMeta` → `Namespace`, a Go string.
+    pub pod_namespace: u64,
+    /// `Pod` → `ObjectMeta` → `UID` (`types.UID`, a Go string).
+    pub pod_uid: u64,
+    /// `k8s.io/kubernetes/pkg/scheduler/framework.QueuedPodInfo` → its embedded `*PodInfo`.
+    pub queued_pod_info_pod_info: u64,
+    /// `framework.PodInfo` → `Pod`, a `*v1.Pod`.
+    pub pod_info_pod: u64,
+    /// `k8s.io/apiserver/pkg/authentication/authenticator.Response` → `User`, a
+    /// `user.Info` interface: this is its type word; the data word is at +8.
+    pub authn_response_user: u64,
+    /// `k8s.io/apiserver/pkg/authentication/user.DefaultInfo` → `Name`, a Go string.
+    pub user_info_name: u64,
+}
+
+/// One row of the generated Kubernetes table (`kube_offsets_table.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KubeTableEntry {
+    pub(crate) major: u32,
+    pub(crate) minor: u32,
+    /// The version of the binaries the row was generated from, e.g. `v1.28.4`.
+    pub(crate) kubernetes: &'static str,
+    /// The Go release that built them.
+    pub(crate) go: &'static str,
+    /// Their file names (each field comes from whichever has the type).
+    pub(crate) sources: &'static str,
+    pub(crate) offsets: KubeStructOffsets,
+}
+
+/// The Kubernetes struct offsets for `version`'s minor release (patch
+/// releases do not change these types). A release outside the table is
+/// [`GoBinError::UnknownKubeVersion`], never a guess.
+pub fn kube_offsets(version: KubeVersion) -> Result<KubeStructOffsets> {
+    KUBE_TABLE
+        .iter()
+        .find(|e| e.major == version.major && e.minor == version.minor)
+        .map(|e| e.offsets)
+        .ok_or_else(|| GoBinError::UnknownKubeVersion {
+            version: version.to_string(),
+            known: KUBE_TABLE
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{}.{} (from {} built with {}: {})",
+                        e.major, e.minor, e.kubernetes, e.go, e.sources
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        })
+}
+
+/// Every Kubernetes release of the table: (major, minor, the version its row was generated from).
+pub fn known_kube_releases() -> impl Iterator<Item = (u32, u32, &'static str)> {
+    KUBE_TABLE.iter().map(|e| (e.major, e.minor, e.kubernetes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_parsing() {
+        let v = |major, minor, patch| {
+            Some(KubeVersion {
+                major,
+                minor,
+                patch,
+            })
+        };
+        assert_eq!(KubeVersion::parse("v1.28.4"), v(1, 28, 4));
+        assert_eq!(KubeVersion::parse("v1.28.4-eks-1-28-1"), v(1, 28, 4));
+        assert_eq!(KubeVersion::parse("v1.30.0-rc.1+abc"), v(1, 30, 0));
+        assert_eq!(KubeVersion::parse("v0.0.0-master+$Format:%H$"), v(0, 0, 0));
+        for bad in [
+            "",
+            "v",
+            "1.28.4",
+            "v1.28",
+            "v1.28.4.1",
+            "v1.28.x",
+            "v1..4",
+            "v1.28.4-",
+            "go1.21.13",
+            "v1.28.4 extra",
+            "v-1.2.3",
+            "v1.28.99999999999",
+        ] {
+            assert_eq!(KubeVersion::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(v(1, 28, 4).unwrap().to_string(), "v1.28.4");
+    }
+
+    #[test]
+    fn rip_relative_operands_of_loads_and_leas() {
+        let code = [
+            0x48, 0x8b, 0x05, 0x10, 0x00, 0x00, 0x00, // mov rax, [rip+0x10] -> 0x1017
+            0x48, 0x8d, 0x1d, 0x00, 0x01, 0x00, 0x00, // lea rbx, [rip+0x100] -> 0x110e
+            0x48, 0x8b, 0x40, 0x08, // mov rax, [rax+8]: not RIP-relative
+            0x48, 0x8b, 0x05, 0xfe, 0xff, 0xff, 0xff, // mov rax, [rip-2] -> 0x1017 again
+            0xc3,
+        ];
+        let found = rip_relative_operands(&code, 0x1000);
+        assert_eq!(found, vec![0x1017, 0x110e]);
+        assert!(rip_relative_operands(&[0x48, 0x8b], 0x1000).is_empty());
+    }
+
+    #[test]
+    fn versions_outside_the_table_are_an_explicit_error() {
+        for version in [
+            KubeVersion {
+                major: 1,
+                minor: 5,
+                patch: 0,
+            },
+            KubeVersion {
+                major: 2,
+                minor: 28,
+                patch: 4,
+            },
+        ] {
+            match kube_offsets(version) {
+                Err(GoBinError::UnknownKubeVersion { version: v, known }) => {
+                    assert_eq!(v, version.to_string());
+                    assert!(known.contains("1.28"), "{known}");
+                    let message = kube_offsets(version).unwrap_err().to_string();
+                    assert!(
+                        message.contains("1.28") && message.contains(&v),
+                        "{message}"
+                    );
+                }
+                other => panic!("{version}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn table_row_of_1_28() {
+        let offsets = kube_offsets(KubeVersion {
+            major: 1,
+            minor: 28,
+            patch: 0,
+        })
+        .unwrap();
+        // Name, then GenerateName, then Namespace: 16-byte string headers.
+        assert_eq!(offsets.pod_namespace, offsets.pod_name + 32);
+        assert!(offsets.pod_uid > offsets.pod_namespace);
+    }
+}

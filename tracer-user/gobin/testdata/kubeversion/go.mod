@@ -1,0 +1,3 @@
+module k8s.io/component-base
+
+go 1.19

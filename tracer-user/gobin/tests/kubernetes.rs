@@ -1,0 +1,216 @@
+//! Kubernetes version and Kubernetes struct offsets.
+//!
+//! - The stand-in component `testdata/kubeversion` (module
+//!   `k8s.io/component-base`, version set with `-ldflags -X`), built with the
+//!   Go toolchains found, unstripped and `-s -w`, with `Get` reading the
+//!   variable directly and (`-tags dynamic`) through an `atomic.Value` its
+//!   `init` fills, as Kubernetes 1.28+ does.
+//! - Real Kubernetes binaries, when `PODTRACE_K8S_BIN` names a directory of
+//!   unstripped ones (`kube-apiserver`, `kube-scheduler`, `kubelet`,
+//!   `kubectl`, whichever are there) and `PODTRACE_K8S_BIN_STRIPPED` (default:
+//!   the sibling `<PODTRACE_K8S_BIN>-stripped`) one of `-s -w` builds. The
+//!   expected version is `PODTRACE_K8S_VERSION` (default `v1.28.4`). Without
+//!   them these tests print why they did not run and pass.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use tracer_gobin::{
+    GoBinError, GoBinary, KubeVersion, StructOffsets,
+    fixture::{self, Variant},
+    kube_offsets,
+};
+
+const FIXTURE_VERSION: &str = "v1.31.7-fixture+podtrace";
+const FIXTURE_PARSED: KubeVersion = KubeVersion {
+    major: 1,
+    minor: 31,
+    patch: 7,
+};
+
+/// Builds the stand-in component with `toolchain` as `variant` with `tags`.
+fn build_kube_fixture(toolchain: &fixture::GoToolchain, variant: Variant, tags: &str) -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let label = if tags.is_empty() { "static" } else { tags };
+    let out_dir = tmp
+        .join("gobin-kubeversion")
+        .join(&toolchain.version)
+        .join(label);
+    std::fs::create_dir_all(&out_dir).unwrap();
+    fixture::build_source_with(
+        toolchain,
+        variant,
+        &fixture::kube_version_source(),
+        &out_dir,
+        &tmp.join("gobin-gocache"),
+        &fixture::kube_version_ldflags(FIXTURE_VERSION),
+        tags,
+    )
+    .unwrap()
+}
+
+/// The oldest and the newest toolchain found (the fixture needs modules: Go ≥ 1.19).
+fn fixture_toolchains(test: &str) -> Vec<fixture::GoToolchain> {
+    let all = support::toolchains();
+    let mut chosen: Vec<_> = all.first().into_iter().chain(all.last()).cloned().collect();
+    chosen.dedup();
+    if chosen.is_empty() {
+        support::skip(
+            test,
+            "no Go toolchain under .tools/go/*/go or PODTRACE_GO_ROOTS (run `cargo xtask setup`)",
+        );
+    }
+    chosen
+}
+
+#[test]
+fn fixture_version_from_symtab_and_from_code() {
+    let test = "fixture_version_from_symtab_and_from_code";
+    for toolchain in fixture_toolchains(test) {
+        for tags in ["", "dynamic"] {
+            for variant in [Variant::Plain, Variant::Stripped] {
+                let path = build_kube_fixture(&toolchain, variant, tags);
+                let bin = GoBinary::open(&path).unwrap();
+                assert_eq!(bin.has_symtab(), !variant.is_stripped());
+                let what = format!("{} {variant} tags={tags:?}", toolchain.version);
+                assert_eq!(
+                    bin.kubernetes_version().unwrap(),
+                    Some(FIXTURE_PARSED),
+                    "{what}"
+                );
+                println!("{what}: {FIXTURE_PARSED}");
+            }
+        }
+    }
+}
+
+#[test]
+fn go_programs_that_are_not_kubernetes_give_none() {
+    let test = "go_programs_that_are_not_kubernetes_give_none";
+    let Some(toolchain) = support::toolchains().last().cloned() else {
+        support::skip(test, "no Go toolchain (run `cargo xtask setup`)");
+        return;
+    };
+    for variant in [Variant::Plain, Variant::Stripped] {
+        let bin = GoBinary::open(support::build(&toolchain, variant)).unwrap();
+        assert_eq!(bin.kubernetes_version().unwrap(), None, "{variant}");
+    }
+}
+
+#[test]
+fn kube_version_display_and_offsets_lookup() {
+    assert_eq!(FIXTURE_PARSED.to_string(), "v1.31.7");
+    let v1_28 = KubeVersion {
+        major: 1,
+        minor: 28,
+        patch: 9,
+    };
+    let offsets = kube_offsets(v1_28).unwrap();
+    assert_eq!(offsets.authn_response_user % 8, 0);
+    match kube_offsets(FIXTURE_PARSED) {
+        Err(e @ GoBinError::UnknownKubeVersion { .. }) => {
+            let message = e.to_string();
+            assert!(
+                message.contains("v1.31.7") && message.contains("1.28 (from v1.28.4"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// `(unstripped dir, stripped dir, expected version)`, or `None` after printing why not.
+fn real_binaries(test: &str) -> Option<(PathBuf, Option<PathBuf>, KubeVersion)> {
+    let Some(dir) = std::env::var_os("PODTRACE_K8S_BIN").map(PathBuf::from) else {
+        println!(
+            "SKIP {test}: PODTRACE_K8S_BIN is not set (a directory of unstripped Kubernetes binaries, e.g. /var/tmp/k8s-bin)"
+        );
+        return None;
+    };
+    let stripped = std::env::var_os("PODTRACE_K8S_BIN_STRIPPED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let mut sibling = dir.clone().into_os_string();
+            sibling.push("-stripped");
+            PathBuf::from(sibling)
+        });
+    let stripped = stripped.is_dir().then_some(stripped);
+    let expected = std::env::var("PODTRACE_K8S_VERSION").unwrap_or_else(|_| "v1.28.4".into());
+    let expected = KubeVersion::parse(&expected)
+        .unwrap_or_else(|| panic!("PODTRACE_K8S_VERSION={expected:?} is not vMAJOR.MINOR.PATCH"));
+    Some((dir, stripped, expected))
+}
+
+#[test]
+fn real_kubernetes_binaries_report_their_version() {
+    let test = "real_kubernetes_binaries_report_their_version";
+    let Some((dir, stripped, expected)) = real_binaries(test) else {
+        return;
+    };
+    let mut checked = 0;
+    for name in ["kube-apiserver", "kube-scheduler", "kubelet", "kubectl"] {
+        let path = dir.join(name);
+        if !path.exists() {
+            println!("{test}: no {}", path.display());
+            continue;
+        }
+        let bin = GoBinary::open(&path).unwrap();
+        assert!(bin.has_symtab(), "{} is stripped", path.display());
+        assert_eq!(
+            bin.kubernetes_version().unwrap(),
+            Some(expected),
+            "{}",
+            path.display()
+        );
+        // Its Go release is in the Go table, with parentGoid from 1.21 on.
+        let go = StructOffsets::for_binary(bin.build_info()).unwrap();
+        println!(
+            "{}: {expected}, {}, parentGoid at {:?}",
+            path.display(),
+            bin.build_info().go_version,
+            go.runtime_g_parent_goid
+        );
+        checked += 1;
+    }
+    assert!(checked > 0, "no Kubernetes binary in {}", dir.display());
+    match stripped {
+        Some(stripped) => {
+            let path = stripped.join("kube-apiserver");
+            let bin = GoBinary::open(&path).unwrap();
+            assert!(!bin.has_symtab(), "{} has a symbol table", path.display());
+            assert_eq!(
+                bin.kubernetes_version().unwrap(),
+                Some(expected),
+                "{}",
+                path.display()
+            );
+            println!("{} (stripped): {expected}", path.display());
+        }
+        None => println!(
+            "SKIP {test} (stripped part): neither PODTRACE_K8S_BIN_STRIPPED nor {}-stripped is a directory",
+            dir.display()
+        ),
+    }
+    // The Kubernetes table has the row for this minor release.
+    let offsets = kube_offsets(expected).unwrap();
+    println!("{expected}: {offsets:?}");
+}
+
+#[test]
+fn real_non_kubernetes_go_binaries_give_none() {
+    // Debian's Go programs (present where `cargo xtask setup` ran).
+    let mut checked = 0;
+    for path in ["/usr/bin/containerd", "/usr/bin/etcd", "/usr/bin/runc"] {
+        let Ok(bin) = GoBinary::open(path) else {
+            continue;
+        };
+        assert_eq!(bin.kubernetes_version().unwrap(), None, "{path}");
+        checked += 1;
+    }
+    if checked == 0 {
+        println!("SKIP real_non_kubernetes_go_binaries_give_none: no Debian Go binary found");
+    }
+}
