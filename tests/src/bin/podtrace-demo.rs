@@ -19,12 +19,22 @@
 //! process name, `podtrace-demo`, and its etcd client by `demo-apiserver`.
 //!
 //! With `--k8s-bin DIR` it plays no role: it starts a real control plane
-//! from the kube-apiserver, kube-scheduler, kubelet and kubectl in DIR on the
-//! same etcd and containerd ([`ControlPlane`]), creates the Pods with
-//! kubectl, waits until each is Running, and prints the same JSON lines (the
+//! from the kube-apiserver (or `--apiserver PATH`), kube-scheduler, kubelet
+//! and kubectl in DIR on the same etcd and containerd ([`ControlPlane`]),
+//! and runs `--scenario`s, each creating its Pod(s) with kubectl and waiting
+//! for the end state it expects: `running` (the default: `--pods` Pods that
+//! reach Running), `rejected` (refused by Pod Security admission),
+//! `unschedulable` (a nodeSelector no node has), `image-never` (an absent
+//! image with imagePullPolicy Never), `dry-run` (`--dry-run=server`, nothing
+//! stored), `second-scheduler` (scheduled by a second kube-scheduler) and
+//! `privileged` (privileged, with added capabilities, as root; Running, with
+//! the apiserver's Pod Security warnings). It prints the same JSON lines (the
 //! sandbox id read from containerd's CRI, the container id from the Pod's
-//! status). The Pods are deleted through the apiserver before everything
-//! stops.
+//! status, empty when there is none) with `scenario` and `outcome` added
+//! (`Running`, `rejected: ERROR`, `unschedulable: MESSAGE`,
+//! `ErrImageNeverPull: MESSAGE`, `dry run: …`), and `warnings` when the
+//! apiserver gave some. The Pods are deleted through the apiserver before
+//! everything stops.
 
 use std::{
     path::{Path, PathBuf},
@@ -42,6 +52,7 @@ use podtrace_tests::components::{
     ApiserverRole, Containerd, ContainerdOptions, ControlPlane, ControlPlaneOptions, CreatedPod,
     CriClient, DemoApiserverBinary, Etcd, EtcdOptions, PodHandles, PodTemplate,
     apiserver_role::{self, RunningContainer},
+    control_plane::PodCreation,
     cri::api,
     demo_apiserver,
 };
@@ -106,6 +117,20 @@ struct Args {
     /// instead of playing its roles.
     #[arg(long, value_name = "DIR")]
     k8s_bin: Option<PathBuf>,
+    /// With --k8s-bin: run this kube-apiserver executable instead of DIR's
+    /// (a stripped build, for example).
+    #[arg(long, value_name = "PATH", requires = "k8s_bin")]
+    apiserver: Option<PathBuf>,
+    /// With --k8s-bin: what to do, in order (repeatable; a name given twice
+    /// runs twice) [default: running]. `running` creates --pods Pods that
+    /// reach Running; every other scenario creates one Pod.
+    #[arg(
+        long = "scenario",
+        value_name = "NAME",
+        value_enum,
+        requires = "k8s_bin"
+    )]
+    scenarios: Vec<Scenario>,
     /// Keep everything running this many seconds after the Pods are created
     /// (to look at traces, metrics and `podtrace explain`), then clean up.
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
@@ -123,6 +148,45 @@ struct Args {
     /// [default: STATE_DIR/podtrace-demo-apiserver].
     #[arg(long, value_name = "DIR")]
     build_dir: Option<PathBuf>,
+}
+
+/// What a `--scenario` creates and the end state it waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Scenario {
+    /// --pods busybox Pods that reach Running.
+    Running,
+    /// A privileged Pod in a namespace whose Pod Security level is
+    /// `restricted` (enforced): kubectl fails with the admission's error.
+    Rejected,
+    /// A Pod whose nodeSelector no node satisfies: PodScheduled False,
+    /// reason Unschedulable.
+    Unschedulable,
+    /// A Pod whose image containerd does not have, with imagePullPolicy
+    /// Never: its container waits with reason ErrImageNeverPull.
+    ImageNever,
+    /// `kubectl create --dry-run=server`: admitted, not stored.
+    DryRun,
+    /// A second kube-scheduler (profile `podtrace-second-scheduler`) and a
+    /// Pod it schedules, which reaches Running.
+    SecondScheduler,
+    /// A privileged Pod with NET_ADMIN and SYS_TIME added, as user 0, in a
+    /// namespace that warns about Pod Security level `baseline`: Running,
+    /// with the apiserver's warnings.
+    Privileged,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Rejected => "rejected",
+            Self::Unschedulable => "unschedulable",
+            Self::ImageNever => "image-never",
+            Self::DryRun => "dry-run",
+            Self::SecondScheduler => "second-scheduler",
+            Self::Privileged => "privileged",
+        }
+    }
 }
 
 /// A namespace name: an RFC 1123 label, as the apiserver validates it.
@@ -642,6 +706,20 @@ async fn remove_pods(cri: &CriClient, created: &[PodHandles]) -> anyhow::Result<
 
 /// How long a Pod created through the real control plane may take to run.
 const POD_RUNNING_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the scheduler may take to find a Pod unschedulable, and the
+/// kubelet to refuse an absent image.
+const POD_STUCK_TIMEOUT: Duration = Duration::from_secs(90);
+/// The namespace whose Pod Security level `restricted` is enforced.
+const RESTRICTED_NAMESPACE: &str = "podtrace-restricted";
+/// The namespace that only warns, about Pod Security level `baseline`.
+const WARNED_NAMESPACE: &str = "podtrace-warned";
+/// The second kube-scheduler's profile.
+const SECOND_SCHEDULER: &str = "podtrace-second-scheduler";
+/// The nodeSelector of `unschedulable`: no node has this label.
+const ABSENT_NODE_LABEL: (&str, &str) = ("podtrace.example/absent", "true");
+/// The image of `image-never`: `.invalid` is a reserved top-level domain
+/// (RFC 2606) and the harness imports only its two `podtrace.local` images.
+const ABSENT_IMAGE: &str = "podtrace.invalid/absent:never";
 
 /// `--k8s-bin`: etcd, containerd and a real control plane on them; the Pods
 /// created with kubectl.
@@ -653,26 +731,44 @@ fn run_kubernetes(
     shutdown: &Shutdown,
 ) -> anyhow::Result<()> {
     ControlPlane::check_binaries(bin_dir)?;
-    if args.plain_etcd {
-        bail!("--k8s-bin runs kube-apiserver with etcd's client certificate: drop --plain-etcd");
-    }
     if args.broken_pods > 0 {
         bail!("--broken-pods is not supported with --k8s-bin yet");
     }
+    let scenarios = if args.scenarios.is_empty() {
+        vec![Scenario::Running]
+    } else {
+        args.scenarios.clone()
+    };
+    let secure = !args.plain_etcd;
+    let etcd_how = if secure {
+        "TLS, authentication; it is etcd user kube-apiserver by its client certificate"
+    } else {
+        "plain HTTP, no authentication"
+    };
+    let apiserver = args
+        .apiserver
+        .clone()
+        .unwrap_or_else(|| bin_dir.join("kube-apiserver"));
     say!(
-        "podtrace-demo: a real control plane from {}: kube-apiserver on a real etcd (TLS, \
-         authentication; it is etcd user kube-apiserver by its client certificate), \
-         kube-scheduler, and a kubelet on a real containerd + runc, node {node:?}. \
-         Pods: {} in namespace {:?}, created with kubectl one after the other.",
+        "podtrace-demo: a real control plane from {}: kube-apiserver {} on a real etcd \
+         ({etcd_how}), kube-scheduler, and a kubelet on a real containerd + runc, node {node:?}. \
+         Scenarios: {} ('running' creates {} Pods in namespace {:?}), Pods created with kubectl \
+         one after the other.",
         bin_dir.display(),
+        apiserver.display(),
+        scenarios
+            .iter()
+            .map(|scenario| scenario.name())
+            .collect::<Vec<_>>()
+            .join(", "),
         args.pods,
         args.namespace
     );
     let started = Instant::now();
     let etcd = Etcd::start_in(
         EtcdOptions {
-            tls: true,
-            auth: true,
+            tls: secure,
+            auth: secure,
         },
         &args.state_dir,
     )
@@ -686,9 +782,10 @@ fn run_kubernetes(
     )
     .context("starting containerd")?;
     shutdown.check()?;
-    let plane = ControlPlane::start_in(
+    let mut plane = ControlPlane::start_in(
         ControlPlaneOptions {
             bin_dir: bin_dir.to_owned(),
+            apiserver: args.apiserver.clone(),
             node_name: node.to_owned(),
         },
         &args.state_dir,
@@ -700,15 +797,23 @@ fn run_kubernetes(
         "podtrace-demo: etcd, containerd and the control plane ready in {:.1?}",
         started.elapsed()
     );
-    let result = drive_kubernetes(args, node, &plane, &containerd, runtime, shutdown);
+    let mut namespaces = Vec::new();
+    let result = drive_kubernetes(
+        args,
+        &scenarios,
+        node,
+        &mut plane,
+        &containerd,
+        runtime,
+        shutdown,
+        &mut namespaces,
+    );
     // Pods go through the apiserver while everything still runs.
-    let cleanup = if args.pods > 0 {
+    let cleanup = namespaces.iter().try_for_each(|namespace| {
         plane
-            .delete_pods(&args.namespace, "app=podtrace-demo")
-            .context("deleting the demo Pods")
-    } else {
-        Ok(())
-    };
+            .delete_pods(namespace, "app=podtrace-demo")
+            .with_context(|| format!("deleting the demo Pods of namespace {namespace}"))
+    });
     drop(plane);
     drop(containerd);
     drop(etcd);
@@ -716,30 +821,102 @@ fn run_kubernetes(
     cleanup
 }
 
-fn drive_kubernetes(
-    args: &Args,
-    node: &str,
-    plane: &ControlPlane,
-    containerd: &Containerd,
-    runtime: &tokio::runtime::Runtime,
-    shutdown: &Shutdown,
-) -> anyhow::Result<()> {
-    emit("ready")?;
-    if let Some(file) = &args.wait_for {
-        runtime.block_on(wait_for_file(file, shutdown))?;
+/// What one Pod of a scenario came to: a JSON line on stdout.
+struct PodReport {
+    scenario: Scenario,
+    namespace: String,
+    name: String,
+    uid: String,
+    sandbox_id: String,
+    container_id: String,
+    node: String,
+    outcome: String,
+    warnings: Vec<String>,
+    dry_run: bool,
+}
+
+impl PodReport {
+    fn new(scenario: Scenario, pod: &CreatedPod, outcome: String) -> Self {
+        Self {
+            scenario,
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            sandbox_id: String::new(),
+            container_id: String::new(),
+            node: String::new(),
+            outcome,
+            warnings: Vec::new(),
+            dry_run: false,
+        }
     }
-    let template = containerd.pod_template();
-    let cri = runtime.block_on(containerd.cri())?;
-    for index in 0..args.pods {
-        shutdown.check()?;
-        let manifest = serde_json::json!({
+
+    fn emit(&self) -> anyhow::Result<()> {
+        say!(
+            "podtrace-demo: [{}] {}/{} (uid {}){}: {}",
+            self.scenario.name(),
+            self.namespace,
+            self.name,
+            if self.uid.is_empty() {
+                "none"
+            } else {
+                &self.uid
+            },
+            if self.node.is_empty() {
+                String::new()
+            } else {
+                format!(" on {}", self.node)
+            },
+            self.outcome
+        );
+        let mut line = serde_json::json!({
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "sandbox_id": self.sandbox_id,
+            "container_id": self.container_id,
+            "node": self.node,
+            "scenario": self.scenario.name(),
+            "outcome": self.outcome,
+        });
+        if !self.warnings.is_empty() {
+            line["warnings"] = serde_json::json!(self.warnings);
+        }
+        if self.dry_run {
+            line["dry_run"] = serde_json::Value::Bool(true);
+        }
+        emit(&line.to_string())
+    }
+}
+
+/// What the scenarios share while they run.
+struct Cluster<'a> {
+    args: &'a Args,
+    node: &'a str,
+    plane: &'a mut ControlPlane,
+    cri: CriClient,
+    template: PodTemplate,
+    runtime: &'a tokio::runtime::Runtime,
+    /// Namespaces in which Pods were created (deleted from at the end).
+    namespaces: &'a mut Vec<String>,
+}
+
+impl Cluster<'_> {
+    /// A Pod of the demo's image in `namespace`; `generate_name` is the
+    /// prefix of its name, or its name when `fixed`.
+    fn manifest(&self, namespace: &str, name: &str, fixed: bool) -> serde_json::Value {
+        let mut metadata = serde_json::json!({
+            "namespace": namespace,
+            "labels": POD_LABELS
+                .iter()
+                .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+                .collect::<serde_json::Map<_, _>>(),
+        });
+        metadata[if fixed { "name" } else { "generateName" }] = serde_json::Value::from(name);
+        serde_json::json!({
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {
-                "generateName": format!("demo-{index}-"),
-                "namespace": args.namespace,
-                "labels": POD_LABELS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<std::collections::BTreeMap<_, _>>(),
-            },
+            "metadata": metadata,
             "spec": {
                 // Nothing publishes kube-root-ca.crt without a controller
                 // manager: no token volume.
@@ -748,63 +925,330 @@ fn drive_kubernetes(
                 "terminationGracePeriodSeconds": 0,
                 "containers": [{
                     "name": "main",
-                    "image": template.image,
+                    "image": self.template.image,
                     "imagePullPolicy": "Never",
-                    "command": template.command,
+                    "command": self.template.command,
                 }],
             },
-        });
-        let step = Instant::now();
-        let pod: CreatedPod = plane.create_pod(&manifest)?;
-        let create_took = step.elapsed();
-        let status = plane.wait_running(&pod, POD_RUNNING_TIMEOUT)?;
-        let running_took = step.elapsed();
-        let container_id = status["status"]["containerStatuses"][0]["containerID"]
-            .as_str()
-            .unwrap_or_default()
-            .rsplit("://")
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        let sandbox_id = runtime
-            .block_on(cri.list_pod_sandboxes())?
+        })
+    }
+
+    /// Makes sure `namespace` exists (with `labels` when it is created
+    /// here) and is cleaned up.
+    fn use_namespace(&mut self, namespace: &str, labels: &[(&str, &str)]) -> anyhow::Result<()> {
+        if self.namespaces.iter().any(|known| known == namespace) {
+            return Ok(());
+        }
+        if namespace != "default" {
+            self.plane
+                .create_namespace(namespace, labels)
+                .with_context(|| format!("creating namespace {namespace}"))?;
+        }
+        self.namespaces.push(namespace.to_owned());
+        Ok(())
+    }
+
+    /// Creates the Pod, failing if kubectl refused it.
+    fn create(
+        &mut self,
+        manifest: &serde_json::Value,
+        extra_args: &[&str],
+    ) -> anyhow::Result<(CreatedPod, serde_json::Value, Vec<String>)> {
+        match self.plane.try_create_pod(manifest, extra_args)? {
+            PodCreation::Created {
+                pod,
+                object,
+                warnings,
+            } => Ok((pod, object, warnings)),
+            PodCreation::Refused { error } => bail!("kubectl create pod failed: {error}"),
+        }
+    }
+
+    /// The id of the Pod's sandbox in containerd, if it has one.
+    fn sandbox_id(&self, uid: &str) -> anyhow::Result<String> {
+        Ok(self
+            .runtime
+            .block_on(self.cri.list_pod_sandboxes())?
             .into_iter()
             .find(|sandbox| {
                 sandbox
                     .metadata
                     .as_ref()
-                    .is_some_and(|metadata| metadata.uid == pod.uid)
+                    .is_some_and(|metadata| metadata.uid == uid)
             })
             .map(|sandbox| sandbox.id)
-            .unwrap_or_default();
-        let on_node = status["spec"]["nodeName"].as_str().unwrap_or(node);
+            .unwrap_or_default())
+    }
+
+    /// Creates a Pod and waits until it is Running.
+    fn create_running(
+        &mut self,
+        scenario: Scenario,
+        manifest: &serde_json::Value,
+    ) -> anyhow::Result<PodReport> {
+        let step = Instant::now();
+        let (pod, _, warnings) = self.create(manifest, &[])?;
+        let create_took = step.elapsed();
+        let status = self.plane.wait_running(&pod, POD_RUNNING_TIMEOUT)?;
+        let running_took = step.elapsed();
+        let mut report = PodReport::new(scenario, &pod, "Running".to_owned());
+        report.container_id = container_id(&status);
+        report.sandbox_id = self.sandbox_id(&pod.uid)?;
+        report.node = status["spec"]["nodeName"]
+            .as_str()
+            .unwrap_or(self.node)
+            .to_owned();
+        report.warnings = warnings;
         say!(
-            "podtrace-demo: {}/{} (uid {}) running on {on_node}: created in {:.1?}, Running \
-             after {:.1?} (as kubectl saw it)",
+            "podtrace-demo: {}/{} created in {create_took:.1?}, Running after {running_took:.1?} \
+             (as kubectl saw it)",
             pod.namespace,
-            pod.name,
-            pod.uid,
-            create_took,
-            running_took
+            pod.name
         );
-        emit(
-            &serde_json::json!({
-                "namespace": pod.namespace,
-                "name": pod.name,
-                "uid": pod.uid,
-                "sandbox_id": sandbox_id,
-                "container_id": container_id,
-                "node": on_node,
-            })
-            .to_string(),
-        )?;
+        Ok(report)
+    }
+
+    fn run(&mut self, scenario: Scenario, index: usize) -> anyhow::Result<Vec<PodReport>> {
+        let namespace = self.args.namespace.clone();
+        match scenario {
+            Scenario::Running => {
+                self.use_namespace(&namespace, &[])?;
+                let mut reports = Vec::new();
+                for pod in 0..self.args.pods {
+                    // The names of the demo before scenarios: demo-N-xxxxx.
+                    let prefix = if self.args.scenarios.is_empty() {
+                        format!("demo-{pod}-")
+                    } else {
+                        format!("running-{index}-{pod}-")
+                    };
+                    let manifest = self.manifest(&namespace, &prefix, false);
+                    let report = self.create_running(scenario, &manifest)?;
+                    report.emit()?;
+                    reports.push(report);
+                }
+                Ok(reports)
+            }
+            Scenario::Rejected => {
+                self.use_namespace(
+                    RESTRICTED_NAMESPACE,
+                    &[
+                        ("pod-security.kubernetes.io/enforce", "restricted"),
+                        ("pod-security.kubernetes.io/enforce-version", "latest"),
+                    ],
+                )?;
+                let name = format!("rejected-{index}");
+                let mut manifest = self.manifest(RESTRICTED_NAMESPACE, &name, true);
+                manifest["spec"]["containers"][0]["securityContext"] =
+                    serde_json::json!({"privileged": true});
+                let pod = CreatedPod {
+                    namespace: RESTRICTED_NAMESPACE.to_owned(),
+                    name,
+                    uid: String::new(),
+                };
+                match self.plane.try_create_pod(&manifest, &[])? {
+                    PodCreation::Refused { error } => Ok(vec![PodReport::new(
+                        scenario,
+                        &pod,
+                        format!("rejected: {error}"),
+                    )]),
+                    PodCreation::Created { pod, .. } => bail!(
+                        "Pod {}/{} (privileged) was admitted in a namespace enforcing Pod \
+                         Security level restricted",
+                        pod.namespace,
+                        pod.name
+                    ),
+                }
+            }
+            Scenario::Unschedulable => {
+                self.use_namespace(&namespace, &[])?;
+                let mut manifest =
+                    self.manifest(&namespace, &format!("unschedulable-{index}-"), false);
+                let (key, value) = ABSENT_NODE_LABEL;
+                manifest["spec"]["nodeSelector"] = serde_json::json!({ key: value });
+                let (pod, _, _) = self.create(&manifest, &[])?;
+                let (message, _) = self.plane.wait_pod(
+                    &pod,
+                    "its PodScheduled condition to be False with reason Unschedulable",
+                    POD_STUCK_TIMEOUT,
+                    |object| {
+                        object["status"]["conditions"]
+                            .as_array()?
+                            .iter()
+                            .find(|condition| {
+                                condition["type"] == "PodScheduled"
+                                    && condition["status"] == "False"
+                                    && condition["reason"] == "Unschedulable"
+                            })
+                            .map(|condition| {
+                                condition["message"].as_str().unwrap_or_default().to_owned()
+                            })
+                    },
+                )?;
+                Ok(vec![PodReport::new(
+                    scenario,
+                    &pod,
+                    format!("unschedulable: {message}"),
+                )])
+            }
+            Scenario::ImageNever => {
+                self.use_namespace(&namespace, &[])?;
+                let mut manifest =
+                    self.manifest(&namespace, &format!("image-never-{index}-"), false);
+                manifest["spec"]["containers"][0]["image"] = ABSENT_IMAGE.into();
+                let (pod, _, _) = self.create(&manifest, &[])?;
+                let (message, status) = self.plane.wait_pod(
+                    &pod,
+                    "its container to wait with reason ErrImageNeverPull",
+                    POD_STUCK_TIMEOUT,
+                    |object| {
+                        let waiting = &object["status"]["containerStatuses"][0]["state"]["waiting"];
+                        (waiting["reason"] == "ErrImageNeverPull")
+                            .then(|| waiting["message"].as_str().unwrap_or_default().to_owned())
+                    },
+                )?;
+                let mut report =
+                    PodReport::new(scenario, &pod, format!("ErrImageNeverPull: {message}"));
+                report.sandbox_id = self.sandbox_id(&pod.uid)?;
+                report.node = status["spec"]["nodeName"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                Ok(vec![report])
+            }
+            Scenario::DryRun => {
+                self.use_namespace(&namespace, &[])?;
+                let manifest = self.manifest(&namespace, &format!("dry-run-{index}-"), false);
+                let (pod, _, warnings) = self.create(&manifest, &["--dry-run=server"])?;
+                // Nothing was stored: the apiserver does not know the name.
+                let lookup = self
+                    .plane
+                    .kubectl()
+                    .args(["get", "pod", "-n", &pod.namespace, &pod.name])
+                    .output()
+                    .context("running kubectl get pod")?;
+                let stderr = String::from_utf8_lossy(&lookup.stderr);
+                if lookup.status.success() || !stderr.contains("NotFound") {
+                    bail!(
+                        "the dry-run Pod {}/{} can be read back: {}",
+                        pod.namespace,
+                        pod.name,
+                        stderr.trim()
+                    );
+                }
+                let mut report = PodReport::new(
+                    scenario,
+                    &pod,
+                    "dry run: admitted by the apiserver, not stored (kubectl get: NotFound)"
+                        .to_owned(),
+                );
+                report.warnings = warnings;
+                report.dry_run = true;
+                Ok(vec![report])
+            }
+            Scenario::SecondScheduler => {
+                self.use_namespace(&namespace, &[])?;
+                self.plane.start_second_scheduler(SECOND_SCHEDULER)?;
+                let mut manifest =
+                    self.manifest(&namespace, &format!("second-scheduler-{index}-"), false);
+                manifest["spec"]["schedulerName"] = SECOND_SCHEDULER.into();
+                let report = self.create_running(scenario, &manifest).with_context(|| {
+                    format!(
+                        "the second kube-scheduler's log ends with:\n{}",
+                        self.plane
+                            .scheduler_log_tail(SECOND_SCHEDULER)
+                            .unwrap_or_default()
+                    )
+                })?;
+                Ok(vec![report])
+            }
+            Scenario::Privileged => {
+                self.use_namespace(
+                    WARNED_NAMESPACE,
+                    &[
+                        ("pod-security.kubernetes.io/warn", "baseline"),
+                        ("pod-security.kubernetes.io/warn-version", "latest"),
+                    ],
+                )?;
+                let mut manifest =
+                    self.manifest(WARNED_NAMESPACE, &format!("privileged-{index}-"), false);
+                manifest["spec"]["containers"][0]["securityContext"] = serde_json::json!({
+                    "privileged": true,
+                    "runAsUser": 0,
+                    "capabilities": {"add": ["NET_ADMIN", "SYS_TIME"]},
+                });
+                let report = self.create_running(scenario, &manifest)?;
+                if report.warnings.is_empty() {
+                    bail!(
+                        "the apiserver gave no Pod Security warning about privileged Pod {}/{}",
+                        report.namespace,
+                        report.name
+                    );
+                }
+                Ok(vec![report])
+            }
+        }
+    }
+}
+
+/// The id of the Pod's first container, from its status.
+fn container_id(status: &serde_json::Value) -> String {
+    status["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap_or_default()
+        .rsplit("://")
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[allow(clippy::too_many_arguments, reason = "the parts of one run, borrowed")]
+fn drive_kubernetes(
+    args: &Args,
+    scenarios: &[Scenario],
+    node: &str,
+    plane: &mut ControlPlane,
+    containerd: &Containerd,
+    runtime: &tokio::runtime::Runtime,
+    shutdown: &Shutdown,
+    namespaces: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    emit("ready")?;
+    if let Some(file) = &args.wait_for {
+        runtime.block_on(wait_for_file(file, shutdown))?;
+    }
+    let mut cluster = Cluster {
+        args,
+        node,
+        template: containerd.pod_template(),
+        cri: runtime.block_on(containerd.cri())?,
+        plane,
+        runtime,
+        namespaces,
+    };
+    for (index, &scenario) in scenarios.iter().enumerate() {
+        shutdown.check()?;
+        let step = Instant::now();
+        let reports = cluster
+            .run(scenario, index)
+            .with_context(|| format!("scenario {}", scenario.name()))?;
+        // `running` reports each Pod as soon as it runs.
+        if scenario != Scenario::Running {
+            for report in &reports {
+                report.emit()?;
+            }
+        }
+        say!(
+            "podtrace-demo: scenario {} done in {:.1?}",
+            scenario.name(),
+            step.elapsed()
+        );
     }
     if args.linger > 0 {
         say!(
             "podtrace-demo: Pods created; everything keeps running for {} s (Ctrl-C ends it \
              sooner); kubectl --kubeconfig {}",
             args.linger,
-            plane.admin_kubeconfig().display()
+            cluster.plane.admin_kubeconfig().display()
         );
         runtime.block_on(async {
             tokio::select! {

@@ -4,14 +4,19 @@
 //! [`Containerd`].
 //!
 //! In: a directory holding `kube-apiserver`, `kube-scheduler`, `kubelet` and
-//! `kubectl` (this crate never builds them), a running etcd with TLS and
-//! authentication (kube-apiserver presents etcd's `kube-apiserver` client
-//! certificate, which makes it that etcd user), a running containerd, and
-//! the node's name. Out: the three processes running and supervised, the
-//! node registered and Ready, `kubectl` preconfigured as a cluster admin
-//! ([`ControlPlane::kubectl`]), and Pods created, awaited and deleted through
-//! it ([`ControlPlane::create_pod`], [`ControlPlane::wait_running`],
-//! [`ControlPlane::delete_pods`]).
+//! `kubectl` (this crate never builds them; another kube-apiserver binary may
+//! be given, a stripped one for example), a running etcd — with TLS and
+//! authentication kube-apiserver presents etcd's `kube-apiserver` client
+//! certificate, which makes it that etcd user; without TLS it connects over
+//! plain HTTP with no credentials — a running containerd, and the node's
+//! name. Out: the three processes running and supervised, the node
+//! registered and Ready, `kubectl` preconfigured as a cluster admin
+//! ([`ControlPlane::kubectl`]), Pods created, awaited and deleted through it
+//! ([`ControlPlane::create_pod`], [`ControlPlane::try_create_pod`],
+//! [`ControlPlane::wait_running`], [`ControlPlane::wait_pod`],
+//! [`ControlPlane::delete_pods`]), namespaces with labels
+//! ([`ControlPlane::create_namespace`]), and further kube-scheduler instances
+//! with their own scheduler name ([`ControlPlane::start_second_scheduler`]).
 //!
 //! What is generated in its temporary directory: a cluster CA; the
 //! apiserver's serving certificate (127.0.0.1, localhost, the `kubernetes`
@@ -83,6 +88,8 @@ const POD_LOG_DIRS: [&str; 2] = ["/var/log/pods", "/var/log/containers"];
 pub struct ControlPlaneOptions {
     /// The directory with kube-apiserver, kube-scheduler, kubelet, kubectl.
     pub bin_dir: PathBuf,
+    /// Another kube-apiserver executable to run instead of `bin_dir`'s.
+    pub apiserver: Option<PathBuf>,
     /// The node's name (the kubelet's `--hostname-override`).
     pub node_name: String,
 }
@@ -95,15 +102,39 @@ pub struct CreatedPod {
     pub uid: String,
 }
 
+/// What `kubectl create` of a Pod answered.
+#[derive(Debug, Clone)]
+pub enum PodCreation {
+    /// Stored (or, with `--dry-run=server`, admitted and not stored).
+    Created {
+        pod: CreatedPod,
+        /// The object the apiserver returned.
+        object: Value,
+        /// The apiserver's warnings, as kubectl printed them (`Warning: ` removed).
+        warnings: Vec<String>,
+    },
+    /// Refused (admission, validation): kubectl's error text.
+    Refused { error: String },
+}
+
+/// The scheduler of [`ControlPlane::start_second_scheduler`].
+#[derive(Debug)]
+struct ExtraScheduler {
+    name: String,
+    process: Supervised,
+}
+
 /// The running control plane; stopped and cleaned up on drop.
 pub struct ControlPlane {
     // Stopped in this order (see Drop).
     kubelet: Option<Supervised>,
+    extra_schedulers: Vec<ExtraScheduler>,
     scheduler: Option<Supervised>,
     apiserver: Option<Supervised>,
     bin_dir: PathBuf,
     node_name: String,
     admin_kubeconfig: PathBuf,
+    scheduler_kubeconfig: PathBuf,
     kubelet_root: PathBuf,
     saved_sysctls: Vec<(&'static str, String)>,
     log_entries_before: Vec<PathBuf>,
@@ -156,9 +187,11 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Starts kube-apiserver on `etcd`, kube-scheduler and a kubelet on
-    /// `containerd`, and waits until the node is Ready and the `default`
-    /// ServiceAccount exists. Its directory is created in `parent`.
+    /// Starts kube-apiserver on `etcd` (over TLS with etcd's
+    /// `kube-apiserver` client certificate when etcd has TLS, else over plain
+    /// HTTP), kube-scheduler and a kubelet on `containerd`, and waits until
+    /// the node is Ready and the `default` ServiceAccount exists. Its
+    /// directory is created in `parent`.
     ///
     /// Call it from a thread that outlives the returned value (the processes
     /// are killed by the kernel when the starting thread exits).
@@ -169,10 +202,19 @@ impl ControlPlane {
         containerd: &Containerd,
     ) -> anyhow::Result<Self> {
         Self::check_binaries(&options.bin_dir)?;
-        let etcd_pki = etcd
-            .pki()
-            .context("kube-apiserver needs etcd with TLS (the demo's default)")?;
-        let etcd_client = etcd_pki.client(APISERVER_USER)?;
+        let apiserver_binary = options
+            .apiserver
+            .clone()
+            .unwrap_or_else(|| options.bin_dir.join("kube-apiserver"));
+        if !apiserver_binary.is_file() {
+            bail!("{} is no file", apiserver_binary.display());
+        }
+        // etcd's CA and the client certificate that makes kube-apiserver
+        // etcd user `kube-apiserver`; none with plain etcd.
+        let etcd_tls = match etcd.pki() {
+            Some(pki) => Some((pki.ca_cert().to_owned(), pki.client(APISERVER_USER)?)),
+            None => None,
+        };
         let dir = tempfile::Builder::new()
             .prefix("podtrace-k8s-")
             .tempdir_in(parent)
@@ -197,11 +239,13 @@ impl ControlPlane {
 
         let mut plane = Self {
             kubelet: None,
+            extra_schedulers: Vec::new(),
             scheduler: None,
             apiserver: None,
             bin_dir: options.bin_dir.clone(),
             node_name: options.node_name.clone(),
             admin_kubeconfig,
+            scheduler_kubeconfig: scheduler_kubeconfig.clone(),
             kubelet_root: kubelet_root.clone(),
             saved_sysctls: Vec::new(),
             log_entries_before: pod_log_entries(),
@@ -214,12 +258,15 @@ impl ControlPlane {
 
         // kube-apiserver.
         let started = Instant::now();
-        let mut command = Command::new(options.bin_dir.join("kube-apiserver"));
+        let mut command = Command::new(&apiserver_binary);
+        command.arg(format!("--etcd-servers={}", etcd.endpoint()));
+        if let Some((ca_cert, client)) = &etcd_tls {
+            command
+                .arg(format!("--etcd-cafile={}", ca_cert.display()))
+                .arg(format!("--etcd-certfile={}", client.cert.display()))
+                .arg(format!("--etcd-keyfile={}", client.key.display()));
+        }
         command
-            .arg(format!("--etcd-servers={}", etcd.endpoint()))
-            .arg(format!("--etcd-cafile={}", etcd_pki.ca_cert().display()))
-            .arg(format!("--etcd-certfile={}", etcd_client.cert.display()))
-            .arg(format!("--etcd-keyfile={}", etcd_client.key.display()))
             .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
             .arg(format!("--secure-port={apiserver_port}"))
             .arg(format!(
@@ -266,8 +313,10 @@ impl ControlPlane {
         )?);
         plane.wait_for_apiserver()?;
         note(format_args!(
-            "kube-apiserver (pid {}) serving {server}, ready after {:?}",
+            "kube-apiserver {} (pid {}) serving {server} on etcd {}, ready after {:?}",
+            apiserver_binary.display(),
             plane.apiserver.as_ref().map_or(0, Supervised::pid),
+            etcd.endpoint(),
             started.elapsed()
         ));
 
@@ -376,6 +425,9 @@ impl ControlPlane {
         {
             process.ensure_running()?;
         }
+        for scheduler in &mut self.extra_schedulers {
+            scheduler.process.ensure_running()?;
+        }
         Ok(())
     }
 
@@ -482,23 +534,211 @@ impl ControlPlane {
     /// Creates `manifest` (a v1 Pod, JSON) through the apiserver with
     /// kubectl; returns its namespace, name and uid.
     pub fn create_pod(&self, manifest: &Value) -> anyhow::Result<CreatedPod> {
+        match self.try_create_pod(manifest, &[])? {
+            PodCreation::Created { pod, .. } => Ok(pod),
+            PodCreation::Refused { error } => bail!("kubectl create pod failed: {error}"),
+        }
+    }
+
+    /// `kubectl create -o json -f MANIFEST EXTRA_ARGS…` of a v1 Pod: what
+    /// was created, with the apiserver's warnings, or kubectl's error when
+    /// it was refused. Fails only when kubectl cannot run or its output
+    /// cannot be read.
+    pub fn try_create_pod(
+        &self,
+        manifest: &Value,
+        extra_args: &[&str],
+    ) -> anyhow::Result<PodCreation> {
         let file = self.dir.path().join("pod.json");
         fs::write(&file, manifest.to_string())
             .with_context(|| format!("writing {}", file.display()))?;
-        let output = kubectl_output(
-            self.kubectl()
-                .args(["create", "-o", "json", "-f"])
-                .arg(&file),
-            "create pod",
-        )?;
-        let pod: Value =
+        let output = self
+            .kubectl()
+            .args(["create", "-o", "json", "-f"])
+            .arg(&file)
+            .args(extra_args)
+            .output()
+            .context("running kubectl create")?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() {
+            return Ok(PodCreation::Refused {
+                error: stderr.trim().to_owned(),
+            });
+        }
+        let object: Value =
             serde_json::from_slice(&output.stdout).context("parsing kubectl create's output")?;
-        let field = |key: &str| pod["metadata"][key].as_str().unwrap_or_default().to_owned();
-        Ok(CreatedPod {
-            namespace: field("namespace"),
-            name: field("name"),
-            uid: field("uid"),
+        let field = |key: &str| {
+            object["metadata"][key]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let warnings = stderr
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("Warning: "))
+            .map(str::to_owned)
+            .collect();
+        Ok(PodCreation::Created {
+            pod: CreatedPod {
+                namespace: field("namespace"),
+                name: field("name"),
+                uid: field("uid"),
+            },
+            object,
+            warnings,
         })
+    }
+
+    /// Creates namespace `name` with `labels` (`pod-security.kubernetes.io/…`
+    /// for example) and its `default` ServiceAccount (nothing else would:
+    /// there is no kube-controller-manager).
+    pub fn create_namespace(&self, name: &str, labels: &[(&str, &str)]) -> anyhow::Result<()> {
+        let manifest = json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": name,
+                "labels": labels
+                    .iter()
+                    .map(|(key, value)| ((*key).to_owned(), Value::from(*value)))
+                    .collect::<serde_json::Map<_, _>>(),
+            },
+        });
+        let file = self.dir.path().join(format!("namespace-{name}.json"));
+        fs::write(&file, manifest.to_string())
+            .with_context(|| format!("writing {}", file.display()))?;
+        kubectl_output(
+            self.kubectl().args(["create", "-f"]).arg(&file),
+            "create namespace",
+        )?;
+        kubectl_output(
+            self.kubectl()
+                .args(["create", "serviceaccount", "default", "-n", name]),
+            "create serviceaccount",
+        )?;
+        Ok(())
+    }
+
+    /// Reads the Pod every half second until `done` returns `Some` for it
+    /// (or `timeout` passes: then fails with `what` and the Pod's
+    /// description); returns that value and the Pod as JSON.
+    pub fn wait_pod<T>(
+        &self,
+        pod: &CreatedPod,
+        what: &str,
+        timeout: Duration,
+        mut done: impl FnMut(&Value) -> Option<T>,
+    ) -> anyhow::Result<(T, Value)> {
+        let mut last = Value::Null;
+        let mut found = None;
+        let waited = wait_until(what, timeout, Duration::from_millis(500), || {
+            let output = kubectl_output(
+                self.kubectl()
+                    .args(["get", "pod", "-o", "json", "-n", &pod.namespace, &pod.name]),
+                "get pod",
+            )?;
+            last =
+                serde_json::from_slice(&output.stdout).context("parsing kubectl get's output")?;
+            Ok(match done(&last) {
+                Some(value) => {
+                    found = Some(value);
+                    Ok(())
+                }
+                None => Err(format!("phase {}", last["status"]["phase"])),
+            })
+        });
+        match (waited, found) {
+            (Ok(()), Some(value)) => Ok((value, last)),
+            (waited, _) => Err(waited.err().unwrap_or_else(|| anyhow::anyhow!("{what}")))
+                .with_context(|| {
+                    format!(
+                        "Pod {}/{}:\n{}",
+                        pod.namespace,
+                        pod.name,
+                        self.describe_pod(pod)
+                    )
+                }),
+        }
+    }
+
+    fn describe_pod(&self, pod: &CreatedPod) -> String {
+        self.kubectl()
+            .args(["describe", "pod", "-n", &pod.namespace, &pod.name])
+            .output()
+            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Starts another kube-scheduler (the same binary) whose one profile is
+    /// `scheduler_name`, without leader election, on its own port; Pods
+    /// with that `schedulerName` are its. It is stopped with the rest.
+    ///
+    /// Call it from a thread that outlives the control plane.
+    pub fn start_second_scheduler(&mut self, scheduler_name: &str) -> anyhow::Result<()> {
+        if self
+            .extra_schedulers
+            .iter()
+            .any(|scheduler| scheduler.name == scheduler_name)
+        {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let file_name: String = scheduler_name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let config = self
+            .dir
+            .path()
+            .join(format!("kube-scheduler-{file_name}.json"));
+        // kubescheduler.config.k8s.io/v1 is served by kube-scheduler 1.25+.
+        let configuration = json!({
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": self.scheduler_kubeconfig},
+            "leaderElection": {"leaderElect": false},
+            "profiles": [{"schedulerName": scheduler_name}],
+        });
+        write_file(&config, configuration.to_string().as_bytes())?;
+        let mut command = Command::new(self.bin_dir.join("kube-scheduler"));
+        command
+            .arg(format!("--config={}", config.display()))
+            .arg(format!(
+                "--authentication-kubeconfig={}",
+                self.scheduler_kubeconfig.display()
+            ))
+            .arg(format!(
+                "--authorization-kubeconfig={}",
+                self.scheduler_kubeconfig.display()
+            ))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={}", free_loopback_port()?));
+        let process = Supervised::spawn(
+            "kube-scheduler",
+            &mut command,
+            &self
+                .dir
+                .path()
+                .join(format!("kube-scheduler-{file_name}.log")),
+        )?;
+        note(format_args!(
+            "second kube-scheduler {scheduler_name:?} (pid {}) started in {:?}",
+            process.pid(),
+            started.elapsed()
+        ));
+        self.extra_schedulers.push(ExtraScheduler {
+            name: scheduler_name.to_owned(),
+            process,
+        });
+        Ok(())
+    }
+
+    /// The log of the scheduler started as `scheduler_name`, its last lines.
+    pub fn scheduler_log_tail(&self, scheduler_name: &str) -> Option<String> {
+        self.extra_schedulers
+            .iter()
+            .find(|scheduler| scheduler.name == scheduler_name)
+            .map(|scheduler| scheduler.process.log_tail())
     }
 
     /// Waits until the Pod's phase is Running; returns the Pod as JSON.
@@ -542,6 +782,12 @@ impl ControlPlane {
 
     fn teardown(&mut self) -> Vec<String> {
         let mut problems = Vec::new();
+        if let Some(mut kubelet) = self.kubelet.take() {
+            kubelet.stop(Duration::from_secs(10));
+        }
+        for mut scheduler in self.extra_schedulers.drain(..) {
+            scheduler.process.stop(Duration::from_secs(10));
+        }
         for process in [&mut self.kubelet, &mut self.scheduler, &mut self.apiserver] {
             if let Some(mut process) = process.take() {
                 process.stop(Duration::from_secs(10));
