@@ -43,6 +43,19 @@
 //! `testdata/fixture` with each, reads the DWARF and writes the Rust table
 //! (`src/offsets_table.rs`; stdout without `--out`). `cargo xtask offsets` runs
 //! `cargo run -p tracer-gobin --bin gen-offsets -- --out tracer-user/gobin/src/offsets_table.rs`.
+//! `gen-offsets --kube UNSTRIPPED_K8S_BINARY... --out src/kube_offsets_table.rs`
+//! writes the Kubernetes table instead (`cargo xtask offsets --kube DIR`).
+//!
+//! ```no_run
+//! # fn main() -> Result<(), tracer_gobin::GoBinError> {
+//! let bin = tracer_gobin::GoBinary::open("/usr/local/bin/kube-apiserver")?;
+//! if let Some(version) = bin.kubernetes_version()? {
+//!     let offsets = tracer_gobin::kube_offsets(version)?;
+//!     println!("{version}: Pod.ObjectMeta.Name at {}", offsets.pod_name);
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 mod buildinfo;
 mod elf;

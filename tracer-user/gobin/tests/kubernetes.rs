@@ -214,3 +214,101 @@ fn real_non_kubernetes_go_binaries_give_none() {
         println!("SKIP real_non_kubernetes_go_binaries_give_none: no Debian Go binary found");
     }
 }
+
+/// File offset of the virtual address `addr`, from the section holding it.
+fn file_offset_of(bytes: &[u8], addr: u64) -> usize {
+    use object::{Object as _, ObjectSection as _};
+    let file = object::File::parse(bytes).unwrap();
+    let section = file
+        .sections()
+        .find(|s| s.address() <= addr && addr < s.address() + s.size())
+        .unwrap();
+    (section.file_range().unwrap().0 + (addr - section.address())) as usize
+}
+
+#[test]
+fn corrupt_version_string_headers_are_errors_not_panics() {
+    let test = "corrupt_version_string_headers_are_errors_not_panics";
+    let Some(toolchain) = fixture_toolchains(test).pop() else {
+        return;
+    };
+    let path = build_kube_fixture(&toolchain, Variant::Plain, "");
+    let original = std::fs::read(&path).unwrap();
+    let addr = support::symbol_address(&path, "k8s.io/component-base/version.gitVersion").unwrap();
+    let at = file_offset_of(&original, addr);
+    // Length 2^48 (implausible), then a pointer to an unmapped address.
+    for (offset, value) in [(8, 1u64 << 48), (0, 0x10)] {
+        let mut bytes = original.clone();
+        bytes[at + offset..at + offset + 8].copy_from_slice(&value.to_le_bytes());
+        let result = GoBinary::parse(bytes).unwrap().kubernetes_version();
+        assert!(
+            matches!(result, Err(GoBinError::KubeVersionNotFound { .. })),
+            "word {offset} = {value:#x}: {result:?}"
+        );
+    }
+    // A version that is not one.
+    let mut bytes = original.clone();
+    let text = std::fs::read(&path).unwrap();
+    let needle = FIXTURE_VERSION.as_bytes();
+    let pos = text
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap();
+    bytes[pos] = b'x';
+    let result = GoBinary::parse(bytes).unwrap().kubernetes_version();
+    assert!(
+        matches!(result, Err(GoBinError::KubeVersionNotFound { ref reason }) if reason.contains("x1.31.7")),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn random_corruption_of_version_code_and_data_never_panics() {
+    let test = "random_corruption_of_version_code_and_data_never_panics";
+    let Some(toolchain) = fixture_toolchains(test).pop() else {
+        return;
+    };
+    for variant in [Variant::Plain, Variant::Stripped] {
+        let path = build_kube_fixture(&toolchain, variant, "dynamic");
+        let original = std::fs::read(&path).unwrap();
+        let bin = GoBinary::parse(original.clone()).unwrap();
+        let mut targets: Vec<(usize, usize)> = [
+            "k8s.io/component-base/version.Get",
+            "k8s.io/component-base/version.init.0",
+        ]
+        .iter()
+        .map(|name| {
+            let f = bin.function(name).unwrap().unwrap();
+            (f.file_offset as usize, (f.end - f.entry) as usize)
+        })
+        .collect();
+        if let Some(addr) =
+            support::symbol_address(&path, "k8s.io/component-base/version.gitVersion")
+        {
+            targets.push((file_offset_of(&original, addr), 16));
+        }
+        let mut seed = 0x6b75_6265u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            seed >> 33
+        };
+        let (mut found, mut errors) = (0, 0);
+        for _ in 0..300 {
+            let mut bytes = original.clone();
+            for _ in 0..1 + next() % 6 {
+                let (start, len) = targets[next() as usize % targets.len()];
+                bytes[start + next() as usize % len] = next() as u8;
+            }
+            match GoBinary::parse(bytes).unwrap().kubernetes_version() {
+                Ok(_) => found += 1,
+                Err(e) => {
+                    errors += 1;
+                    let _ = e.to_string();
+                }
+            }
+        }
+        println!("{variant}: {found} read a version, {errors} errors");
+    }
+}

@@ -1,6 +1,6 @@
 //! Arbitrary bytes through every parser of tracer-gobin: ELF headers and
 //! segments, pcHeader (by section or by magic scan), moduledata search, build
-//! info, the function table and RET decoding. Any panic is a bug: the crate
+//! info, the function table, RET decoding and the Kubernetes version. Any panic is a bug: the crate
 //! promises errors, not panics, on data from disk. Seed the corpus with real
 //! Go binaries (a stripped fixture, /usr/sbin/runc) so mutations reach the
 //! Go tables.
@@ -18,5 +18,6 @@ fuzz_target!(|data: &[u8]| {
     for function in bin.functions().take(2000).flatten() {
         let _ = bin.ret_offsets(&function);
     }
+    let _ = bin.kubernetes_version();
     let _ = bin.inspect(["crypto/tls.(*Conn).Write", "runtime.main", "main.main.abi0"]);
 });
