@@ -36,6 +36,8 @@ pub enum EventKind {
     FileOpen = 7,
     /// [`crate::io::HeaderEvent`]
     Header = 8,
+    /// [`crate::gofunc::GoFuncEvent`]
+    GoFunc = 9,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -50,6 +52,7 @@ impl TryFrom<u32> for EventKind {
             6 => Ok(EventKind::Fsync),
             7 => Ok(EventKind::FileOpen),
             8 => Ok(EventKind::Header),
+            9 => Ok(EventKind::GoFunc),
             other => Err(other),
         }
     }

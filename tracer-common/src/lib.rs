@@ -2,7 +2,8 @@
 //!
 //! In: nothing. Out: `#[repr(C)]` records the eBPF programs write into the ring
 //! buffer ([`event`]), the configuration user space hands to the programs before
-//! load ([`config`]), socket and file capture ([`io`]), the reasons for which the kernel side drops or cuts data
+//! load ([`config`]), socket and file capture ([`io`]), function probes on Kubernetes components
+//! ([`gofunc`]), the reasons for which the kernel side drops or cuts data
 //! ([`drop_reason`]), and the names of maps and programs ([`names`]).
 //!
 //! The crate is `no_std` so the kernel side can use it. Every type here holds
@@ -14,6 +15,7 @@
 pub mod config;
 pub mod drop_reason;
 pub mod event;
+pub mod gofunc;
 pub mod io;
 pub mod names;
 

@@ -31,6 +31,11 @@ pub const PROGRAM_GO_TLS_READ_RET: &str = "go_tls_read_ret";
 /// Uprobe at `hpack.(*Encoder).WriteField` and `hpack.(*Decoder).callEmit`
 /// (entry; the cookie is the `io::HeaderSide`).
 pub const PROGRAM_GO_HPACK_FIELD: &str = "go_hpack_field";
+/// Array attach cookie → `gofunc::GoFuncSpec`: what each function probe is.
+pub const MAP_GO_FUNCS: &str = "GO_FUNCS";
+/// Uprobe at the entry and RETs of probed Kubernetes functions (the cookie
+/// is the attachment's slot in `GO_FUNCS`).
+pub const PROGRAM_GO_FUNC: &str = "go_func";
 /// Read-only global holding [`crate::config::Config`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 

@@ -53,13 +53,13 @@ fn go_probe_hit(ctx: ProbeContext) -> u32 {
 /// Go's register ABI on amd64 (ABIInternal, Go ≥ 1.17): integer arguments
 /// and results in RAX, RBX, RCX, RDI, RSI, R8, R9, R10, R11; the current
 /// goroutine's `g` in R14. The one place that knows it.
-mod go_abi {
+pub(crate) mod go_abi {
     use aya_ebpf::programs::ProbeContext;
 
     /// The `n`th integer argument word (0-based) at a function's entry, or
     /// the `n`th result word at a RET.
     #[inline(always)]
-    pub(super) fn word(ctx: &ProbeContext, n: usize) -> u64 {
+    pub(crate) fn word(ctx: &ProbeContext, n: usize) -> u64 {
         // SAFETY: `regs` is the pt_regs the kernel passed to the uprobe.
         let regs = unsafe { &*ctx.regs };
         match n {
@@ -77,7 +77,7 @@ mod go_abi {
 
     /// The running goroutine's `runtime.g` address.
     #[inline(always)]
-    pub(super) fn current_g(ctx: &ProbeContext) -> u64 {
+    pub(crate) fn current_g(ctx: &ProbeContext) -> u64 {
         // SAFETY: as above.
         unsafe { (*ctx.regs).r14 }
     }
@@ -140,7 +140,7 @@ fn followed_socket(tgid: u32, conn: u64, offsets: &GoTlsOffsets) -> Option<(u32,
 
 /// The process and thread, if the process is a component podtrace captures.
 #[inline(always)]
-fn component_ids() -> Option<Ids> {
+pub(crate) fn component_ids() -> Option<Ids> {
     let ids = Ids::current();
     target_of(ids.tgid)
         .filter(|target| target.depth == 0)
@@ -148,7 +148,7 @@ fn component_ids() -> Option<Ids> {
 }
 
 #[inline(always)]
-fn attach_cookie(ctx: &ProbeContext) -> u64 {
+pub(crate) fn attach_cookie(ctx: &ProbeContext) -> u64 {
     // SAFETY: the context pointer is the one the kernel passed to this program.
     unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }
 }

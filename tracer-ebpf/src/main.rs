@@ -16,6 +16,7 @@
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod func_probes;
 mod go_probes;
 mod io;
 mod kernel_read;

@@ -11,6 +11,7 @@ use tracer_common::{
         MAX_TARGETS, TargetInfo,
     },
     drop_reason::DropReason,
+    gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
     io::{
         ActiveCall, DATA_BYTES_MAX, DataEvent, FdInfo, FdKey, GoCallKey, GoTlsOffsets, GoTlsRead,
         MAX_ACTIVE_CALLS, MAX_GO_BINARIES, MAX_GO_TLS_READS, MAX_TRACKED_FDS,
@@ -60,6 +61,10 @@ pub(crate) static SCRATCH: PerCpuArray<[u8; SCRATCH_BYTES]> = PerCpuArray::with_
 /// Struct offsets per probed Go binary, indexed by the uprobes' attach cookie.
 #[map]
 pub(crate) static GO_BINARIES: Array<GoTlsOffsets> = Array::with_max_entries(MAX_GO_BINARIES, 0);
+
+/// What each function probe attachment is, indexed by its attach cookie.
+#[map]
+pub(crate) static GO_FUNCS: Array<GoFuncSpec> = Array::with_max_entries(MAX_GO_FUNC_PROBES, 0);
 
 /// `crypto/tls.(*Conn).Read` calls between entry and return, per goroutine.
 #[map]

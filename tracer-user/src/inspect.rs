@@ -24,6 +24,9 @@ pub fn render_text(inspection: &GoInspection) -> String {
     for module in &inspection.modules {
         let _ = writeln!(out, "module      {} {}", module.path, module.version);
     }
+    if let Some(kubernetes) = &inspection.kubernetes {
+        let _ = writeln!(out, "kubernetes  {kubernetes}");
+    }
     for (name, function) in &inspection.functions {
         let rets: Vec<String> = function
             .ret_offsets

@@ -12,6 +12,8 @@ use std::path::Path;
 use serde::Serialize;
 use tracer_gobin::{GoBinError, GoBinary, Module};
 
+use super::kube_probes::KubeProbe;
+
 /// What a probed function is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -100,6 +102,10 @@ pub struct GoInspection {
     /// Requested names found nowhere in the binary.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+    /// For a Kubernetes component: its version, and whether podtrace has
+    /// the offsets its function probes need (or why not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<String>,
 }
 
 /// A module path and version, as `go version -m` prints them.
@@ -134,6 +140,18 @@ pub fn inspect(path: &Path, extra: &[String]) -> Result<GoInspection, GoBinError
         .into_iter()
         .map(|(_, function)| (function.name.clone(), function))
         .collect();
+    let kube_functions = kube_functions(&binary)?;
+    let kubernetes = match binary.kubernetes_version() {
+        Ok(Some(version)) => Some(match tracer_gobin::kube_offsets(version) {
+            Ok(_) => format!("{version} ({} function probes)", kube_functions.len()),
+            Err(error) => format!("{version}: {error}"),
+        }),
+        Ok(None) => None,
+        Err(error) => Some(error.to_string()),
+    };
+    for (_, function) in kube_functions {
+        functions.insert(function.name.clone(), function);
+    }
     for name in extra {
         match binary.function(name)? {
             Some(function) => {
@@ -149,6 +167,7 @@ pub fn inspect(path: &Path, extra: &[String]) -> Result<GoInspection, GoBinError
         modules: info.deps.iter().map(ModuleVersion::from).collect(),
         functions,
         missing,
+        kubernetes,
     })
 }
 
@@ -207,6 +226,11 @@ pub struct GoPlan {
     pub hpack_encoders: Vec<ResolvedFunction>,
     /// Every copy of `hpack.(*Decoder).callEmit` (entry probe).
     pub hpack_decoders: Vec<ResolvedFunction>,
+    /// The Kubernetes functions it holds (entry and RET probes).
+    pub kube_functions: Vec<(&'static KubeProbe, ResolvedFunction)>,
+    /// For a Kubernetes component: its version's field offsets, or why
+    /// there are none (a version outside the table, no version found).
+    pub kube_offsets: Option<Result<tracer_gobin::KubeStructOffsets, GoBinError>>,
 }
 
 /// Why a binary gets no Go probes.
@@ -224,9 +248,21 @@ pub enum NoGoPlan {
 pub fn go_plan(path: &Path) -> Result<GoPlan, NoGoPlan> {
     let binary = GoBinary::open(path)?;
     let probed = probed_functions(&binary)?;
-    if probed.is_empty() {
+    let kube_functions = kube_functions(&binary)?;
+    if probed.is_empty() && kube_functions.is_empty() {
         return Err(NoGoPlan::NothingToProbe);
     }
+    let kube_offsets = if kube_functions.is_empty() {
+        None
+    } else {
+        Some(match binary.kubernetes_version() {
+            Ok(Some(version)) => tracer_gobin::kube_offsets(version),
+            Ok(None) => Err(GoBinError::KubeVersionNotFound {
+                reason: "it has Kubernetes functions but no k8s.io/component-base/version".into(),
+            }),
+            Err(error) => Err(error),
+        })
+    };
     let of_role = |wanted: GoProbeRole| -> Vec<ResolvedFunction> {
         probed
             .iter()
@@ -240,7 +276,23 @@ pub fn go_plan(path: &Path) -> Result<GoPlan, NoGoPlan> {
         tls_reads: of_role(GoProbeRole::TlsConnRead),
         hpack_encoders: of_role(GoProbeRole::HpackEncoderWriteField),
         hpack_decoders: of_role(GoProbeRole::HpackDecoderCallEmit),
+        kube_functions,
+        kube_offsets,
     })
+}
+
+/// The functions of [`KUBE_PROBES`](super::kube_probes::KUBE_PROBES) that
+/// `binary` holds, resolved for attach.
+fn kube_functions(
+    binary: &GoBinary,
+) -> Result<Vec<(&'static KubeProbe, ResolvedFunction)>, GoBinError> {
+    let mut found = Vec::new();
+    for probe in super::kube_probes::KUBE_PROBES {
+        if let Some(function) = binary.function(probe.symbol)? {
+            found.push((probe, resolve(binary, function)?));
+        }
+    }
+    Ok(found)
 }
 
 /// Every copy of every function in [`GO_PROBES`] that `binary` holds, with

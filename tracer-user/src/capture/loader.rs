@@ -20,14 +20,15 @@ use tracer_common::{
     config::{COMM_BYTES, Config, TARGET_WAL, TargetInfo},
     drop_reason::DropReason,
     event::{EventHeader, EventKind, FILENAME_BYTES},
+    gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
     io::{
         AF_INET, AF_INET6, AF_UNIX, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FileOpenEvent,
         GoTlsOffsets, HeaderSide, IoSyscall, MAX_GO_BINARIES, UNIX_PATH_BYTES, USER_CONN_ID_BIT,
     },
     names::{
         GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_GO_BINARIES,
-        MAP_TARGET_COMMS, MAP_TARGETS, PROGRAM_GO_HPACK_FIELD, PROGRAM_GO_TLS_READ,
-        PROGRAM_GO_TLS_READ_RET, PROGRAM_GO_TLS_WRITE,
+        MAP_GO_FUNCS, MAP_TARGET_COMMS, MAP_TARGETS, PROGRAM_GO_FUNC, PROGRAM_GO_HPACK_FIELD,
+        PROGRAM_GO_TLS_READ, PROGRAM_GO_TLS_READ_RET, PROGRAM_GO_TLS_WRITE,
     },
 };
 
@@ -37,6 +38,7 @@ use super::{
     clock::monotonic_now_ns,
     go_probes::{NoGoPlan, go_plan},
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
+    kube_probes,
     proc_fds::{OpenFd, open_fds},
     targets::{FoundTarget, TargetMatcher, scan_proc},
     wire::{Peer, record_bytes},
@@ -126,6 +128,8 @@ pub struct Probes {
     /// Go executables looked at for probes, by (device, inode), with their
     /// slot in `GO_BINARIES` if they got TLS probes.
     go_binaries: HashMap<(u64, u64), Option<u32>>,
+    /// Slots of `GO_FUNCS` in use.
+    go_func_slots: u32,
 }
 
 /// What attaching the Go probes to one binary did.
@@ -137,6 +141,10 @@ struct GoAttached {
     tls_index: Option<u32>,
     /// Why it got no TLS probes although it uses crypto/tls.
     unknown_release: Option<String>,
+    /// Kubernetes function probes attached.
+    kube_functions: usize,
+    /// Why a Kubernetes component got no function probes.
+    no_kube_probes: Option<String>,
 }
 
 /// Why a Go binary got no probes.
@@ -151,6 +159,9 @@ pub enum GoAttachError {
     /// `GO_BINARIES` is full.
     #[error("more than {MAX_GO_BINARIES} Go binaries with TLS probes")]
     TooManyBinaries,
+    /// `GO_FUNCS` is full.
+    #[error("more than {MAX_GO_FUNC_PROBES} Kubernetes function probe attachments")]
+    TooManyFunctionProbes,
 }
 
 impl Probes {
@@ -220,6 +231,7 @@ impl Probes {
             PROGRAM_GO_TLS_READ,
             PROGRAM_GO_TLS_READ_RET,
             PROGRAM_GO_HPACK_FIELD,
+            PROGRAM_GO_FUNC,
         ] {
             let program: &mut UProbe = ebpf
                 .program_mut(name)
@@ -263,6 +275,7 @@ impl Probes {
             seeded,
             open_fds,
             go_binaries: HashMap::new(),
+            go_func_slots: 0,
         };
         let components: Vec<u32> = probes
             .seeded
@@ -307,10 +320,15 @@ impl Probes {
                 attachments,
                 tls_index,
                 unknown_release,
+                kube_functions,
+                no_kube_probes,
             }) => {
-                tracing::info!(%exe, attachments, tls = tls_index.is_some(), "Go probes attached");
+                tracing::info!(%exe, attachments, tls = tls_index.is_some(), kube_functions, "Go probes attached");
                 if let Some(error) = unknown_release {
                     tracing::warn!(%exe, %error, "no TLS plaintext from this executable (HTTP/2 headers and syscalls are still captured)");
+                }
+                if let Some(error) = no_kube_probes {
+                    tracing::warn!(%exe, %error, "no apiserver/scheduler/kubelet function spans from this executable (its REST, etcd and CRI spans still work)");
                 }
                 tls_index
             }
@@ -374,6 +392,38 @@ impl Probes {
                 (!plan.tls_writes.is_empty()).then(|| error.to_string()),
             ),
         };
+        let (kube_functions, no_kube_probes) = match &plan.kube_offsets {
+            Some(Ok(kube)) => match &plan.offsets {
+                Ok(go) => {
+                    let before = points.len();
+                    for (probe, function) in &plan.kube_functions {
+                        let entry = self
+                            .register_function_probe(kube_probes::spec(probe, false, go, kube))?;
+                        points.push((
+                            PROGRAM_GO_FUNC,
+                            function.file_offset + function.entry_probe_offset,
+                            u64::from(entry),
+                        ));
+                        if probe.returns {
+                            let ret = self.register_function_probe(kube_probes::spec(
+                                probe, true, go, kube,
+                            ))?;
+                            points.extend(function.ret_offsets.iter().map(|offset| {
+                                (
+                                    PROGRAM_GO_FUNC,
+                                    function.file_offset + offset,
+                                    u64::from(ret),
+                                )
+                            }));
+                        }
+                    }
+                    (points.len() - before, None)
+                }
+                Err(error) => (0, Some(error.to_string())),
+            },
+            Some(Err(error)) => (0, Some(error.to_string())),
+            None => (0, None),
+        };
         for (name, offset, cookie) in &points {
             let program: &mut UProbe = self
                 .ebpf
@@ -392,7 +442,30 @@ impl Probes {
             attachments: points.len(),
             tls_index,
             unknown_release,
+            kube_functions,
+            no_kube_probes,
         })
+    }
+
+    /// Stores a function probe's spec in the next `GO_FUNCS` slot; the slot
+    /// is the attach cookie of its attachments.
+    fn register_function_probe(&mut self, spec: GoFuncSpec) -> Result<u32, GoAttachError> {
+        let slot = self.go_func_slots;
+        if slot >= MAX_GO_FUNC_PROBES {
+            return Err(GoAttachError::TooManyFunctionProbes);
+        }
+        let map_error = |source| CaptureError::Map {
+            name: MAP_GO_FUNCS,
+            source,
+        };
+        let map = self
+            .ebpf
+            .map_mut(MAP_GO_FUNCS)
+            .ok_or(CaptureError::MissingMap(MAP_GO_FUNCS))?;
+        let mut specs: Array<_, GoFuncSpec> = Array::try_from(map).map_err(map_error)?;
+        specs.set(slot, spec, 0).map_err(map_error)?;
+        self.go_func_slots += 1;
+        Ok(slot)
     }
 
     /// Stores a binary's struct offsets in the next `GO_BINARIES` slot.

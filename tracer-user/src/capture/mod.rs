@@ -7,6 +7,7 @@
 pub mod clock;
 pub mod go_probes;
 pub mod kernel_btf;
+pub mod kube_probes;
 pub mod loader;
 pub mod proc_fds;
 pub mod recording;
@@ -18,5 +19,5 @@ pub mod wire;
 pub use loader::{CaptureError, CaptureOptions, DropCounts, Probes};
 pub use wire::{
     ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, ExitStatus, FileOpenRecord,
-    ForkRecord, FsyncRecord, HeaderRecord, Peer, ProcessIds, RawEvent,
+    ForkRecord, FsyncRecord, GoFuncRecord, HeaderRecord, Peer, ProcessIds, RawEvent,
 };

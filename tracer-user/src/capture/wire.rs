@@ -14,6 +14,10 @@ use tracer_common::{
         ARGS_BYTES, EXEC_ARGS_TRUNCATED, EXEC_FILENAME_TRUNCATED, EventHeader, EventKind,
         ExecEvent, ExitEvent, FILENAME_BYTES, ForkEvent,
     },
+    gofunc::{
+        GO_FUNC_STRINGS, GO_FUNC_WORDS, GO_STRING_TRUNCATED, GO_STRING_UNREADABLE, GoFuncEvent,
+        GoFunction,
+    },
     io::{
         AF_INET, AF_INET6, AF_UNIX, ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_GO_TLS,
         DATA_TRUNCATED, DataEvent, Direction, FdKind, FileOpenEvent, FsyncEvent,
@@ -253,6 +257,28 @@ pub struct HeaderRecord {
     pub truncated: bool,
 }
 
+/// A hit of a function probe on a Kubernetes component.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GoFuncRecord {
+    /// The thread and time.
+    pub ids: ProcessIds,
+    /// Which function.
+    pub function: GoFunction,
+    /// At a RET (results in `words`) or at the entry (arguments).
+    pub at_return: bool,
+    /// The goroutine.
+    pub goid: u64,
+    /// The goroutine that created it (0: unknown).
+    pub parent_goid: u64,
+    /// The integer ABI words.
+    pub words: [u64; GO_FUNC_WORDS],
+    /// The strings the attachment asked for; `None` when there was none or
+    /// it could not be read (a nil pointer on the way).
+    pub strings: [Option<String>; GO_FUNC_STRINGS],
+    /// Whether each string was cut.
+    pub truncated: [bool; GO_FUNC_STRINGS],
+}
+
 /// One event from the kernel, owned and validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RawEvent {
@@ -272,6 +298,8 @@ pub enum RawEvent {
     FileOpen(FileOpenRecord),
     /// See [`HeaderRecord`].
     Header(HeaderRecord),
+    /// See [`GoFuncRecord`].
+    GoFunc(GoFuncRecord),
 }
 
 impl RawEvent {
@@ -286,6 +314,7 @@ impl RawEvent {
             RawEvent::Fsync(fsync) => &fsync.ids,
             RawEvent::FileOpen(open) => &open.ids,
             RawEvent::Header(header) => &header.ids,
+            RawEvent::GoFunc(call) => &call.ids,
         }
     }
 }
@@ -436,6 +465,41 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
                 value: String::from_utf8_lossy(value).into_owned(),
                 redacted: event.flags & HEADER_VALUE_REDACTED != 0,
                 truncated: event.flags & HEADER_VALUE_TRUNCATED != 0,
+            }))
+        }
+        EventKind::GoFunc => {
+            let event: GoFuncEvent = read_record("function probe", bytes)?;
+            let function =
+                GoFunction::try_from(event.function).map_err(|value| WireError::Malformed {
+                    kind: "function probe",
+                    what: format!("function {value}"),
+                })?;
+            let mut strings = [None, None, None];
+            let mut truncated = [false; GO_FUNC_STRINGS];
+            for (index, string) in strings.iter_mut().enumerate() {
+                if event.string_flags & (GO_STRING_UNREADABLE << index) != 0 {
+                    continue;
+                }
+                let len = usize::from(event.string_lens[index]);
+                let bytes =
+                    event.strings[index]
+                        .get(..len)
+                        .ok_or_else(|| WireError::Malformed {
+                            kind: "function probe",
+                            what: format!("string_lens[{index}] {len}"),
+                        })?;
+                *string = Some(String::from_utf8_lossy(bytes).into_owned());
+                truncated[index] = event.string_flags & (GO_STRING_TRUNCATED << index) != 0;
+            }
+            Ok(RawEvent::GoFunc(GoFuncRecord {
+                ids,
+                function,
+                at_return: event.at_return != 0,
+                goid: event.goid,
+                parent_goid: event.parent_goid,
+                words: event.words,
+                strings,
+                truncated,
             }))
         }
     }

@@ -165,6 +165,7 @@ impl Correlator {
             // Spans of other HTTP/2 requests are built from these as the
             // control-plane stitching lands; alone they report nothing.
             Message::Header(_) => Vec::new(),
+            Message::Func(_) => Vec::new(),
             Message::Cri(call) => spans(self.node_spans.on_cri(&call)).into_iter().collect(),
             Message::Etcd(call) => spans(self.control_spans.on_etcd(&call))
                 .into_iter()

@@ -4,13 +4,16 @@
 //! [`Message`]s: process events (argv with secrets redacted), connection and
 //! file events, HTTP/2 header fields tied to their connection ([`headers`]),
 //! finished CRI calls and etcd writes ([`grpc_calls`]) and the Raft entries
-//! of WAL writes ([`wal_writes`]), decoded with `tracer-decode`.
+//! of WAL writes ([`wal_writes`]), decoded with `tracer-decode`, and what
+//! Kubernetes components' probed functions did ([`functions`]).
 
+pub mod functions;
 pub mod grpc_calls;
 pub mod headers;
 pub mod process;
 pub mod wal_writes;
 
+pub use functions::FuncMessage;
 pub use grpc_calls::{CriMessage, EtcdMessage, GrpcDecoder};
 pub use headers::{HeaderAttributor, HeaderMessage};
 pub use wal_writes::{WalDecoder, WalMessage};
@@ -47,6 +50,8 @@ pub enum Message {
     Etcd(EtcdMessage),
     /// A write to an etcd WAL segment.
     Wal(WalMessage),
+    /// A Kubernetes component entered or left a probed function.
+    Func(FuncMessage),
 }
 
 impl Message {
@@ -63,6 +68,7 @@ impl Message {
             Self::Wal(write) => Some(write.start_ts_ns),
             Self::Cri(call) => call.end_ts_ns,
             Self::Etcd(call) => call.end_ts_ns,
+            Self::Func(call) => Some(call.ids.ts_ns),
             Self::Header(_) => None,
         }
     }
@@ -111,6 +117,7 @@ impl Decoder {
             }
             RawEvent::Fsync(fsync) => vec![Message::Fsync(fsync)],
             RawEvent::FileOpen(open) => vec![Message::FileOpen(open)],
+            RawEvent::GoFunc(call) => vec![Message::Func(functions::decode(call))],
             RawEvent::Header(header) => match self.headers.on_header(header) {
                 Some(header) => {
                     self.grpc.on_header(&header);

@@ -67,6 +67,15 @@ pub fn format_event(event: &RawEvent, clock: &WallClock) -> String {
             },
             if field.truncated { "…" } else { "" }
         ),
+        RawEvent::GoFunc(call) => format!(
+            "{head} func {:?} {} goroutine {} (created by {}) words {:x?} strings {:?}",
+            call.function,
+            if call.at_return { "ret" } else { "entry" },
+            call.goid,
+            call.parent_goid,
+            call.words,
+            call.strings
+        ),
         RawEvent::Data(data) => format!(
             "{head} {}{} {:?} fd {} conn {:#x} {} B{} {}",
             if data.tls_plaintext { "tls " } else { "" },
