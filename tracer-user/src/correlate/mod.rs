@@ -166,6 +166,7 @@ impl Correlator {
             // control-plane stitching lands; alone they report nothing.
             Message::Header(_) => Vec::new(),
             Message::Func(_) => Vec::new(),
+            Message::Rest(_) => Vec::new(),
             Message::Cri(call) => spans(self.node_spans.on_cri(&call)).into_iter().collect(),
             Message::Etcd(call) => spans(self.control_spans.on_etcd(&call))
                 .into_iter()

@@ -26,8 +26,10 @@ use tracer_decode::{
     cri::CriCall,
     etcd::{KvCall, WriteKind},
     grpc::GrpcCall,
-    http2::{Http2Connection, Limits},
-    identity::{PodClue, clues_from_kv_request},
+    http2::{Exchange, Http2Connection, Limits},
+    identity::{PodClue, PodIdentity, clues_from_kv_request},
+    kube::{StoredObject, decode_status, decode_stored_object},
+    rest::{RestRequest, Verb},
 };
 
 use super::{HeaderMessage, Message};
@@ -103,6 +105,48 @@ pub struct EtcdMessage {
     pub txn_succeeded: Option<bool>,
     /// gRPC status code, when the trailers were captured.
     pub status_code: Option<u32>,
+    /// Request start and response end (CLOCK_MONOTONIC ns), where captured.
+    pub start_ts_ns: Option<u64>,
+    /// See `start_ts_ns`.
+    pub end_ts_ns: Option<u64>,
+}
+
+/// One finished Kubernetes REST request that writes a Pod: a create, update,
+/// patch or delete of `pods`, or of its `binding` and `status` subresources.
+/// Reads and watches are not reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestMessage {
+    /// The connection.
+    pub conn: ConnKey,
+    /// The HTTP/2 stream.
+    pub stream_id: u32,
+    /// Whether the process handled (kube-apiserver) or made the request.
+    pub side: Side,
+    /// `POST`, `PATCH`, …
+    pub method: String,
+    /// The route template (`/api/v1/namespaces/{namespace}/pods`).
+    pub route: String,
+    /// The Kubernetes verb (`create`, `patch`, …).
+    pub verb: String,
+    /// From the path.
+    pub namespace: Option<String>,
+    /// From the path (absent for a create).
+    pub name: Option<String>,
+    /// `binding`, `status`.
+    pub subresource: Option<String>,
+    /// `?dryRun=All`: admission runs, nothing is stored.
+    pub dry_run: bool,
+    /// `:status`, when the response headers were captured.
+    pub status: Option<u16>,
+    /// The client's `user-agent`.
+    pub user_agent: Option<String>,
+    /// The Pod the response returned (a create's UID is known from here).
+    pub pod: Option<PodIdentity>,
+    /// For a failure: the `Status` reason and message (cut to
+    /// [`MAX_STATUS_MESSAGE`] bytes).
+    pub error: Option<(Option<String>, Option<String>)>,
+    /// `warning` response headers (Pod Security warnings), each cut.
+    pub warnings: Vec<String>,
     /// Request start and response end (CLOCK_MONOTONIC ns), where captured.
     pub start_ts_ns: Option<u64>,
     /// See `start_ts_ns`.
@@ -342,47 +386,134 @@ fn pair_probe_headers(connection: &mut Connection) {
     }
 }
 
-fn call_messages(
-    conn: ConnKey,
-    side: Side,
-    exchanges: Vec<tracer_decode::http2::Exchange>,
-) -> Vec<Message> {
-    exchanges
+fn call_messages(conn: ConnKey, side: Side, exchanges: Vec<Exchange>) -> Vec<Message> {
+    let mut messages: Vec<Message> = exchanges
         .iter()
-        .filter_map(GrpcCall::from_exchange)
-        .filter_map(|call| {
-            if let Some(cri) = CriCall::from_grpc(&call) {
-                return Some(Message::Cri(CriMessage {
-                    conn,
-                    stream_id: call.stream_id,
-                    side,
-                    service: call.service.clone()?,
-                    method: call.method.clone()?,
-                    clues: cri.clues(),
-                    status_code: call.status.as_ref().map(|status| status.code),
-                    status_message: status_message(&call),
-                    start_ts_ns: call.start_ts_ns,
-                    end_ts_ns: call.end_ts_ns,
-                }));
-            }
-            etcd_message(conn, side, &call).map(Message::Etcd)
-        })
-        .collect()
+        .filter_map(|exchange| rest_message(conn, side, exchange))
+        .map(Message::Rest)
+        .collect();
+    messages.extend(
+        exchanges
+            .iter()
+            .filter_map(GrpcCall::from_exchange)
+            .filter_map(|call| {
+                if let Some(cri) = CriCall::from_grpc(&call) {
+                    return Some(Message::Cri(CriMessage {
+                        conn,
+                        stream_id: call.stream_id,
+                        side,
+                        service: call.service.clone()?,
+                        method: call.method.clone()?,
+                        clues: cri.clues(),
+                        status_code: call.status.as_ref().map(|status| status.code),
+                        status_message: status_message(&call),
+                        start_ts_ns: call.start_ts_ns,
+                        end_ts_ns: call.end_ts_ns,
+                    }));
+                }
+                etcd_message(conn, side, &call).map(Message::Etcd)
+            }),
+    );
+    messages
+}
+
+/// Most `warning` headers kept per response.
+const MAX_WARNINGS: usize = 8;
+
+fn rest_message(conn: ConnKey, side: Side, exchange: &Exchange) -> Option<RestMessage> {
+    let header = |name: &str| exchange.request.header(name).map(|(value, _)| value);
+    if header("content-type").is_some_and(|c| c.starts_with("application/grpc")) {
+        return None;
+    }
+    let method = header(":method")?;
+    // A header block from the HPACK probes given to the wrong stream (its
+    // own stream's block was lost) shows as a method that contradicts the
+    // one decoded from the wire: its path is not this stream's.
+    let supplied_method = exchange
+        .request
+        .external_headers
+        .iter()
+        .find(|(name, _)| name == ":method");
+    if supplied_method.is_some_and(|(_, supplied)| supplied != method) {
+        return None;
+    }
+    let target = exchange.path()?;
+    let headers: Vec<(String, String)> = ["content-type", "accept", "user-agent"]
+        .into_iter()
+        .filter_map(|name| Some((name.to_owned(), header(name)?.to_owned())))
+        .collect();
+    let request = RestRequest::resolve(method, target, &headers);
+    let writes = matches!(
+        request.verb,
+        Verb::Create | Verb::Update | Verb::Patch | Verb::Delete
+    );
+    if !request.is_pods() || !writes {
+        return None;
+    }
+    let resource = request.resource.as_ref()?;
+    let status = exchange
+        .response
+        .header(":status")
+        .and_then(|(value, _)| value.parse::<u16>().ok());
+    let body = &exchange.response.body;
+    let failed = status.is_some_and(|status| status >= 400);
+    let (pod, error) = if failed {
+        let error = decode_status(body).map(|status| (status.reason, status.message.map(cut)));
+        (None, error)
+    } else {
+        let pod = match decode_stored_object(body) {
+            Ok(StoredObject::Pod(pod)) => Some(pod),
+            _ => None,
+        };
+        (pod, None)
+    };
+    let warnings = exchange
+        .response
+        .headers
+        .iter()
+        .flat_map(|headers| headers.fields.iter())
+        .filter(|(name, _)| name.as_str() == "warning")
+        .take(MAX_WARNINGS)
+        .map(|(_, value)| cut(value.clone()))
+        .collect();
+    Some(RestMessage {
+        conn,
+        stream_id: exchange.stream_id,
+        side,
+        method: method.to_owned(),
+        route: request.route.clone(),
+        verb: request.verb.as_str().to_owned(),
+        namespace: resource.namespace.clone(),
+        name: resource.name.clone(),
+        subresource: resource.subresource.clone(),
+        dry_run: request.dry_run,
+        status,
+        user_agent: request.user_agent.clone(),
+        pod,
+        error,
+        warnings,
+        start_ts_ns: exchange.request.first_ts_ns,
+        end_ts_ns: exchange.response.last_ts_ns.or(exchange.request.last_ts_ns),
+    })
+}
+
+/// A text cut to [`MAX_STATUS_MESSAGE`] bytes at a character boundary.
+fn cut(mut text: String) -> String {
+    if text.len() > MAX_STATUS_MESSAGE {
+        let mut end = MAX_STATUS_MESSAGE;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
 }
 
 /// The error text of a failed call, cut at a character boundary.
 fn status_message(call: &GrpcCall) -> Option<String> {
     let status = call.status.as_ref().filter(|status| status.code != 0)?;
-    let mut message = status.message.clone()?;
-    if message.len() > MAX_STATUS_MESSAGE {
-        let mut end = MAX_STATUS_MESSAGE;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push('…');
-    }
-    Some(message)
+    Some(cut(status.message.clone()?))
 }
 
 fn etcd_message(conn: ConnKey, side: Side, call: &GrpcCall) -> Option<EtcdMessage> {

@@ -14,7 +14,7 @@ pub mod process;
 pub mod wal_writes;
 
 pub use functions::FuncMessage;
-pub use grpc_calls::{CriMessage, EtcdMessage, GrpcDecoder};
+pub use grpc_calls::{CriMessage, EtcdMessage, GrpcDecoder, RestMessage};
 pub use headers::{HeaderAttributor, HeaderMessage};
 pub use wal_writes::{WalDecoder, WalMessage};
 
@@ -48,6 +48,8 @@ pub enum Message {
     Cri(CriMessage),
     /// A finished etcd write about a Pod.
     Etcd(EtcdMessage),
+    /// A finished REST request writing a Pod.
+    Rest(RestMessage),
     /// A write to an etcd WAL segment.
     Wal(WalMessage),
     /// A Kubernetes component entered or left a probed function.
@@ -68,6 +70,7 @@ impl Message {
             Self::Wal(write) => Some(write.start_ts_ns),
             Self::Cri(call) => call.end_ts_ns,
             Self::Etcd(call) => call.end_ts_ns,
+            Self::Rest(call) => call.end_ts_ns,
             Self::Func(call) => Some(call.ids.ts_ns),
             Self::Header(_) => None,
         }

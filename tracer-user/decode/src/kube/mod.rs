@@ -191,8 +191,84 @@ pub(crate) fn stored_from_json(object: JsonObject) -> StoredObject {
     })
 }
 
+/// The `metav1.Status` an apiserver answers a failed request with: why it
+/// failed, in the apiserver's words.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ApiStatus {
+    /// HTTP code it stands for.
+    pub code: Option<i32>,
+    /// Machine-readable reason (`Forbidden`, `Invalid`, `AlreadyExists`, …).
+    pub reason: Option<String>,
+    /// The message (`pods "web" is forbidden: violates PodSecurity …`).
+    pub message: Option<String>,
+}
+
+/// Reads a response body as a `Status` (protobuf envelope or JSON); `None`
+/// for any other object or undecodable bytes.
+pub fn decode_status(body: &[u8]) -> Option<ApiStatus> {
+    if let Some(envelope) = body.strip_prefix(PROTOBUF_MAGIC) {
+        use k8s_pb::apimachinery::pkg::runtime::Unknown;
+        let unknown = Unknown::decode(envelope).ok()?;
+        if unknown.type_meta?.kind.as_deref() != Some("Status") {
+            return None;
+        }
+        let status =
+            k8s_pb::apimachinery::pkg::apis::meta::v1::Status::decode(unknown.raw?.as_slice())
+                .ok()?;
+        return Some(ApiStatus {
+            code: status.code,
+            reason: set(status.reason),
+            message: set(status.message),
+        });
+    }
+    #[derive(serde::Deserialize)]
+    struct JsonApiStatus {
+        kind: String,
+        code: Option<i32>,
+        reason: Option<String>,
+        message: Option<String>,
+    }
+    let status: JsonApiStatus = serde_json::from_slice(body).ok()?;
+    (status.kind == "Status").then(|| ApiStatus {
+        code: status.code,
+        reason: set(status.reason),
+        message: set(status.message),
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn statuses_read_from_json_and_protobuf() {
+        use prost::Message as _;
+        let json = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"pods \"p\" is forbidden: no","reason":"Forbidden","code":403}"#;
+        let status = super::decode_status(json).unwrap();
+        assert_eq!(status.reason.as_deref(), Some("Forbidden"));
+        assert_eq!(status.code, Some(403));
+        let raw = k8s_pb::apimachinery::pkg::apis::meta::v1::Status {
+            message: Some("nope".into()),
+            reason: Some("Invalid".into()),
+            code: Some(422),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let envelope = k8s_pb::apimachinery::pkg::runtime::Unknown {
+            type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {
+                api_version: Some("v1".into()),
+                kind: Some("Status".into()),
+            }),
+            raw: Some(raw),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut body = super::PROTOBUF_MAGIC.to_vec();
+        body.extend(envelope);
+        let status = super::decode_status(&body).unwrap();
+        assert_eq!(status.message.as_deref(), Some("nope"));
+        assert_eq!(super::decode_status(br#"{"kind":"Pod"}"#), None);
+        assert_eq!(super::decode_status(b"\x00garbage"), None);
+    }
+
     #[test]
     fn empty_strings_are_unset_as_go_means_them() {
         assert_eq!(set(Some(String::new())), None);
