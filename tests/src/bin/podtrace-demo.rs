@@ -980,6 +980,45 @@ impl Cluster<'_> {
             .unwrap_or_default())
     }
 
+    /// Which scheduler bound the Pod: the reporting component of its
+    /// `Scheduled` event (the profile's schedulerName), which may lag a
+    /// little behind the binding.
+    fn scheduled_by(&self, report: &PodReport) -> anyhow::Result<String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let output = self
+                .plane
+                .kubectl()
+                .args(["get", "events", "-o", "json", "-n", &report.namespace])
+                .arg(format!(
+                    "--field-selector=involvedObject.name={},reason=Scheduled",
+                    report.name
+                ))
+                .output()
+                .context("running kubectl get events")?;
+            if output.status.success() {
+                let events: serde_json::Value = serde_json::from_slice(&output.stdout)
+                    .context("parsing kubectl get events' output")?;
+                let component = events["items"][0]["reportingComponent"]
+                    .as_str()
+                    .filter(|component| !component.is_empty())
+                    .or_else(|| events["items"][0]["source"]["component"].as_str());
+                if let Some(component) = component {
+                    return Ok(component.to_owned());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "no Scheduled event for Pod {}/{}: {}",
+                    report.namespace,
+                    report.name,
+                    String::from_utf8_lossy(&output.stderr).trim()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     /// Creates a Pod and waits until it is Running.
     fn create_running(
         &mut self,
@@ -1151,14 +1190,28 @@ impl Cluster<'_> {
                 let mut manifest =
                     self.manifest(&namespace, &format!("second-scheduler-{index}-"), false);
                 manifest["spec"]["schedulerName"] = SECOND_SCHEDULER.into();
-                let report = self.create_running(scenario, &manifest).with_context(|| {
+                let log_tail = |plane: &ControlPlane| {
                     format!(
                         "the second kube-scheduler's log ends with:\n{}",
-                        self.plane
+                        plane
                             .scheduler_log_tail(SECOND_SCHEDULER)
                             .unwrap_or_default()
                     )
-                })?;
+                };
+                let mut report = self
+                    .create_running(scenario, &manifest)
+                    .with_context(|| log_tail(self.plane))?;
+                let scheduled_by = self
+                    .scheduled_by(&report)
+                    .with_context(|| log_tail(self.plane))?;
+                if scheduled_by != SECOND_SCHEDULER {
+                    bail!(
+                        "Pod {}/{} was scheduled by {scheduled_by:?}, not {SECOND_SCHEDULER:?}",
+                        report.namespace,
+                        report.name
+                    );
+                }
+                report.outcome = format!("Running (scheduled by {scheduled_by})");
                 Ok(vec![report])
             }
             Scenario::Privileged => {
