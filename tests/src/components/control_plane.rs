@@ -33,7 +33,7 @@
 //! Ready, and Pods must not mount a service-account token (nothing
 //! publishes `kube-root-ca.crt`).
 //!
-//! Dropping it stops the kubelet, the scheduler and the apiserver (in that
+//! Dropping it stops the kubelet, the schedulers and the apiserver (in that
 //! order), restores the kernel settings the kubelet changes (it sets
 //! `vm.overcommit_memory`, `kernel.panic` and `kernel.panic_on_oops` as on
 //! any node), unmounts what the kubelet left under its root directory,
