@@ -40,6 +40,13 @@ impl WallClock {
         (i128::from(monotonic_ns) + self.realtime_minus_monotonic_ns).clamp(0, i128::from(u64::MAX))
             as u64
     }
+
+    /// The kernel timestamp of a unix time in nanoseconds (the inverse of
+    /// [`Self::unix_ns`]).
+    pub fn monotonic_ns(&self, unix_ns: u64) -> u64 {
+        (i128::from(unix_ns) - self.realtime_minus_monotonic_ns).clamp(0, i128::from(u64::MAX))
+            as u64
+    }
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i128 {

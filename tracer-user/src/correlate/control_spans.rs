@@ -158,6 +158,13 @@ impl ControlSpans {
         }
     }
 
+    /// The UID of Pod `namespace/name`, if a write told it.
+    pub fn uid_of(&self, namespace: &str, name: &str) -> Option<String> {
+        self.uids
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
     /// Learns the Pods a message names; returns them with their UIDs where known.
     fn learn(&mut self, clues: &[PodClue]) -> Vec<PodName> {
         let mut pods: Vec<PodName> = Vec::new();

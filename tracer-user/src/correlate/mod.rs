@@ -9,6 +9,7 @@
 //! WAL syncs, and by [`node_spans`] from CRI calls, runc and the container's
 //! first process.
 
+pub mod component_spans;
 pub mod conn_table;
 pub mod control_spans;
 pub mod node_spans;
@@ -16,6 +17,7 @@ pub mod pod;
 pub mod process_table;
 pub mod span;
 
+pub use component_spans::ComponentSpans;
 pub use conn_table::{ConnActivity, ConnTable, FileSyncActivity};
 pub use control_spans::ControlSpans;
 pub use node_spans::NodeSpans;
@@ -74,6 +76,8 @@ pub struct Correlator {
     pub control_spans: ControlSpans,
     /// The node side of Pod traces.
     pub node_spans: NodeSpans,
+    /// The Kubernetes components' own spans.
+    pub component_spans: ComponentSpans,
     /// Event time of the next [`Correlator::tick`] made by `observe`.
     next_tick_ns: u64,
 }
@@ -89,6 +93,11 @@ impl Correlator {
                 traces.cluster_id.clone(),
                 traces.trace_timeout_ns,
             ),
+            component_spans: ComponentSpans::new(
+                clock,
+                traces.cluster_id.clone(),
+                traces.node_name.clone(),
+            ),
             node_spans: NodeSpans::new(clock, traces.cluster_id, traces.node_name),
             next_tick_ns: 0,
         }
@@ -99,14 +108,32 @@ impl Correlator {
     pub fn tick(&mut self, now_ns: u64) -> Vec<Activity> {
         let mut finished = self.node_spans.tick(now_ns);
         finished.extend(self.control_spans.tick(now_ns));
-        spans(finished).into_iter().collect()
+        let control = &self.control_spans;
+        finished.extend(
+            self.component_spans
+                .tick(now_ns, &|ns, name| control.uid_of(ns, name)),
+        );
+        self.adopted(finished)
     }
 
     /// No more messages: everything still waiting, unfinished traces as
     /// incomplete.
     pub fn finish(&mut self) -> Vec<Activity> {
-        let mut finished = self.node_spans.finish();
+        let control = &self.control_spans;
+        let mut finished = self
+            .component_spans
+            .finish(&|ns, name| control.uid_of(ns, name));
+        finished.extend(self.node_spans.finish());
         finished.extend(self.control_spans.finish());
+        self.adopted(finished)
+    }
+
+    /// Spans nested under the component call they happened in, as
+    /// [`ComponentSpans::adopt`] finds it.
+    fn adopted(&self, mut finished: Vec<Span>) -> Vec<Activity> {
+        for span in &mut finished {
+            self.component_spans.adopt(span);
+        }
         spans(finished).into_iter().collect()
     }
 
@@ -165,15 +192,28 @@ impl Correlator {
             // Spans of other HTTP/2 requests are built from these as the
             // control-plane stitching lands; alone they report nothing.
             Message::Header(_) => Vec::new(),
-            Message::Func(_) => Vec::new(),
-            Message::Rest(_) => Vec::new(),
-            Message::Cri(call) => spans(self.node_spans.on_cri(&call)).into_iter().collect(),
-            Message::Etcd(call) => spans(self.control_spans.on_etcd(&call))
-                .into_iter()
-                .collect(),
+            Message::Cri(call) => {
+                let finished = self.node_spans.on_cri(&call);
+                self.adopted(finished)
+            }
+            Message::Etcd(call) => {
+                let finished = self.control_spans.on_etcd(&call);
+                self.adopted(finished)
+            }
             Message::Wal(write) => spans(self.control_spans.on_wal(&write))
                 .into_iter()
                 .collect(),
+            Message::Func(call) => {
+                let finished = self.component_spans.on_func(*call);
+                self.adopted(finished)
+            }
+            Message::Rest(call) => {
+                let control = &self.control_spans;
+                let finished = self
+                    .component_spans
+                    .on_rest(&call, &|ns, name| control.uid_of(ns, name));
+                self.adopted(finished)
+            }
         }
     }
 
@@ -181,8 +221,10 @@ impl Correlator {
     /// stayed unknown, and spans or entries dropped at a bound.
     pub fn span_losses(&self) -> (u64, u64) {
         (
-            self.control_spans.unattributed + self.node_spans.unattributed,
-            self.control_spans.dropped,
+            self.control_spans.unattributed
+                + self.node_spans.unattributed
+                + self.component_spans.unattributed,
+            self.control_spans.dropped + self.component_spans.dropped,
         )
     }
 

@@ -26,9 +26,9 @@ use tracer_decode::{
     cri::CriCall,
     etcd::{KvCall, WriteKind},
     grpc::GrpcCall,
-    http2::{Exchange, Http2Connection, Limits},
+    http2::{Exchange, Http2Connection, Limits, SeenStream},
     identity::{PodClue, PodIdentity, clues_from_kv_request},
-    kube::{StoredObject, decode_status, decode_stored_object},
+    kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
     rest::{RestRequest, Verb},
 };
 
@@ -142,9 +142,11 @@ pub struct RestMessage {
     pub user_agent: Option<String>,
     /// The Pod the response returned (a create's UID is known from here).
     pub pod: Option<PodIdentity>,
-    /// For a failure: the `Status` reason and message (cut to
-    /// [`MAX_STATUS_MESSAGE`] bytes).
-    pub error: Option<(Option<String>, Option<String>)>,
+    /// The request path, without the query.
+    pub path: String,
+    /// For a failure: the `Status` the apiserver answered, its message cut
+    /// to [`MAX_STATUS_MESSAGE`] bytes.
+    pub error: Option<ApiStatus>,
     /// `warning` response headers (Pod Security warnings), each cut.
     pub warnings: Vec<String>,
     /// Request start and response end (CLOCK_MONOTONIC ns), where captured.
@@ -180,8 +182,10 @@ struct ProbeHeaders {
     /// Blocks in the order they were encoded or decoded; the last one may
     /// still be growing. A block with a stream has been given to it.
     blocks: std::collections::VecDeque<ProbeBlock>,
-    /// The highest stream id given a block.
+    /// The highest stream id given a block in order.
     paired_through: u32,
+    /// Streams given a block lately.
+    paired: std::collections::VecDeque<u32>,
 }
 
 struct ProbeBlock {
@@ -225,35 +229,81 @@ impl ProbeHeaders {
         block.stream
     }
 
-    /// Gives waiting blocks to the streams whose request began since, in
-    /// order, where block and stream are close in time; returns the pairs.
-    fn pair(&mut self, streams: &[(u32, u64)]) -> Vec<(u32, Vec<(String, String)>)> {
-        let paired_through = self.paired_through;
-        let mut streams = streams
-            .iter()
-            .copied()
-            .filter(|(id, _)| *id > paired_through)
-            .peekable();
+    /// Gives waiting blocks to the streams whose request began since;
+    /// returns the pairs. A stream whose `:path` the wire decoded (a literal,
+    /// right even when the dynamic table is not) gets the block with that
+    /// path; the others get the blocks in order. Order alone misleads when a
+    /// block was lost: every later block would go to the stream before its own.
+    fn pair(&mut self, streams: &[SeenStream]) -> Vec<(u32, Vec<(String, String)>)> {
         let mut pairs = Vec::new();
+        for stream in streams {
+            let Some(path) = &stream.wire_path else {
+                continue;
+            };
+            if self.paired.contains(&stream.id) {
+                continue;
+            }
+            let found = self.blocks.iter_mut().find(|block| {
+                block.stream.is_none()
+                    && block.path() == Some(path.as_str())
+                    && block.ts_ns.abs_diff(stream.first_ts_ns) <= PROBE_BLOCK_WINDOW_NS
+            });
+            if let Some(block) = found {
+                block.stream = Some(stream.id);
+                pairs.push((stream.id, block.fields.clone()));
+                self.mark_paired(stream.id);
+            }
+        }
+        let paired_through = self.paired_through;
+        let mut in_order = streams
+            .iter()
+            .filter(|stream| {
+                stream.id > paired_through
+                    && stream.wire_path.is_none()
+                    && !self.paired.contains(&stream.id)
+            })
+            .map(|stream| (stream.id, stream.first_ts_ns))
+            .peekable();
+        let mut newly = Vec::new();
         for block in self.blocks.iter_mut().filter(|b| b.stream.is_none()) {
-            while let Some(&(id, stream_ts)) = streams.peek() {
+            while let Some(&(id, stream_ts)) = in_order.peek() {
                 if stream_ts + PROBE_BLOCK_WINDOW_NS < block.ts_ns {
                     // Begun before this block: a stream older than podtrace.
-                    streams.next();
+                    in_order.next();
                     continue;
                 }
                 if block.ts_ns + PROBE_BLOCK_WINDOW_NS >= stream_ts {
                     block.stream = Some(id);
                     pairs.push((id, block.fields.clone()));
-                    self.paired_through = id;
-                    streams.next();
+                    newly.push(id);
+                    in_order.next();
                 }
                 // Else the block's own frame was never seen: it waits here
                 // until a newer block starts and it is dropped.
                 break;
             }
         }
+        for id in newly {
+            self.paired_through = self.paired_through.max(id);
+            self.mark_paired(id);
+        }
         pairs
+    }
+
+    fn mark_paired(&mut self, id: u32) {
+        if self.paired.len() >= MAX_WAITING_BLOCKS {
+            self.paired.pop_front();
+        }
+        self.paired.push_back(id);
+    }
+}
+
+impl ProbeBlock {
+    fn path(&self) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(name, _)| name == ":path")
+            .map(|(_, value)| value.as_str())
     }
 }
 
@@ -390,7 +440,7 @@ fn call_messages(conn: ConnKey, side: Side, exchanges: Vec<Exchange>) -> Vec<Mes
     let mut messages: Vec<Message> = exchanges
         .iter()
         .filter_map(|exchange| rest_message(conn, side, exchange))
-        .map(Message::Rest)
+        .map(|rest| Message::Rest(Box::new(rest)))
         .collect();
     messages.extend(
         exchanges
@@ -426,15 +476,16 @@ fn rest_message(conn: ConnKey, side: Side, exchange: &Exchange) -> Option<RestMe
         return None;
     }
     let method = header(":method")?;
-    // A header block from the HPACK probes given to the wrong stream (its
-    // own stream's block was lost) shows as a method that contradicts the
-    // one decoded from the wire: its path is not this stream's.
-    let supplied_method = exchange
+    // A header block from the HPACK probes given to the wrong stream shows
+    // as a pseudo-header that contradicts the wire's: then neither its
+    // method nor its path can be trusted.
+    let contradicted = exchange
         .request
         .external_headers
         .iter()
-        .find(|(name, _)| name == ":method");
-    if supplied_method.is_some_and(|(_, supplied)| supplied != method) {
+        .filter(|(name, _)| name.starts_with(':'))
+        .any(|(name, supplied)| header(name).is_some_and(|value| value != supplied));
+    if contradicted {
         return None;
     }
     let target = exchange.path()?;
@@ -458,7 +509,10 @@ fn rest_message(conn: ConnKey, side: Side, exchange: &Exchange) -> Option<RestMe
     let body = &exchange.response.body;
     let failed = status.is_some_and(|status| status >= 400);
     let (pod, error) = if failed {
-        let error = decode_status(body).map(|status| (status.reason, status.message.map(cut)));
+        let error = decode_status(body).map(|status| ApiStatus {
+            message: status.message.map(cut),
+            ..status
+        });
         (None, error)
     } else {
         let pod = match decode_stored_object(body) {
@@ -486,6 +540,7 @@ fn rest_message(conn: ConnKey, side: Side, exchange: &Exchange) -> Option<RestMe
         namespace: resource.namespace.clone(),
         name: resource.name.clone(),
         subresource: resource.subresource.clone(),
+        path: target.split('?').next().unwrap_or_default().to_owned(),
         dry_run: request.dry_run,
         status,
         user_agent: request.user_agent.clone(),

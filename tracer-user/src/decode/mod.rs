@@ -49,11 +49,11 @@ pub enum Message {
     /// A finished etcd write about a Pod.
     Etcd(EtcdMessage),
     /// A finished REST request writing a Pod.
-    Rest(RestMessage),
+    Rest(Box<RestMessage>),
     /// A write to an etcd WAL segment.
     Wal(WalMessage),
     /// A Kubernetes component entered or left a probed function.
-    Func(FuncMessage),
+    Func(Box<FuncMessage>),
 }
 
 impl Message {
@@ -120,7 +120,7 @@ impl Decoder {
             }
             RawEvent::Fsync(fsync) => vec![Message::Fsync(fsync)],
             RawEvent::FileOpen(open) => vec![Message::FileOpen(open)],
-            RawEvent::GoFunc(call) => vec![Message::Func(functions::decode(call))],
+            RawEvent::GoFunc(call) => vec![Message::Func(Box::new(functions::decode(call)))],
             RawEvent::Header(header) => match self.headers.on_header(header) {
                 Some(header) => {
                     self.grpc.on_header(&header);

@@ -156,6 +156,17 @@ impl HalfStream {
     }
 }
 
+/// A stream one side has sent on (see [`Http2Connection::streams_seen`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenStream {
+    /// The stream id.
+    pub id: u32,
+    /// Capture time of the first chunk that carried this side's frames.
+    pub first_ts_ns: u64,
+    /// `:path` as decoded from the wire.
+    pub wire_path: Option<String>,
+}
+
 /// A stream's request and response, paired by stream id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exchange {
@@ -334,9 +345,10 @@ impl Http2Connection {
     /// The streams whose `direction` half has sent anything (a header block
     /// or data) — open ones and finished ones not yet taken — by stream id
     /// (the order their header blocks were sent in), with the capture time
-    /// of the first chunk that carried it.
-    pub fn streams_seen(&self, direction: Direction) -> Vec<(u32, u64)> {
-        let mut streams: Vec<(u32, u64)> = self
+    /// of the first chunk that carried it and the `:path` decoded from the
+    /// wire, if any (a literal, so right even when the dynamic table is not).
+    pub fn streams_seen(&self, direction: Direction) -> Vec<SeenStream> {
+        let mut streams: Vec<SeenStream> = self
             .streams
             .values()
             .chain(&self.done)
@@ -345,10 +357,18 @@ impl Http2Connection {
                     Direction::ClientToServer => &exchange.request,
                     Direction::ServerToClient => &exchange.response,
                 };
-                Some((exchange.stream_id, half.first_ts_ns?))
+                Some(SeenStream {
+                    id: exchange.stream_id,
+                    first_ts_ns: half.first_ts_ns?,
+                    wire_path: half
+                        .headers
+                        .as_ref()
+                        .and_then(|headers| headers.get(":path"))
+                        .map(str::to_owned),
+                })
             })
             .collect();
-        streams.sort_unstable();
+        streams.sort_unstable_by_key(|stream| stream.id);
         streams
     }
 

@@ -10,7 +10,9 @@ mod connection;
 pub mod frame;
 pub mod hpack;
 
-pub use connection::{Exchange, HalfStream, HeaderSource, Http2Connection, Http2Error, Limits};
+pub use connection::{
+    Exchange, HalfStream, HeaderSource, Http2Connection, Http2Error, Limits, SeenStream,
+};
 
 #[cfg(test)]
 mod tests;

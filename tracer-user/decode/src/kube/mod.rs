@@ -201,6 +201,8 @@ pub struct ApiStatus {
     pub reason: Option<String>,
     /// The message (`pods "web" is forbidden: violates PodSecurity …`).
     pub message: Option<String>,
+    /// `details.name`: the object the request was about.
+    pub name: Option<String>,
 }
 
 /// Reads a response body as a `Status` (protobuf envelope or JSON); `None`
@@ -219,7 +221,12 @@ pub fn decode_status(body: &[u8]) -> Option<ApiStatus> {
             code: status.code,
             reason: set(status.reason),
             message: set(status.message),
+            name: set(status.details.and_then(|details| details.name)),
         });
+    }
+    #[derive(serde::Deserialize)]
+    struct JsonDetails {
+        name: Option<String>,
     }
     #[derive(serde::Deserialize)]
     struct JsonApiStatus {
@@ -227,12 +234,14 @@ pub fn decode_status(body: &[u8]) -> Option<ApiStatus> {
         code: Option<i32>,
         reason: Option<String>,
         message: Option<String>,
+        details: Option<JsonDetails>,
     }
     let status: JsonApiStatus = serde_json::from_slice(body).ok()?;
     (status.kind == "Status").then(|| ApiStatus {
         code: status.code,
         reason: set(status.reason),
         message: set(status.message),
+        name: set(status.details.and_then(|details| details.name)),
     })
 }
 
@@ -242,9 +251,10 @@ mod tests {
     fn statuses_read_from_json_and_protobuf() {
         use prost::Message as _;
         let json = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"pods \"p\" is forbidden: no","reason":"Forbidden","code":403}"#;
-        let status = super::decode_status(json).unwrap();
+        let status = decode_status(json).unwrap();
         assert_eq!(status.reason.as_deref(), Some("Forbidden"));
         assert_eq!(status.code, Some(403));
+        assert_eq!(status.name.as_deref(), Some("p"));
         let raw = k8s_pb::apimachinery::pkg::apis::meta::v1::Status {
             message: Some("nope".into()),
             reason: Some("Invalid".into()),
@@ -261,12 +271,12 @@ mod tests {
             ..Default::default()
         }
         .encode_to_vec();
-        let mut body = super::PROTOBUF_MAGIC.to_vec();
+        let mut body = PROTOBUF_MAGIC.to_vec();
         body.extend(envelope);
-        let status = super::decode_status(&body).unwrap();
+        let status = decode_status(&body).unwrap();
         assert_eq!(status.message.as_deref(), Some("nope"));
-        assert_eq!(super::decode_status(br#"{"kind":"Pod"}"#), None);
-        assert_eq!(super::decode_status(b"\x00garbage"), None);
+        assert_eq!(decode_status(br#"{"kind":"Pod"}"#), None);
+        assert_eq!(decode_status(b"\x00garbage"), None);
     }
 
     #[test]

@@ -1,0 +1,1117 @@
+//! The Kubernetes components' own spans: kube-apiserver's handling of each
+//! request that writes a Pod (authentication, authorization, admission, the
+//! storage write), kube-scheduler's queue, scheduling cycle and binding, and
+//! the kubelet's dispatch, pod sync, volume wait and status update.
+//!
+//! In: function probe hits ([`FuncMessage`]), REST requests decoded from the
+//! wire ([`RestMessage`]), and the spans other modules made (to nest them).
+//! Out: [`Span`]s.
+//!
+//! Calls are paired per goroutine (entry, then RET; a function re-entered
+//! in the same goroutine, as the union authenticator nests itself, counts
+//! once, outermost). kube-apiserver handles a request in goroutines the
+//! request spawns (the timeout filter runs the rest of the chain in a new
+//! goroutine, the create handler runs admission and storage in another):
+//! every hit carries its goroutine's creator, so a call is tied to the
+//! request whose authentication ran in an ancestor goroutine. A request is
+//! exported when its REST exchange (status, user agent, route) is decoded,
+//! or on its own when the wire did not give it.
+//!
+//! Ids follow causal keys every agent computes alike (process, goroutine and
+//! entry time of a call), so an etcd client span the apiserver made inside
+//! a storage call, or a CRI call the kubelet made inside a pod sync, is
+//! nested under it ([`ComponentSpans::adopt`]).
+
+use std::collections::{HashMap, VecDeque};
+
+use tracer_common::gofunc::GoFunction;
+
+use super::{
+    pod::{Pod, int_attribute, string_attribute},
+    span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, TraceId},
+};
+use crate::{
+    capture::clock::WallClock,
+    decode::{
+        FuncMessage, RestMessage,
+        functions::{Decision, PodRef, Point},
+        grpc_calls::Side,
+    },
+};
+
+/// Bound on goroutines with open calls, and on goroutine parents known.
+const MAX_GOROUTINES: usize = 65_536;
+/// Bound on open calls per goroutine.
+const MAX_DEPTH: usize = 64;
+/// Bound on apiserver requests in flight.
+const MAX_REQUESTS: usize = 4096;
+/// Bound on calls remembered as parents for other spans.
+const MAX_PARENTS: usize = 8192;
+/// Bound on Pods remembered (queued, dispatched, syncs counted).
+const MAX_PODS: usize = 16_384;
+/// Goroutine generations walked from a call to its request.
+const MAX_ANCESTRY: usize = 4;
+/// How long a request waits for its REST exchange after its last call.
+const REQUEST_WAIT_NS: u64 = 2_000_000_000;
+/// A request whose exchange start and authentication differ by more than
+/// this is not the same request.
+const MATCH_SLACK_NS: u64 = 50_000_000;
+/// Kubelet pod syncs (and their volume waits and status updates) exported
+/// per Pod: the ones that create it; later periodic syncs are not part of
+/// the creation.
+const MAX_SYNCS_PER_POD: u32 = 4;
+
+/// A call between its entry and return.
+#[derive(Clone, Debug)]
+struct OpenCall {
+    entry: FuncMessage,
+}
+
+/// One finished call of a request, to be exported with it.
+#[derive(Clone, Debug)]
+struct RequestCall {
+    entry: FuncMessage,
+    ret: FuncMessage,
+}
+
+/// An apiserver request, from its authentication on.
+#[derive(Clone, Debug)]
+struct Request {
+    tgid: u32,
+    goid: u64,
+    start_ns: u64,
+    last_ns: u64,
+    remote_addr: Option<String>,
+    path: String,
+    calls: Vec<RequestCall>,
+    /// The Pod its storage write named (`/pods/NS/NAME`).
+    stored: Option<(String, String)>,
+}
+
+impl Request {
+    fn key(&self) -> String {
+        format!(
+            "apiserver/request/{}/{}/{}",
+            self.tgid, self.goid, self.start_ns
+        )
+    }
+}
+
+/// A call other spans may nest under.
+#[derive(Clone, Debug)]
+struct ParentCall {
+    function: GoFunction,
+    /// The Pod's UID, or its namespace and name (storage calls).
+    uid: Option<String>,
+    name: Option<(String, String)>,
+    start_ns: u64,
+    end_ns: Option<u64>,
+    key: String,
+}
+
+/// Builds the components' spans.
+#[derive(Debug)]
+pub struct ComponentSpans {
+    clock: WallClock,
+    cluster_id: String,
+    node_name: String,
+    open: HashMap<(u32, u64), Vec<OpenCall>>,
+    creators: HashMap<(u32, u64), u64>,
+    creator_order: VecDeque<(u32, u64)>,
+    requests: HashMap<(u32, u64), Request>,
+    parents: VecDeque<ParentCall>,
+    /// Pods the scheduler queued (UID → when).
+    queued: HashMap<String, u64>,
+    /// Pods handed to the kubelet (UID → when).
+    dispatched: HashMap<String, u64>,
+    /// Kubelet syncs and status updates exported per Pod.
+    syncs: HashMap<(String, GoFunction), u32>,
+    /// Namespace and name of Pods by UID, from the probes that read them.
+    names: HashMap<String, (String, String)>,
+    now_ns: u64,
+    /// Spans exported without their Pod (a trace of their Pod's name).
+    pub unattributed: u64,
+    /// Calls, requests or Pods not kept because a bound was reached, and
+    /// returns without their entry.
+    pub dropped: u64,
+}
+
+/// Where a Pod's UID is looked up by namespace and name (the etcd writes
+/// taught it).
+pub type UidLookup<'a> = &'a dyn Fn(&str, &str) -> Option<String>;
+
+impl ComponentSpans {
+    /// Spans of cluster `cluster_id`, seen by the agent of node `node_name`.
+    pub fn new(clock: WallClock, cluster_id: String, node_name: String) -> Self {
+        Self {
+            clock,
+            cluster_id,
+            node_name,
+            open: HashMap::new(),
+            creators: HashMap::new(),
+            creator_order: VecDeque::new(),
+            requests: HashMap::new(),
+            parents: VecDeque::new(),
+            queued: HashMap::new(),
+            dispatched: HashMap::new(),
+            syncs: HashMap::new(),
+            names: HashMap::new(),
+            now_ns: 0,
+            unattributed: 0,
+            dropped: 0,
+        }
+    }
+
+    /// One entry or return of a probed function.
+    pub fn on_func(&mut self, call: FuncMessage) -> Vec<Span> {
+        self.now_ns = self.now_ns.max(call.ids.ts_ns);
+        let goroutine = (call.ids.tgid, call.goid);
+        self.learn_creator(goroutine, call.parent_goid);
+        match call.point {
+            Point::Entry => {
+                self.on_entry(call);
+                Vec::new()
+            }
+            Point::Return => {
+                let Some(stack) = self.open.get_mut(&goroutine) else {
+                    self.dropped += 1;
+                    return Vec::new();
+                };
+                let Some(position) = stack
+                    .iter()
+                    .rposition(|open| open.entry.function == call.function)
+                else {
+                    self.dropped += 1;
+                    return Vec::new();
+                };
+                // Calls above it lost their return (a missed event).
+                let entry = stack.drain(position..).next().map(|open| open.entry);
+                let nested = stack
+                    .iter()
+                    .any(|open| open.entry.function == call.function);
+                if stack.is_empty() {
+                    self.open.remove(&goroutine);
+                }
+                match entry {
+                    Some(entry) if !nested => self.on_call(entry, call),
+                    _ => Vec::new(),
+                }
+            }
+        }
+    }
+
+    fn learn_creator(&mut self, goroutine: (u32, u64), creator: u64) {
+        if creator == 0 || self.creators.contains_key(&goroutine) {
+            return;
+        }
+        if self.creator_order.len() >= MAX_GOROUTINES {
+            if let Some(oldest) = self.creator_order.pop_front() {
+                self.creators.remove(&oldest);
+            }
+        }
+        self.creators.insert(goroutine, creator);
+        self.creator_order.push_back(goroutine);
+    }
+
+    fn on_entry(&mut self, entry: FuncMessage) {
+        let goroutine = (entry.ids.tgid, entry.goid);
+        if let Some(PodRef {
+            uid,
+            namespace: Some(namespace),
+            name: Some(name),
+        }) = &entry.pod
+        {
+            if self.names.len() < MAX_PODS || self.names.contains_key(uid) {
+                self.names
+                    .insert(uid.clone(), (namespace.clone(), name.clone()));
+            } else {
+                self.dropped += 1;
+            }
+        }
+        match entry.function {
+            GoFunction::SchedulerEnqueue => {
+                if let Some(pod) = &entry.pod {
+                    remember(
+                        &mut self.queued,
+                        &mut self.dropped,
+                        &pod.uid,
+                        entry.ids.ts_ns,
+                    );
+                }
+                return;
+            }
+            GoFunction::KubeletPodAdditions => {
+                if let Some(pod) = &entry.pod {
+                    remember(
+                        &mut self.dispatched,
+                        &mut self.dropped,
+                        &pod.uid,
+                        entry.ids.ts_ns,
+                    );
+                }
+                return;
+            }
+            GoFunction::ApiserverAuthenticate => {
+                let outermost = !self.open.get(&goroutine).is_some_and(|stack| {
+                    stack
+                        .iter()
+                        .any(|open| open.entry.function == GoFunction::ApiserverAuthenticate)
+                });
+                let writes_pods = entry.path.as_deref().is_some_and(is_pod_path);
+                if outermost && writes_pods && !self.requests.contains_key(&goroutine) {
+                    if self.requests.len() >= MAX_REQUESTS {
+                        self.dropped += 1;
+                    } else {
+                        self.requests.insert(
+                            goroutine,
+                            Request {
+                                tgid: entry.ids.tgid,
+                                goid: entry.goid,
+                                start_ns: entry.ids.ts_ns,
+                                last_ns: entry.ids.ts_ns,
+                                remote_addr: entry.remote_addr.clone(),
+                                path: entry.path.clone().unwrap_or_default(),
+                                calls: Vec::new(),
+                                stored: None,
+                            },
+                        );
+                    }
+                }
+            }
+            GoFunction::ApiserverStorageCreate | GoFunction::ApiserverStorageUpdate => {
+                if let (Some(name), Some(request)) = (
+                    entry.text.as_deref().and_then(pod_key),
+                    self.request_of(goroutine),
+                ) {
+                    let key = format!(
+                        "apiserver/storage/{}/{}/{}",
+                        entry.ids.tgid, entry.goid, entry.ids.ts_ns
+                    );
+                    if let Some(request) = self.requests.get_mut(&request) {
+                        request.stored = Some(name.clone());
+                    }
+                    self.remember_parent(ParentCall {
+                        function: entry.function,
+                        uid: None,
+                        name: Some(name),
+                        start_ns: entry.ids.ts_ns,
+                        end_ns: None,
+                        key,
+                    });
+                }
+            }
+            GoFunction::SchedulerBind
+            | GoFunction::KubeletSyncPod
+            | GoFunction::KubeletStatusSync => {
+                if let Some(pod) = &entry.pod {
+                    self.remember_parent(ParentCall {
+                        function: entry.function,
+                        uid: Some(pod.uid.clone()),
+                        name: None,
+                        start_ns: entry.ids.ts_ns,
+                        end_ns: None,
+                        key: call_key(&entry),
+                    });
+                }
+            }
+            _ => {}
+        }
+        if !self.open.contains_key(&goroutine) && self.open.len() >= MAX_GOROUTINES {
+            self.dropped += 1;
+            return;
+        }
+        let stack = self.open.entry(goroutine).or_default();
+        if stack.len() >= MAX_DEPTH {
+            self.dropped += 1;
+            return;
+        }
+        stack.push(OpenCall { entry });
+    }
+
+    /// The request (by its authentication's goroutine) a goroutine works
+    /// for: itself or an ancestor within [`MAX_ANCESTRY`] generations.
+    fn request_of(&self, goroutine: (u32, u64)) -> Option<(u32, u64)> {
+        let mut current = goroutine;
+        for _ in 0..=MAX_ANCESTRY {
+            if self.requests.contains_key(&current) {
+                return Some(current);
+            }
+            current = (current.0, *self.creators.get(&current)?);
+        }
+        None
+    }
+
+    fn remember_parent(&mut self, parent: ParentCall) {
+        if self.parents.len() >= MAX_PARENTS {
+            self.parents.pop_front();
+        }
+        self.parents.push_back(parent);
+    }
+
+    fn close_parent(&mut self, key: &str, end_ns: u64) {
+        if let Some(parent) = self.parents.iter_mut().rev().find(|p| p.key == key) {
+            parent.end_ns = Some(end_ns);
+        }
+    }
+
+    /// A call returned (the outermost of its function in its goroutine).
+    fn on_call(&mut self, entry: FuncMessage, ret: FuncMessage) -> Vec<Span> {
+        let goroutine = (entry.ids.tgid, entry.goid);
+        match entry.function {
+            GoFunction::ApiserverAuthenticate
+            | GoFunction::ApiserverAuthorize
+            | GoFunction::ApiserverAdmit
+            | GoFunction::ApiserverValidate
+            | GoFunction::ApiserverMutatingWebhook
+            | GoFunction::ApiserverValidatingWebhook
+            | GoFunction::ApiserverStorageCreate
+            | GoFunction::ApiserverStorageUpdate => {
+                if matches!(
+                    entry.function,
+                    GoFunction::ApiserverStorageCreate | GoFunction::ApiserverStorageUpdate
+                ) {
+                    self.close_parent(
+                        &format!(
+                            "apiserver/storage/{}/{}/{}",
+                            entry.ids.tgid, entry.goid, entry.ids.ts_ns
+                        ),
+                        ret.ids.ts_ns,
+                    );
+                }
+                if let Some(request) = self
+                    .request_of(goroutine)
+                    .and_then(|key| self.requests.get_mut(&key))
+                {
+                    request.last_ns = request.last_ns.max(ret.ids.ts_ns);
+                    if request.calls.len() < MAX_DEPTH {
+                        request.calls.push(RequestCall { entry, ret });
+                    } else {
+                        self.dropped += 1;
+                    }
+                }
+                Vec::new()
+            }
+            GoFunction::SchedulerCycle => self.scheduling_cycle(&entry, &ret),
+            GoFunction::SchedulerBind
+            | GoFunction::KubeletSyncPod
+            | GoFunction::KubeletVolumeWait
+            | GoFunction::KubeletStatusSync => {
+                let key = call_key(&entry);
+                self.close_parent(&key, ret.ids.ts_ns);
+                self.pod_call(&entry, &ret)
+            }
+            GoFunction::SchedulerEnqueue | GoFunction::KubeletPodAdditions => Vec::new(),
+        }
+    }
+
+    fn scheduling_cycle(&mut self, entry: &FuncMessage, ret: &FuncMessage) -> Vec<Span> {
+        let Some(pod) = entry.pod.as_ref().map(|pod| self.pod(pod)) else {
+            self.dropped += 1;
+            return Vec::new();
+        };
+        let mut spans = Vec::new();
+        let root = SpanId::well_known(pod.trace, "root");
+        if let Some(queued) = self.queued.remove(&pod.uid) {
+            let mut attributes = pod.attributes();
+            attributes.push(string_attribute("k8s.component", "kube-scheduler"));
+            spans.push(Span {
+                trace_id: pod.trace,
+                span_id: SpanId::for_key(
+                    pod.trace,
+                    format!("scheduler/queue/{}", call_key(entry)).as_bytes(),
+                ),
+                parent_span_id: Some(root),
+                name: "scheduler queue".to_owned(),
+                kind: SpanKind::Internal,
+                start_unix_ns: self.clock.unix_ns(queued),
+                end_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
+                attributes,
+                status: SpanStatus::Unset,
+            });
+        }
+        let mut attributes = pod.attributes();
+        attributes.push(string_attribute("k8s.component", "kube-scheduler"));
+        if let Some((evaluated, feasible)) = ret.nodes {
+            attributes.push(int_attribute(
+                "podtrace.k8s.scheduling.evaluated_nodes",
+                evaluated as i64,
+            ));
+            attributes.push(int_attribute(
+                "podtrace.k8s.scheduling.feasible_nodes",
+                feasible as i64,
+            ));
+        }
+        let status = if ret.failed == Some(true) {
+            attributes.push(string_attribute(
+                "podtrace.k8s.scheduling.result",
+                "unschedulable",
+            ));
+            SpanStatus::Error("no node fits the Pod (the scheduler's reason is in the Pod's PodScheduled condition)".to_owned())
+        } else {
+            if let Some(node) = &ret.text {
+                attributes.push(string_attribute("k8s.node.name", node));
+            }
+            attributes.push(string_attribute(
+                "podtrace.k8s.scheduling.result",
+                "scheduled",
+            ));
+            SpanStatus::Unset
+        };
+        spans.push(Span {
+            trace_id: pod.trace,
+            span_id: SpanId::for_key(pod.trace, call_key(entry).as_bytes()),
+            parent_span_id: Some(root),
+            name: "scheduler scheduling cycle".to_owned(),
+            kind: SpanKind::Internal,
+            start_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
+            end_unix_ns: self.clock.unix_ns(ret.ids.ts_ns),
+            attributes,
+            status,
+        });
+        spans
+    }
+
+    /// The scheduler's bind, and the kubelet's syncs, volume waits and
+    /// status updates of one Pod.
+    fn pod_call(&mut self, entry: &FuncMessage, ret: &FuncMessage) -> Vec<Span> {
+        let Some(pod) = entry.pod.as_ref().map(|pod| self.pod(pod)) else {
+            self.dropped += 1;
+            return Vec::new();
+        };
+        let kubelet = entry.function != GoFunction::SchedulerBind;
+        if kubelet {
+            let counted = match entry.function {
+                GoFunction::KubeletVolumeWait => GoFunction::KubeletSyncPod,
+                other => other,
+            };
+            let count = self.syncs.entry((pod.uid.clone(), counted)).or_default();
+            if entry.function != GoFunction::KubeletVolumeWait {
+                *count += 1;
+            }
+            if *count > MAX_SYNCS_PER_POD {
+                return Vec::new();
+            }
+            if self.syncs.len() > MAX_PODS {
+                self.syncs.clear();
+                self.dropped += 1;
+            }
+        }
+        let mut spans = Vec::new();
+        let parent = if kubelet {
+            SpanId::well_known(pod.trace, &format!("node/{}", self.node_name))
+        } else {
+            SpanId::well_known(pod.trace, "root")
+        };
+        let mut attributes = pod.attributes();
+        attributes.push(string_attribute(
+            "k8s.component",
+            if kubelet { "kubelet" } else { "kube-scheduler" },
+        ));
+        let name = match entry.function {
+            GoFunction::SchedulerBind => {
+                if let Some(node) = &entry.text {
+                    attributes.push(string_attribute("k8s.node.name", node));
+                }
+                "scheduler bind"
+            }
+            GoFunction::KubeletSyncPod => {
+                if let Some(dispatched) = self.dispatched.remove(&pod.uid) {
+                    spans.push(Span {
+                        trace_id: pod.trace,
+                        span_id: SpanId::for_key(
+                            pod.trace,
+                            format!("kubelet/dispatch/{}", call_key(entry)).as_bytes(),
+                        ),
+                        parent_span_id: Some(parent),
+                        name: "kubelet pod dispatch".to_owned(),
+                        kind: SpanKind::Internal,
+                        start_unix_ns: self.clock.unix_ns(dispatched),
+                        end_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
+                        attributes: attributes.clone(),
+                        status: SpanStatus::Unset,
+                    });
+                }
+                "kubelet pod sync"
+            }
+            GoFunction::KubeletVolumeWait => "kubelet volume wait",
+            _ => "kubelet status update",
+        };
+        let status = match ret.failed {
+            Some(true) => SpanStatus::Error(format!("{name} returned an error")),
+            _ => SpanStatus::Unset,
+        };
+        let parent = match entry.function {
+            // A volume wait happens inside a sync of the same goroutine.
+            GoFunction::KubeletVolumeWait => self
+                .parent_containing(
+                    GoFunction::KubeletSyncPod,
+                    &pod,
+                    entry.ids.ts_ns,
+                    ret.ids.ts_ns,
+                )
+                .map_or(parent, |key| SpanId::for_key(pod.trace, key.as_bytes())),
+            _ => parent,
+        };
+        spans.push(Span {
+            trace_id: pod.trace,
+            span_id: SpanId::for_key(pod.trace, call_key(entry).as_bytes()),
+            parent_span_id: Some(parent),
+            name: name.to_owned(),
+            kind: SpanKind::Internal,
+            start_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
+            end_unix_ns: self.clock.unix_ns(ret.ids.ts_ns),
+            attributes,
+            status,
+        });
+        spans
+    }
+
+    /// The Pod of a component's own struct, named by an earlier probe when
+    /// this one read only the UID.
+    fn pod(&self, pod: &PodRef) -> Pod {
+        let (namespace, name) = match (&pod.namespace, &pod.name) {
+            (Some(namespace), Some(name)) => (namespace.as_str(), name.as_str()),
+            _ => self
+                .names
+                .get(&pod.uid)
+                .map_or(("", ""), |(ns, name)| (ns.as_str(), name.as_str())),
+        };
+        Pod::new(&self.cluster_id, namespace, name, &pod.uid)
+    }
+
+    /// The key of a remembered call of `function` on `pod` that contains
+    /// `[start, end]` (monotonic ns).
+    fn parent_containing(
+        &self,
+        function: GoFunction,
+        pod: &Pod,
+        start_ns: u64,
+        end_ns: u64,
+    ) -> Option<String> {
+        self.parents
+            .iter()
+            .rev()
+            .find(|parent| {
+                parent.function == function
+                    && parent.uid.as_deref() == Some(pod.uid.as_str())
+                    && parent.start_ns <= start_ns
+                    && parent.end_ns.is_none_or(|end| end >= end_ns)
+            })
+            .map(|parent| parent.key.clone())
+    }
+
+    /// A REST request decoded from the wire. kube-apiserver's side is the
+    /// request span of the calls probed in it.
+    pub fn on_rest(&mut self, rest: &RestMessage, uids: UidLookup<'_>) -> Vec<Span> {
+        if rest.side != Side::Server {
+            return Vec::new();
+        }
+        let (Some(start), Some(end)) = (rest.start_ts_ns, rest.end_ts_ns) else {
+            self.dropped += 1;
+            return Vec::new();
+        };
+        self.now_ns = self.now_ns.max(end);
+        let matched = self
+            .requests
+            .iter()
+            .filter(|(_, request)| {
+                request.tgid == rest.conn.tgid
+                    && request.path == rest.path
+                    && request.start_ns + MATCH_SLACK_NS >= start
+                    && request.start_ns <= end
+            })
+            .min_by_key(|(_, request)| request.start_ns)
+            .map(|(key, _)| *key);
+        let request = matched.and_then(|key| self.requests.remove(&key));
+        self.request_spans(request, Some(rest), uids)
+    }
+
+    /// Time passed: requests whose exchange never came go out on their own.
+    pub fn tick(&mut self, now_ns: u64, uids: UidLookup<'_>) -> Vec<Span> {
+        self.now_ns = self.now_ns.max(now_ns);
+        self.flush(false, uids)
+    }
+
+    /// The agent stops: every request still waiting goes out.
+    pub fn finish(&mut self, uids: UidLookup<'_>) -> Vec<Span> {
+        self.flush(true, uids)
+    }
+
+    fn flush(&mut self, all: bool, uids: UidLookup<'_>) -> Vec<Span> {
+        let now = self.now_ns;
+        let expired: Vec<(u32, u64)> = self
+            .requests
+            .iter()
+            .filter(|(_, request)| all || request.last_ns + REQUEST_WAIT_NS <= now)
+            .map(|(key, _)| *key)
+            .collect();
+        let mut spans = Vec::new();
+        for key in expired {
+            // Without its exchange, a request that stored nothing was a
+            // read (a GET of the Pod): not part of a trace.
+            if let Some(request) = self.requests.remove(&key).filter(|r| r.stored.is_some()) {
+                spans.extend(self.request_spans(Some(request), None, uids));
+            }
+        }
+        spans
+    }
+
+    /// The request span and its calls' spans.
+    fn request_spans(
+        &mut self,
+        request: Option<Request>,
+        rest: Option<&RestMessage>,
+        uids: UidLookup<'_>,
+    ) -> Vec<Span> {
+        // Which Pod: the response's, the path's, the storage write's.
+        let from_path = request.as_ref().and_then(|r| path_pod(&r.path));
+        let namespace = rest
+            .and_then(|r| r.namespace.clone())
+            .or_else(|| {
+                request
+                    .as_ref()
+                    .and_then(|r| r.stored.clone())
+                    .map(|(ns, _)| ns)
+            })
+            .or_else(|| from_path.clone().map(|(ns, _)| ns))
+            .unwrap_or_default();
+        let name = rest
+            .and_then(|r| r.name.clone())
+            .or_else(|| rest.and_then(|r| r.pod.as_ref()?.name.clone()))
+            .or_else(|| rest.and_then(|r| r.error.as_ref()?.name.clone()))
+            .or_else(|| {
+                request
+                    .as_ref()
+                    .and_then(|r| r.stored.clone())
+                    .map(|(_, n)| n)
+            })
+            .or_else(|| from_path.and_then(|(_, name)| name))
+            .unwrap_or_default();
+        let uid = rest
+            .and_then(|r| r.pod.as_ref()?.uid.clone())
+            .or_else(|| uids(&namespace, &name));
+        let status_code = rest.and_then(|r| r.status);
+        let failed = status_code.is_some_and(|code| code >= 400);
+        let dry_run = rest.is_some_and(|r| r.dry_run);
+        let create = rest.map_or_else(
+            || {
+                request
+                    .as_ref()
+                    .is_some_and(|r| path_pod(&r.path).is_some_and(|(_, n)| n.is_none()))
+            },
+            |r| r.verb == "create" && r.subresource.is_none(),
+        );
+        // A create that stored nothing (rejected, or a dry run) has no
+        // pod.create root from the etcd writes: its request is the root.
+        let own_root = create && (failed || dry_run);
+        let (trace, mut pod_attributes) = match (&uid, own_root) {
+            (Some(uid), false) => {
+                let pod = Pod::new(&self.cluster_id, &namespace, &name, uid);
+                (pod.trace, pod.attributes())
+            }
+            (uid, _) => {
+                if !own_root {
+                    self.unattributed += 1;
+                }
+                let start = request
+                    .as_ref()
+                    .map(|r| r.start_ns)
+                    .or_else(|| rest.and_then(|r| r.start_ts_ns))
+                    .unwrap_or_default();
+                let what = if own_root {
+                    format!(
+                        "request/{}/{namespace}/{name}/{start}",
+                        uid.as_deref().unwrap_or("")
+                    )
+                } else {
+                    format!("unattributed/{namespace}/{name}")
+                };
+                let mut attributes = vec![
+                    string_attribute("k8s.pod.name", &name),
+                    string_attribute("k8s.namespace.name", &namespace),
+                ];
+                if let Some(uid) = uid {
+                    attributes.push(string_attribute("k8s.pod.uid", uid));
+                }
+                if !own_root {
+                    attributes.push((
+                        "podtrace.unattributed".to_owned(),
+                        AttributeValue::Bool(true),
+                    ));
+                }
+                (TraceId::for_pod(&self.cluster_id, &what), attributes)
+            }
+        };
+        let key = match (&request, rest) {
+            (Some(request), _) => request.key(),
+            (None, Some(rest)) => {
+                format!("apiserver/stream/{}/{}", rest.conn.conn_id, rest.stream_id)
+            }
+            (None, None) => return Vec::new(),
+        };
+        let span_id = SpanId::for_key(trace, key.as_bytes());
+        let (start_ns, end_ns) = match (rest.and_then(|r| r.start_ts_ns.zip(r.end_ts_ns)), &request)
+        {
+            (Some((start, end)), Some(request)) => {
+                (start.min(request.start_ns), end.max(request.last_ns))
+            }
+            (Some(times), None) => times,
+            (None, Some(request)) => (request.start_ns, request.last_ns),
+            (None, None) => return Vec::new(),
+        };
+        let parent = if own_root {
+            None
+        } else {
+            let subresource = rest.and_then(|r| r.subresource.as_deref()).or_else(|| {
+                request
+                    .as_ref()
+                    .and_then(|r| r.path.rsplit('/').next())
+                    .filter(|s| *s == "binding" || *s == "status")
+            });
+            let pod = uid
+                .as_ref()
+                .map(|uid| Pod::new(&self.cluster_id, &namespace, &name, uid));
+            let caller = match (subresource, &pod) {
+                (Some("binding"), Some(pod)) => {
+                    self.parent_containing(GoFunction::SchedulerBind, pod, start_ns, end_ns)
+                }
+                (Some("status"), Some(pod)) => {
+                    self.parent_containing(GoFunction::KubeletStatusSync, pod, start_ns, end_ns)
+                }
+                _ => None,
+            };
+            Some(caller.map_or_else(
+                || SpanId::well_known(trace, "root"),
+                |key| SpanId::for_key(trace, key.as_bytes()),
+            ))
+        };
+        let method = rest
+            .map(|r| r.method.clone())
+            .unwrap_or_else(|| "?".to_owned());
+        let route = rest.map_or_else(
+            || request.as_ref().map(|r| r.path.clone()).unwrap_or_default(),
+            |r| r.route.clone(),
+        );
+        let mut attributes = std::mem::take(&mut pod_attributes);
+        attributes.push(string_attribute("k8s.component", "kube-apiserver"));
+        attributes.push(string_attribute("http.request.method", &method));
+        attributes.push(string_attribute("http.route", &route));
+        if let Some(code) = status_code {
+            attributes.push(int_attribute("http.response.status_code", i64::from(code)));
+        }
+        if let Some(rest) = rest {
+            attributes.push(string_attribute("podtrace.k8s.verb", &rest.verb));
+            if let Some(agent) = &rest.user_agent {
+                attributes.push(string_attribute("user_agent.original", agent));
+            }
+            if !rest.warnings.is_empty() {
+                attributes.push(string_attribute(
+                    "podtrace.k8s.warnings",
+                    &rest.warnings.join("; "),
+                ));
+            }
+        }
+        if let Some(addr) = request.as_ref().and_then(|r| r.remote_addr.as_deref()) {
+            attributes.push(string_attribute("client.address", addr));
+        }
+        if dry_run {
+            attributes.push((
+                "podtrace.k8s.dry_run".to_owned(),
+                AttributeValue::Bool(true),
+            ));
+        }
+        let calls = request.map(|r| r.calls).unwrap_or_default();
+        if let Some(user) = calls
+            .iter()
+            .find(|call| call.entry.function == GoFunction::ApiserverAuthenticate)
+            .and_then(|call| call.ret.text.as_deref())
+        {
+            attributes.push(string_attribute("podtrace.k8s.user", user));
+        }
+        let error = rest.and_then(|r| r.error.as_ref());
+        let status = if failed {
+            let mut text = format!("HTTP {}", status_code.unwrap_or_default());
+            if let Some(reason) = error.and_then(|e| e.reason.as_deref()) {
+                text.push_str(&format!(" {reason}"));
+            }
+            if let Some(message) = error.and_then(|e| e.message.as_deref()) {
+                text.push_str(&format!(": {message}"));
+            }
+            SpanStatus::Error(text)
+        } else {
+            SpanStatus::Unset
+        };
+        let name_prefix = if own_root {
+            format!(
+                "pod.create {namespace}/{name} ({})",
+                if dry_run { "dry run" } else { "rejected" }
+            )
+        } else {
+            format!("apiserver {method} {route}")
+        };
+        if own_root {
+            attributes.push((
+                "podtrace.trace.complete".to_owned(),
+                AttributeValue::Bool(false),
+            ));
+            attributes.push(string_attribute(
+                "podtrace.trace.stuck_phase",
+                if dry_run {
+                    "dry run: nothing stored"
+                } else {
+                    "create request: rejected"
+                },
+            ));
+        }
+        let mut spans = vec![Span {
+            trace_id: trace,
+            span_id,
+            parent_span_id: parent,
+            name: name_prefix,
+            kind: SpanKind::Server,
+            start_unix_ns: self.clock.unix_ns(start_ns),
+            end_unix_ns: self.clock.unix_ns(end_ns),
+            attributes: attributes.clone(),
+            status,
+        }];
+        let base: Vec<(String, AttributeValue)> = attributes
+            .iter()
+            .filter(|(key, _)| key.starts_with("k8s."))
+            .cloned()
+            .collect();
+        let call_spans: Vec<Span> = calls
+            .iter()
+            .map(|call| self.request_call_span(trace, span_id, &base, call, failed))
+            .collect();
+        // Admission of an update runs inside the storage write's
+        // read-modify-write: nest a call under the shortest one containing it.
+        for (index, mut span) in call_spans.iter().cloned().enumerate() {
+            let container = call_spans
+                .iter()
+                .enumerate()
+                .filter(|(other, candidate)| {
+                    *other != index
+                        && candidate.start_unix_ns <= span.start_unix_ns
+                        && candidate.end_unix_ns >= span.end_unix_ns
+                        && (candidate.start_unix_ns, candidate.end_unix_ns)
+                            != (span.start_unix_ns, span.end_unix_ns)
+                })
+                .min_by_key(|(_, candidate)| candidate.end_unix_ns - candidate.start_unix_ns);
+            if let Some((_, container)) = container {
+                span.parent_span_id = Some(container.span_id);
+            }
+            spans.push(span);
+        }
+        spans
+    }
+
+    fn request_call_span(
+        &self,
+        trace: TraceId,
+        parent: SpanId,
+        base: &[(String, AttributeValue)],
+        call: &RequestCall,
+        request_failed: bool,
+    ) -> Span {
+        let mut attributes = base.to_vec();
+        let (name, key) = match call.entry.function {
+            GoFunction::ApiserverAuthenticate => {
+                if let Some(user) = &call.ret.text {
+                    attributes.push(string_attribute("podtrace.k8s.user", user));
+                }
+                ("apiserver authentication".to_owned(), "authn")
+            }
+            GoFunction::ApiserverAuthorize => {
+                if let Some(decision) = call.ret.decision {
+                    attributes.push(string_attribute(
+                        "podtrace.k8s.authz.decision",
+                        decision.as_str(),
+                    ));
+                }
+                if let Some(reason) = &call.ret.text {
+                    attributes.push(string_attribute("podtrace.k8s.authz.reason", reason));
+                }
+                ("apiserver authorization".to_owned(), "authz")
+            }
+            GoFunction::ApiserverAdmit => ("apiserver admission (mutating)".to_owned(), "admit"),
+            GoFunction::ApiserverValidate => {
+                ("apiserver admission (validating)".to_owned(), "validate")
+            }
+            GoFunction::ApiserverMutatingWebhook | GoFunction::ApiserverValidatingWebhook => {
+                let hook = call.entry.text.clone().unwrap_or_default();
+                attributes.push(string_attribute("podtrace.k8s.admission.webhook", &hook));
+                (format!("apiserver admission webhook {hook}"), "webhook")
+            }
+            _ => (
+                format!(
+                    "apiserver storage {} {}",
+                    if call.entry.function == GoFunction::ApiserverStorageCreate {
+                        "create"
+                    } else {
+                        "update"
+                    },
+                    call.entry.text.as_deref().unwrap_or_default()
+                ),
+                "storage",
+            ),
+        };
+        let span_key = if key == "storage" {
+            format!(
+                "apiserver/storage/{}/{}/{}",
+                call.entry.ids.tgid, call.entry.goid, call.entry.ids.ts_ns
+            )
+        } else {
+            format!("apiserver/{key}/{}", call_key(&call.entry))
+        };
+        let denied = call.ret.decision == Some(Decision::Deny);
+        let status = if call.ret.failed == Some(true) || denied {
+            let what = match call.entry.function {
+                GoFunction::ApiserverAdmit
+                | GoFunction::ApiserverValidate
+                | GoFunction::ApiserverMutatingWebhook
+                | GoFunction::ApiserverValidatingWebhook => "admission rejected the request",
+                GoFunction::ApiserverAuthenticate => "not authenticated",
+                GoFunction::ApiserverAuthorize => "not authorized",
+                _ => "the storage write failed",
+            };
+            if request_failed || call.entry.function != GoFunction::ApiserverAuthenticate {
+                SpanStatus::Error(what.to_owned())
+            } else {
+                SpanStatus::Unset
+            }
+        } else {
+            SpanStatus::Unset
+        };
+        Span {
+            trace_id: trace,
+            span_id: SpanId::for_key(trace, span_key.as_bytes()),
+            parent_span_id: Some(parent),
+            name,
+            kind: SpanKind::Internal,
+            start_unix_ns: self.clock.unix_ns(call.entry.ids.ts_ns),
+            end_unix_ns: self.clock.unix_ns(call.ret.ids.ts_ns),
+            attributes,
+            status,
+        }
+    }
+
+    /// Nests a span another module made under the component call it
+    /// happened in, on this agent: kube-apiserver's etcd client call under
+    /// the storage write that made it, the kubelet's CRI call under the pod
+    /// sync that made it.
+    pub fn adopt(&self, span: &mut Span) {
+        if span.kind != SpanKind::Client {
+            return;
+        }
+        let (Some(namespace), Some(name)) = (
+            span.string_attribute("k8s.namespace.name"),
+            span.string_attribute("k8s.pod.name"),
+        ) else {
+            return;
+        };
+        let uid = span.string_attribute("k8s.pod.uid");
+        let etcd = span.string_attribute("db.system.name") == Some("etcd");
+        let cri = span
+            .string_attribute("rpc.service")
+            .is_some_and(|service| service.starts_with("runtime.v1."));
+        let start = self.clock.monotonic_ns(span.start_unix_ns);
+        let end = self.clock.monotonic_ns(span.end_unix_ns);
+        let found = self.parents.iter().rev().find(|parent| {
+            let contains = parent.start_ns <= start && parent.end_ns.is_none_or(|e| e >= end);
+            let same_pod = if etcd {
+                matches!(
+                    parent.function,
+                    GoFunction::ApiserverStorageCreate | GoFunction::ApiserverStorageUpdate
+                ) && parent
+                    .name
+                    .as_ref()
+                    .is_some_and(|(ns, n)| ns == namespace && n == name)
+            } else if cri {
+                parent.function == GoFunction::KubeletSyncPod
+                    && uid.is_some()
+                    && parent.uid.as_deref() == uid
+            } else {
+                false
+            };
+            contains && same_pod
+        });
+        if let Some(parent) = found {
+            span.parent_span_id = Some(SpanId::for_key(span.trace_id, parent.key.as_bytes()));
+        }
+    }
+}
+
+/// The span key of a call: process, goroutine and entry time.
+fn call_key(entry: &FuncMessage) -> String {
+    format!(
+        "{:?}/{}/{}/{}",
+        entry.function, entry.ids.tgid, entry.goid, entry.ids.ts_ns
+    )
+}
+
+fn remember(map: &mut HashMap<String, u64>, dropped: &mut u64, uid: &str, ts_ns: u64) {
+    if map.len() >= MAX_PODS && !map.contains_key(uid) {
+        *dropped += 1;
+        return;
+    }
+    map.entry(uid.to_owned()).or_insert(ts_ns);
+}
+
+/// Whether a request path is one of a Pod's (collection, object or subresource).
+fn is_pod_path(path: &str) -> bool {
+    path_pod(path).is_some()
+}
+
+/// Namespace and (for an object or subresource) name of a core Pod path.
+fn path_pod(path: &str) -> Option<(String, Option<String>)> {
+    let rest = path.strip_prefix("/api/v1/namespaces/")?;
+    let mut parts = rest.split('/');
+    let namespace = parts.next().filter(|ns| !ns.is_empty())?;
+    if parts.next()? != "pods" {
+        return None;
+    }
+    Some((namespace.to_owned(), parts.next().map(str::to_owned)))
+}
+
+/// Namespace and name of a storage key `/pods/NS/NAME` (the apiserver's
+/// key, without etcd's `/registry` prefix).
+fn pod_key(key: &str) -> Option<(String, String)> {
+    let rest = key
+        .strip_prefix("/registry")
+        .unwrap_or(key)
+        .strip_prefix("/pods/")?;
+    let (namespace, name) = rest.split_once('/')?;
+    (!namespace.is_empty() && !name.is_empty() && !name.contains('/'))
+        .then(|| (namespace.to_owned(), name.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_paths_and_storage_keys() {
+        assert_eq!(
+            path_pod("/api/v1/namespaces/default/pods"),
+            Some(("default".into(), None))
+        );
+        assert_eq!(
+            path_pod("/api/v1/namespaces/default/pods/web/binding"),
+            Some(("default".into(), Some("web".into())))
+        );
+        assert_eq!(path_pod("/api/v1/namespaces/default/events"), None);
+        assert_eq!(
+            path_pod("/apis/apps/v1/namespaces/default/deployments"),
+            None
+        );
+        assert_eq!(
+            pod_key("/pods/default/web"),
+            Some(("default".into(), "web".into()))
+        );
+        assert_eq!(
+            pod_key("/registry/pods/default/web"),
+            Some(("default".into(), "web".into()))
+        );
+        assert_eq!(pod_key("/events/default/web.1"), None);
+    }
+}
