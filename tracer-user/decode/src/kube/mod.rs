@@ -250,7 +250,7 @@ mod tests {
     #[test]
     fn statuses_read_from_json_and_protobuf() {
         use prost::Message as _;
-        let json = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"pods \"p\" is forbidden: no","reason":"Forbidden","code":403}"#;
+        let json = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"pods \"p\" is forbidden: no","reason":"Forbidden","details":{"name":"p","kind":"pods"},"code":403}"#;
         let status = decode_status(json).unwrap();
         assert_eq!(status.reason.as_deref(), Some("Forbidden"));
         assert_eq!(status.code, Some(403));
