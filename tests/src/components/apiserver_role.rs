@@ -640,6 +640,7 @@ mod tests {
                 uid: uid.clone(),
                 node_name: None,
                 phase: Some("Pending".into()),
+                ..PodIdentity::default()
             }
         );
 

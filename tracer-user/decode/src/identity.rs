@@ -21,6 +21,15 @@ pub struct PodIdentity {
     pub node_name: Option<String>,
     /// `status.phase`.
     pub phase: Option<String>,
+    /// `spec.schedulerName`.
+    pub scheduler_name: Option<String>,
+    /// Why the scheduler could not place it: the `PodScheduled` condition's
+    /// message while it is `False` (`0/3 nodes are available: …`).
+    pub unschedulable: Option<String>,
+    /// Why a container is not running: the first waiting reason other than
+    /// the normal `ContainerCreating`/`PodInitializing`, with its message
+    /// (`ErrImageNeverPull: Container image "x" is not present …`).
+    pub waiting: Option<String>,
 }
 
 /// One fact about a Pod from one message.

@@ -83,6 +83,12 @@ struct Root {
     start_ns: u64,
     /// The node it was bound to, once a write names one.
     node: Option<String>,
+    /// `spec.schedulerName`, once a write names it.
+    scheduler: Option<String>,
+    /// Why it waits, as its last written status says: the scheduler's
+    /// verdict while unschedulable, a container's waiting reason.
+    unschedulable: Option<String>,
+    waiting: Option<String>,
 }
 
 /// A root to emit once the client span of the write that ends it is seen.
@@ -345,6 +351,9 @@ impl ControlSpans {
                 pod: Pod::new(&self.cluster_id, &pod.namespace, &pod.name, uid),
                 start_ns: start,
                 node: None,
+                scheduler: None,
+                unschedulable: None,
+                waiting: None,
             });
             root.start_ns = root.start_ns.min(start);
             return None;
@@ -364,6 +373,13 @@ impl ControlSpans {
         });
         if let Some(node) = object.and_then(|o| o.node_name.clone()) {
             root.node = Some(node);
+        }
+        if let Some(object) = object {
+            if object.scheduler_name.is_some() {
+                root.scheduler.clone_from(&object.scheduler_name);
+            }
+            root.unschedulable.clone_from(&object.unschedulable);
+            root.waiting.clone_from(&object.waiting);
         }
         match (call.write, object.and_then(|o| o.phase.as_deref())) {
             (WriteKind::Delete, _) => {
@@ -398,6 +414,9 @@ impl ControlSpans {
         if let Some(node) = &root.node {
             attributes.push(string_attribute("k8s.node.name", node));
         }
+        if let Some(scheduler) = &root.scheduler {
+            attributes.push(string_attribute("podtrace.k8s.scheduler.name", scheduler));
+        }
         attributes.push((
             "podtrace.trace.complete".to_owned(),
             AttributeValue::Bool(incomplete.is_none()),
@@ -412,7 +431,21 @@ impl ControlSpans {
                     "scheduling: not bound to a node"
                 };
                 attributes.push(string_attribute("podtrace.trace.stuck_phase", phase));
-                SpanStatus::Error(format!("incomplete: {why}; stuck in {phase}"))
+                // What the components themselves reported about it.
+                let reported = match (&root.node, &root.unschedulable, &root.waiting) {
+                    (None, Some(verdict), _) => {
+                        attributes
+                            .push(string_attribute("podtrace.k8s.scheduling.failure", verdict));
+                        format!(" ({verdict})")
+                    }
+                    (Some(_), _, Some(waiting)) => {
+                        attributes
+                            .push(string_attribute("podtrace.k8s.container.waiting", waiting));
+                        format!(" ({waiting})")
+                    }
+                    _ => String::new(),
+                };
+                SpanStatus::Error(format!("incomplete: {why}; stuck in {phase}{reported}"))
             }
         };
         Span {

@@ -10,6 +10,10 @@
 
 use prost::Message;
 
+mod facts;
+
+pub use facts::{ContainerFacts, SandboxPod, SecurityFacts};
+
 use crate::grpc::GrpcCall;
 use crate::identity::{PodClue, PodIdentity};
 use crate::pb::runtime::v1 as pb;

@@ -93,14 +93,56 @@ fn decode_envelope(envelope: &[u8]) -> Result<StoredObject, KubeError> {
             reason: e.to_string(),
         })?;
     let metadata = pod.metadata.unwrap_or_default();
+    let spec = pod.spec.unwrap_or_default();
+    let status = pod.status.unwrap_or_default();
+    let unschedulable = status
+        .conditions
+        .iter()
+        .find(|c| {
+            c.r#type.as_deref() == Some("PodScheduled") && c.status.as_deref() == Some("False")
+        })
+        .map(|c| condition_text(c.reason.clone(), c.message.clone()));
+    let waiting = status.container_statuses.iter().find_map(|container| {
+        let waiting = container.state.as_ref()?.waiting.as_ref()?;
+        let reason = set(waiting.reason.clone())?;
+        (!NORMAL_WAITING.contains(&reason.as_str()))
+            .then(|| condition_text(Some(reason), waiting.message.clone()))
+    });
     Ok(StoredObject::Pod(PodIdentity {
         namespace: set(metadata.namespace),
         name: set(metadata.name),
         generate_name: set(metadata.generate_name),
         uid: set(metadata.uid),
-        node_name: set(pod.spec.and_then(|s| s.node_name)),
-        phase: set(pod.status.and_then(|s| s.phase)),
+        node_name: set(spec.node_name),
+        phase: set(status.phase),
+        scheduler_name: set(spec.scheduler_name),
+        unschedulable,
+        waiting,
     }))
+}
+
+/// Waiting reasons of a container on its normal way to running.
+const NORMAL_WAITING: [&str; 2] = ["ContainerCreating", "PodInitializing"];
+
+/// Longest reason text kept from a condition or waiting state.
+const MAX_REASON_TEXT: usize = 512;
+
+/// `REASON: MESSAGE` (either may be missing), cut at a character boundary.
+fn condition_text(reason: Option<String>, message: Option<String>) -> String {
+    let mut text = match (set(reason), set(message)) {
+        (Some(reason), Some(message)) => format!("{reason}: {message}"),
+        (Some(one), None) | (None, Some(one)) => one,
+        (None, None) => String::new(),
+    };
+    if text.len() > MAX_REASON_TEXT {
+        let mut end = MAX_REASON_TEXT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
 }
 
 /// A string field as Kubernetes means it: Go's protobuf encoder writes
@@ -155,11 +197,42 @@ struct JsonMetadata {
 #[serde(rename_all = "camelCase")]
 struct JsonSpec {
     node_name: Option<String>,
+    scheduler_name: Option<String>,
 }
 
 #[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
 struct JsonStatus {
     phase: Option<String>,
+    #[serde(default)]
+    conditions: Vec<JsonCondition>,
+    #[serde(default)]
+    container_statuses: Vec<JsonContainerStatus>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct JsonCondition {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    status: Option<String>,
+    reason: Option<String>,
+    message: Option<String>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct JsonContainerStatus {
+    state: Option<JsonContainerState>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct JsonContainerState {
+    waiting: Option<JsonWaiting>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct JsonWaiting {
+    reason: Option<String>,
+    message: Option<String>,
 }
 
 fn decode_json(value: &[u8]) -> Result<StoredObject, KubeError> {
@@ -178,16 +251,31 @@ pub(crate) fn stored_from_json(object: JsonObject) -> StoredObject {
         };
     }
     let metadata = object.metadata;
+    let status = match object.status {
+        JsonStatusField::Object(status) => status,
+        JsonStatusField::Other(_) => JsonStatus::default(),
+    };
+    let unschedulable = status
+        .conditions
+        .iter()
+        .find(|c| c.kind.as_deref() == Some("PodScheduled") && c.status.as_deref() == Some("False"))
+        .map(|c| condition_text(c.reason.clone(), c.message.clone()));
+    let waiting = status.container_statuses.iter().find_map(|container| {
+        let waiting = container.state.as_ref()?.waiting.as_ref()?;
+        let reason = set(waiting.reason.clone())?;
+        (!NORMAL_WAITING.contains(&reason.as_str()))
+            .then(|| condition_text(Some(reason), waiting.message.clone()))
+    });
     StoredObject::Pod(PodIdentity {
         namespace: set(metadata.namespace),
         name: set(metadata.name),
         generate_name: set(metadata.generate_name),
         uid: set(metadata.uid),
         node_name: set(object.spec.node_name),
-        phase: set(match object.status {
-            JsonStatusField::Object(status) => status.phase,
-            JsonStatusField::Other(_) => None,
-        }),
+        phase: set(status.phase),
+        scheduler_name: set(object.spec.scheduler_name),
+        unschedulable,
+        waiting,
     })
 }
 
@@ -296,7 +384,41 @@ mod tests {
             uid: Some("3f1c2a9e-5b7d-4e2a-9c1f-8a6b0d4e2f71".into()),
             node_name: None,
             phase: Some("Pending".into()),
+            scheduler_name: Some("default-scheduler".into()),
+            ..PodIdentity::default()
         })
+    }
+
+    #[test]
+    fn why_a_pod_waits_is_read_from_its_status() {
+        let unschedulable = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"default","uid":"u"},
+            "spec":{"schedulerName":"my-scheduler"},
+            "status":{"phase":"Pending","conditions":[{"type":"PodScheduled","status":"False","reason":"Unschedulable",
+            "message":"0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."}]}}"#;
+        let Ok(StoredObject::Pod(pod)) = decode_stored_object(unschedulable) else {
+            panic!("not a Pod");
+        };
+        assert_eq!(pod.scheduler_name.as_deref(), Some("my-scheduler"));
+        assert_eq!(
+            pod.unschedulable.as_deref(),
+            Some(
+                "Unschedulable: 0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+            )
+        );
+        let never = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"default","uid":"u"},
+            "status":{"phase":"Pending","containerStatuses":[
+              {"name":"a","state":{"waiting":{"reason":"ContainerCreating"}}},
+              {"name":"b","state":{"waiting":{"reason":"ErrImageNeverPull","message":"Container image \"x\" is not present with pull policy of Never"}}}]}}"#;
+        let Ok(StoredObject::Pod(pod)) = decode_stored_object(never) else {
+            panic!("not a Pod");
+        };
+        assert_eq!(
+            pod.waiting.as_deref(),
+            Some(
+                "ErrImageNeverPull: Container image \"x\" is not present with pull policy of Never"
+            )
+        );
+        assert_eq!(pod.unschedulable, None);
     }
 
     #[test]
