@@ -10,7 +10,10 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use tracer_decode::identity::PodClue;
+use tracer_decode::{
+    cri::{ContainerFacts, SecurityFacts},
+    identity::PodClue,
+};
 
 use super::{
     pod::{Pod, string_attribute},
@@ -150,6 +153,27 @@ fn closes_node(method: &str, status: &SpanStatus) -> Option<SpanStatus> {
 /// How long a CRI server span waits for its client span.
 const CLIENT_WAIT_NS: u64 = 2_000_000_000;
 
+/// How long an ImageStatus call waits for the PullImage or CreateContainer
+/// that names its Pod (the kubelet asks just before it pulls or creates).
+const IMAGE_CLAIM_NS: u64 = 10_000_000_000;
+/// ImageStatus calls waiting at once; past it the oldest is dropped.
+const MAX_IMAGE_CALLS: usize = 1024;
+/// Images remembered as pulled per Pod.
+const MAX_PULLS_PER_POD: usize = 32;
+
+/// `podtrace.container.image.source`: the runtime had the image.
+pub const IMAGE_PRESENT: &str = "present";
+/// `podtrace.container.image.source`: the image was pulled for the Pod.
+pub const IMAGE_PULLED: &str = "pulled";
+
+/// What the spans of a created container repeat from its CreateContainer.
+#[derive(Clone, Debug, Default)]
+struct ContainerImage {
+    container_name: Option<String>,
+    image: Option<String>,
+    source: Option<&'static str>,
+}
+
 /// How long a node span waits for its Pod to become known.
 const PENDING_NS: u64 = 60_000_000_000;
 
@@ -177,6 +201,14 @@ pub struct NodeSpans {
     pending: Vec<Pending>,
     /// CNI plugins running, by pid.
     cni_runs: HashMap<u32, CniStart>,
+    /// ImageStatus calls (about no Pod) waiting for the PullImage or
+    /// CreateContainer of the same image to name their Pod.
+    image_calls: VecDeque<CriMessage>,
+    /// Images pulled for each Pod (by uid): which side saw the pull, and
+    /// its image reference and id.
+    pulls: HashMap<String, Vec<(Side, ContainerFacts)>>,
+    /// Created containers' names and images, by container id.
+    container_images: HashMap<String, ContainerImage>,
     /// Recent RunPodSandbox, StopPodSandbox and RemovePodSandbox calls
     /// (which run the CNI plugins: ADD, DEL, DEL again) as containerd handled them: method, sandbox id,
     /// start and end (CLOCK_MONOTONIC ns).
@@ -203,6 +235,9 @@ impl NodeSpans {
             pending: Vec::new(),
             cni_runs: HashMap::new(),
             sandbox_windows: VecDeque::new(),
+            image_calls: VecDeque::new(),
+            pulls: HashMap::new(),
+            container_images: HashMap::new(),
             unattributed: 0,
         }
     }
@@ -270,7 +305,15 @@ impl NodeSpans {
                 PodClue::StorageKey { .. } | PodClue::Object(_) => {}
             }
         }
-        let (pod, sandbox_id, container_id) = match (key, failed_sandbox) {
+        // PullImage names its Pod: the kubelet sends the sandbox's config.
+        let pulled_for = call
+            .facts
+            .as_ref()
+            .and_then(|facts| facts.pull_for.as_ref())
+            .map(|pod| Pod::new(&self.cluster_id, &pod.namespace, &pod.name, &pod.uid));
+        let now = call.end_ts_ns.unwrap_or(0);
+        self.expire_image_calls(now);
+        let (pod, sandbox_id, container_id) = match (key, failed_sandbox.or(pulled_for)) {
             (Some((sandbox_id, container_id)), _) => {
                 let Some(pod) = self.pods_by_sandbox.get(&sandbox_id).cloned() else {
                     self.unattributed += 1;
@@ -279,8 +322,80 @@ impl NodeSpans {
                 (pod, Some(sandbox_id), container_id)
             }
             (None, Some(pod)) => (pod, None, None),
-            (None, None) => return Vec::new(), // Version, ImageStatus…: about no Pod.
+            (None, None) => {
+                // ImageStatus names no Pod: it waits for the PullImage or
+                // CreateContainer after it. Version, Status…: about no Pod.
+                self.hold_image_call(call);
+                return Vec::new();
+            }
         };
+        let mut spans = Vec::new();
+        let mut facts = Vec::new();
+        match call.method.as_str() {
+            "PullImage" => {
+                // The ImageStatus that found the image absent.
+                let (claimed, _) = self.claim_image_calls(call, &pod);
+                spans.extend(claimed);
+                if let Some(pulled) = call.facts.as_ref().filter(|f| f.image_id.is_some()) {
+                    self.note_pull(&pod, call.side, pulled);
+                }
+                facts.extend(
+                    call.facts
+                        .as_deref()
+                        .map(image_attributes)
+                        .unwrap_or_default(),
+                );
+            }
+            "CreateContainer" => {
+                let (claimed, statuses) = self.claim_image_calls(call, &pod);
+                spans.extend(claimed);
+                let image = self.container_image(call, &pod, &statuses);
+                facts.extend(container_attributes(&image));
+                if let Some(id) = call.facts.as_ref().and_then(|f| f.image_id.as_ref()) {
+                    facts.push(string_attribute("container.image.id", id));
+                }
+                if let Some(security) = call.facts.as_ref().and_then(|f| f.security.as_ref()) {
+                    facts.extend(security_attributes(security));
+                }
+                if let Some(container_id) = &container_id {
+                    if self.container_images.len() >= MAX_ENTRIES {
+                        self.container_images.clear();
+                    }
+                    self.container_images.insert(container_id.clone(), image);
+                }
+            }
+            "RunPodSandbox" => {
+                if let Some(security) = call.facts.as_ref().and_then(|f| f.security.as_ref()) {
+                    facts.extend(security_attributes(security));
+                }
+            }
+            "StartContainer" => {
+                if let Some(image) = container_id
+                    .as_ref()
+                    .and_then(|id| self.container_images.get(id))
+                {
+                    facts.extend(container_attributes(image));
+                }
+            }
+            _ => {}
+        }
+        spans.extend(self.call_spans(call, &pod, sandbox_id, container_id, facts, now));
+        spans
+    }
+
+    /// The span of a CRI call of `pod`, with `facts` among its attributes;
+    /// a server span waits for its client span until `now` +
+    /// [`CLIENT_WAIT_NS`].
+    fn call_spans(
+        &mut self,
+        call: &CriMessage,
+        pod: &Pod,
+        sandbox_id: Option<String>,
+        container_id: Option<String>,
+        facts: Vec<(String, AttributeValue)>,
+        now: u64,
+    ) -> Vec<Span> {
+        let pod = pod.clone();
         let (Some(start), Some(end)) = (call.start_ts_ns, call.end_ts_ns) else {
             self.unattributed += 1;
             return Vec::new();
@@ -340,6 +455,7 @@ impl NodeSpans {
                 AttributeValue::Int(i64::from(code)),
             ));
         }
+        attributes.extend(facts);
         attributes.extend(self.pod_attributes(&pod));
         let status = match (call.status_code, &call.status_message) {
             (Some(0) | None, _) => SpanStatus::Unset,
@@ -413,21 +529,144 @@ impl NodeSpans {
                         span,
                         client,
                         pod: pod.clone(),
-                        deadline_ns: call.end_ts_ns.unwrap_or(0) + CLIENT_WAIT_NS,
+                        deadline_ns: now.max(call.end_ts_ns.unwrap_or(0)) + CLIENT_WAIT_NS,
                         closes_node,
                     });
                 }
             }
         }
-        let now = call.end_ts_ns.unwrap_or(0);
         spans.extend(self.release_held(now, false));
         spans.extend(self.attribute_pending(now));
         spans
     }
 
+    /// Keeps an answered ImageStatus call until a PullImage or
+    /// CreateContainer of its image names its Pod.
+    fn hold_image_call(&mut self, call: &CriMessage) {
+        let has_image = call.facts.as_ref().is_some_and(|f| f.image.is_some());
+        if call.method != "ImageStatus" || !has_image || call.end_ts_ns.is_none() {
+            return;
+        }
+        if self.image_calls.len() >= MAX_IMAGE_CALLS {
+            self.image_calls.pop_front();
+        }
+        self.image_calls.push_back(call.clone());
+    }
+
+    /// Drops ImageStatus calls no Pod claimed in time: they were about no
+    /// Pod this node created (an image the Pod may not pull is the Pod
+    /// status's to tell, not a guess of ours).
+    fn expire_image_calls(&mut self, now_ns: u64) {
+        self.image_calls.retain(|held| {
+            held.end_ts_ns
+                .is_some_and(|end| now_ns.saturating_sub(end) <= IMAGE_CLAIM_NS)
+        });
+    }
+
+    /// The spans of the ImageStatus calls `call` (a PullImage or
+    /// CreateContainer of `pod`) follows: made on the same side, of the
+    /// same image, ended before it began, within [`IMAGE_CLAIM_NS`]. Only a
+    /// single such call is attributed; several (Pods of the same image
+    /// created at once) are counted, not guessed. Also returns what the
+    /// claimed call found.
+    fn claim_image_calls(
+        &mut self,
+        call: &CriMessage,
+        pod: &Pod,
+    ) -> (Vec<Span>, Vec<ContainerFacts>) {
+        let (Some(facts), Some(start)) = (&call.facts, call.start_ts_ns) else {
+            return (Vec::new(), Vec::new());
+        };
+        let candidates: Vec<usize> = self
+            .image_calls
+            .iter()
+            .enumerate()
+            .filter(|(_, held)| {
+                held.side == call.side
+                    && held
+                        .end_ts_ns
+                        .is_some_and(|end| end <= start && start - end <= IMAGE_CLAIM_NS)
+                    && held.facts.as_ref().is_some_and(|h| same_image(h, facts))
+            })
+            .map(|(at, _)| at)
+            .collect();
+        match candidates.as_slice() {
+            [] => (Vec::new(), Vec::new()),
+            [at] => {
+                let Some(held) = self.image_calls.remove(*at) else {
+                    return (Vec::new(), Vec::new());
+                };
+                let held_facts = held.facts.as_deref().cloned().unwrap_or_default();
+                let attributes = image_attributes(&held_facts);
+                let now = call.end_ts_ns.unwrap_or(start);
+                let spans = self.call_spans(&held, pod, None, None, attributes, now);
+                (spans, vec![held_facts])
+            }
+            several => {
+                for at in several.iter().rev() {
+                    self.image_calls.remove(*at);
+                }
+                self.unattributed += several.len() as u64;
+                (Vec::new(), Vec::new())
+            }
+        }
+    }
+
+    fn note_pull(&mut self, pod: &Pod, side: Side, facts: &ContainerFacts) {
+        if self.pulls.len() >= MAX_ENTRIES && !self.pulls.contains_key(&pod.uid) {
+            self.pulls.clear();
+        }
+        let pulls = self.pulls.entry(pod.uid.clone()).or_default();
+        if pulls.len() >= MAX_PULLS_PER_POD {
+            pulls.remove(0);
+        }
+        pulls.push((side, facts.clone()));
+    }
+
+    /// A CreateContainer's name, image and where the image came from:
+    /// pulled when a PullImage of it for the Pod (or an ImageStatus that
+    /// found it absent) came before, present when the ImageStatus before
+    /// found it.
+    fn container_image(
+        &self,
+        call: &CriMessage,
+        pod: &Pod,
+        statuses: &[ContainerFacts],
+    ) -> ContainerImage {
+        let Some(facts) = &call.facts else {
+            return ContainerImage::default();
+        };
+        let pull = self.pulls.get(&pod.uid).and_then(|pulls| {
+            pulls
+                .iter()
+                .rev()
+                .find(|(side, pulled)| *side == call.side && same_image(pulled, facts))
+                .map(|(_, pulled)| pulled)
+        });
+        let status = statuses.first();
+        let source = match (pull, status.and_then(|s| s.image_present)) {
+            (Some(_), _) | (None, Some(false)) => Some(IMAGE_PULLED),
+            (None, Some(true)) => Some(IMAGE_PRESENT),
+            (None, None) => None,
+        };
+        // Kubelets before 1.30 send only the id: the name is the pull's or
+        // the status's.
+        let image = facts
+            .image
+            .clone()
+            .or_else(|| pull.and_then(|p| p.image.clone()))
+            .or_else(|| status.and_then(|s| s.image.clone()));
+        ContainerImage {
+            container_name: facts.container_name.clone(),
+            image,
+            source,
+        }
+    }
+
     /// Time passed: server spans whose client was not seen go out under the
     /// node span.
     pub fn tick(&mut self, now_ns: u64) -> Vec<Span> {
+        self.expire_image_calls(now_ns);
         let mut spans = self.release_held(now_ns, false);
         spans.extend(self.attribute_pending(now_ns));
         spans
@@ -690,6 +929,9 @@ impl NodeSpans {
             string_attribute("process.executable.name", &process.executable),
             string_attribute("container.id", &process.container_id),
         ];
+        if let Some(image) = self.container_images.get(&process.container_id) {
+            attributes.extend(container_attributes(image));
+        }
         let (name, role, status) = match process.exit {
             None => (
                 format!("container process start: {}", process.executable),
@@ -830,6 +1072,100 @@ impl NodeSpans {
 /// A CNI run overlapped more than one RunPodSandbox call.
 struct Ambiguous;
 
+/// An image reference with the tag the kubelet adds when it has none
+/// (`busybox` → `busybox:latest`), so the Pod's spelling and the
+/// kubelet's compare equal.
+fn with_default_tag(image: &str) -> String {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') || last.contains(':') {
+        image.to_owned()
+    } else {
+        format!("{image}:latest")
+    }
+}
+
+/// Whether two calls are about the same image: a reference or an id in
+/// common.
+fn same_image(a: &ContainerFacts, b: &ContainerFacts) -> bool {
+    let names = |facts: &ContainerFacts| {
+        [&facts.image, &facts.image_id]
+            .into_iter()
+            .flatten()
+            .map(|name| with_default_tag(name))
+            .collect::<Vec<_>>()
+    };
+    let theirs = names(b);
+    names(a).iter().any(|name| theirs.contains(name))
+}
+
+/// `container.image.name`, `container.image.id` and, for ImageStatus,
+/// `podtrace.container.image.present`.
+fn image_attributes(facts: &ContainerFacts) -> Vec<(String, AttributeValue)> {
+    let mut attributes = Vec::new();
+    if let Some(image) = &facts.image {
+        attributes.push(string_attribute("container.image.name", image));
+    }
+    if let Some(id) = &facts.image_id {
+        attributes.push(string_attribute("container.image.id", id));
+    }
+    if let Some(present) = facts.image_present {
+        attributes.push((
+            "podtrace.container.image.present".to_owned(),
+            AttributeValue::Bool(present),
+        ));
+    }
+    attributes
+}
+
+/// `k8s.container.name`, `container.image.name` and
+/// `podtrace.container.image.source` of a created container.
+fn container_attributes(image: &ContainerImage) -> Vec<(String, AttributeValue)> {
+    let mut attributes = Vec::new();
+    if let Some(name) = &image.container_name {
+        attributes.push(string_attribute("k8s.container.name", name));
+    }
+    if let Some(name) = &image.image {
+        attributes.push(string_attribute("container.image.name", name));
+    }
+    if let Some(source) = image.source {
+        attributes.push(string_attribute("podtrace.container.image.source", source));
+    }
+    attributes
+}
+
+/// `container.security.*`: the security context the kubelet asked for.
+fn security_attributes(security: &SecurityFacts) -> Vec<(String, AttributeValue)> {
+    let mut attributes = vec![(
+        "container.security.privileged".to_owned(),
+        AttributeValue::Bool(security.privileged),
+    )];
+    if !security.capabilities_added.is_empty() {
+        attributes.push(string_attribute(
+            "container.security.capabilities.added",
+            &security.capabilities_added.join(","),
+        ));
+    }
+    if !security.capabilities_dropped.is_empty() {
+        attributes.push(string_attribute(
+            "container.security.capabilities.dropped",
+            &security.capabilities_dropped.join(","),
+        ));
+    }
+    if let Some(user) = security.run_as_user {
+        attributes.push((
+            "container.security.run_as_user".to_owned(),
+            AttributeValue::Int(user),
+        ));
+    }
+    if let Some(seccomp) = &security.seccomp {
+        attributes.push(string_attribute("container.security.seccomp", seccomp));
+    }
+    if let Some(apparmor) = &security.apparmor {
+        attributes.push(string_attribute("container.security.apparmor", apparmor));
+    }
+    attributes
+}
+
 /// `process.exit.code` (128 + signal when killed, as shells report it) and
 /// the span status of an exit.
 fn exit_status(status: ExitStatus) -> (i64, SpanStatus) {
@@ -843,5 +1179,291 @@ fn exit_status(status: ExitStatus) -> (i64, SpanStatus) {
             128 + i64::from(signal),
             SpanStatus::Error(format!("killed by signal {signal}")),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_decode::{
+        cri::{SandboxPod, SecurityFacts},
+        identity::PodIdentity,
+    };
+
+    use super::*;
+    use crate::capture::ConnKey;
+
+    const MS: u64 = 1_000_000;
+    const ID: &str = "sha256:6fd955f66c231c1a946653170d096a28ac2b2052a02080c0b84ec082a07f7d12";
+
+    fn node() -> NodeSpans {
+        NodeSpans::new(WallClock::from_offset(0), "c".into(), "node-a".into())
+    }
+
+    fn call(
+        side: Side,
+        stream_id: u32,
+        method: &str,
+        clues: Vec<PodClue>,
+        facts: Option<ContainerFacts>,
+        start_ms: u64,
+        end_ms: u64,
+    ) -> CriMessage {
+        let service = if matches!(method, "ImageStatus" | "PullImage") {
+            "runtime.v1.ImageService"
+        } else {
+            "runtime.v1.RuntimeService"
+        };
+        CriMessage {
+            conn: ConnKey {
+                tgid: 1,
+                conn_id: u64::from(matches!(side, Side::Server)),
+            },
+            stream_id,
+            side,
+            service: service.into(),
+            method: method.into(),
+            clues,
+            facts: facts.map(Box::new),
+            status_code: Some(0),
+            status_message: None,
+            start_ts_ns: Some(start_ms * MS),
+            end_ts_ns: Some(end_ms * MS),
+        }
+    }
+
+    fn run_pod_sandbox(side: Side) -> CriMessage {
+        let pod = PodIdentity {
+            namespace: Some("default".into()),
+            name: Some("web".into()),
+            uid: Some("u-1".into()),
+            ..PodIdentity::default()
+        };
+        call(
+            side,
+            1,
+            "RunPodSandbox",
+            vec![PodClue::Sandbox {
+                pod,
+                sandbox_id: Some("sb".into()),
+            }],
+            None,
+            0,
+            100,
+        )
+    }
+
+    fn image_status(side: Side, stream_id: u32, present: bool, at_ms: u64) -> CriMessage {
+        let facts = ContainerFacts {
+            image: Some("busybox:1.36".into()),
+            image_id: present.then(|| ID.into()),
+            image_present: Some(present),
+            ..ContainerFacts::default()
+        };
+        call(
+            side,
+            stream_id,
+            "ImageStatus",
+            Vec::new(),
+            Some(facts),
+            at_ms,
+            at_ms + 2,
+        )
+    }
+
+    fn create_container(side: Side) -> CriMessage {
+        let facts = ContainerFacts {
+            container_name: Some("c".into()),
+            image: Some("busybox:1.36".into()),
+            image_id: Some(ID.into()),
+            security: Some(SecurityFacts {
+                privileged: true,
+                capabilities_added: vec!["NET_ADMIN".into(), "SYS_TIME".into()],
+                run_as_user: Some(0),
+                seccomp: Some("RuntimeDefault".into()),
+                ..SecurityFacts::default()
+            }),
+            ..ContainerFacts::default()
+        };
+        call(
+            side,
+            5,
+            "CreateContainer",
+            vec![PodClue::SandboxCall {
+                sandbox_id: "sb".into(),
+                container_id: Some("ctr".into()),
+            }],
+            Some(facts),
+            200,
+            250,
+        )
+    }
+
+    fn attribute<'a>(span: &'a Span, key: &str) -> Option<&'a AttributeValue> {
+        span.attributes
+            .iter()
+            .find_map(|(name, value)| (name == key).then_some(value))
+    }
+
+    fn string(value: &str) -> Option<AttributeValue> {
+        Some(AttributeValue::String(value.into()))
+    }
+
+    #[test]
+    fn image_and_security_facts_land_on_the_cri_spans() {
+        let mut node = node();
+        let mut spans = Vec::new();
+        for side in [Side::Server, Side::Client] {
+            spans.extend(node.on_cri(&run_pod_sandbox(side)));
+        }
+        for side in [Side::Server, Side::Client] {
+            spans.extend(node.on_cri(&image_status(side, 3, true, 150)));
+        }
+        assert!(spans.iter().all(|s| !s.name.ends_with("ImageStatus")));
+        for side in [Side::Server, Side::Client] {
+            spans.extend(node.on_cri(&create_container(side)));
+        }
+        spans.extend(node.finish());
+
+        let named = |method: &str, kind: SpanKind| {
+            spans
+                .iter()
+                .find(|s| s.name.ends_with(method) && s.kind == kind)
+                .unwrap_or_else(|| panic!("{method} {kind:?}: {spans:#?}"))
+        };
+        for kind in [SpanKind::Client, SpanKind::Server] {
+            let status = named("/ImageStatus", kind);
+            assert_eq!(
+                attribute(status, "container.image.name").cloned(),
+                string("busybox:1.36")
+            );
+            assert_eq!(
+                attribute(status, "podtrace.container.image.present"),
+                Some(&AttributeValue::Bool(true))
+            );
+            assert_eq!(status.string_attribute("k8s.pod.uid"), Some("u-1"));
+            let create = named("/CreateContainer", kind);
+            for (key, value) in [
+                ("container.image.name", string("busybox:1.36")),
+                ("container.image.id", string(ID)),
+                ("k8s.container.name", string("c")),
+                ("podtrace.container.image.source", string(IMAGE_PRESENT)),
+                (
+                    "container.security.capabilities.added",
+                    string("NET_ADMIN,SYS_TIME"),
+                ),
+                ("container.security.seccomp", string("RuntimeDefault")),
+                (
+                    "container.security.privileged",
+                    Some(AttributeValue::Bool(true)),
+                ),
+                (
+                    "container.security.run_as_user",
+                    Some(AttributeValue::Int(0)),
+                ),
+            ] {
+                assert_eq!(attribute(create, key).cloned(), value, "{key}");
+            }
+        }
+        // containerd's ImageStatus span sits under the kubelet's.
+        let client = named("/ImageStatus", SpanKind::Client);
+        let server = named("/ImageStatus", SpanKind::Server);
+        assert_eq!(server.parent_span_id, Some(client.span_id));
+        assert_eq!(node.unattributed, 0);
+    }
+
+    #[test]
+    fn an_absent_image_is_pulled_for_the_pod_and_the_container_says_so() {
+        let mut node = node();
+        let side = Side::Client;
+        let mut spans = node.on_cri(&run_pod_sandbox(side));
+        spans.extend(node.on_cri(&image_status(side, 3, false, 110)));
+        let pull = call(
+            side,
+            5,
+            "PullImage",
+            Vec::new(),
+            Some(ContainerFacts {
+                image: Some("busybox:1.36".into()),
+                image_id: Some(ID.into()),
+                pull_for: Some(SandboxPod {
+                    namespace: "default".into(),
+                    name: "web".into(),
+                    uid: "u-1".into(),
+                }),
+                ..ContainerFacts::default()
+            }),
+            115,
+            190,
+        );
+        spans.extend(node.on_cri(&pull));
+        let mut create = create_container(side);
+        // A kubelet before 1.30: only the id.
+        if let Some(facts) = create.facts.as_mut() {
+            facts.image = None;
+        }
+        spans.extend(node.on_cri(&create));
+        let named = |method: &str| {
+            spans
+                .iter()
+                .find(|s| s.name.ends_with(method))
+                .unwrap_or_else(|| panic!("{method}: {spans:#?}"))
+        };
+        let status = named("/ImageStatus");
+        assert_eq!(
+            attribute(status, "podtrace.container.image.present"),
+            Some(&AttributeValue::Bool(false))
+        );
+        let pull = named("/PullImage");
+        assert_eq!(
+            pull.string_attribute("container.image.name"),
+            Some("busybox:1.36")
+        );
+        assert_eq!(pull.end_unix_ns - pull.start_unix_ns, 75 * MS);
+        let create = named("/CreateContainer");
+        assert_eq!(
+            create.string_attribute("podtrace.container.image.source"),
+            Some(IMAGE_PULLED)
+        );
+        assert_eq!(
+            create.string_attribute("container.image.name"),
+            Some("busybox:1.36")
+        );
+    }
+
+    #[test]
+    fn image_status_of_two_pods_at_once_is_counted_not_guessed() {
+        let mut node = node();
+        let side = Side::Client;
+        let mut spans = node.on_cri(&run_pod_sandbox(side));
+        spans.extend(node.on_cri(&image_status(side, 3, true, 150)));
+        spans.extend(node.on_cri(&image_status(side, 7, true, 160)));
+        spans.extend(node.on_cri(&create_container(side)));
+        assert!(spans.iter().all(|s| !s.name.ends_with("ImageStatus")));
+        assert_eq!(node.unattributed, 2);
+        let create = spans
+            .iter()
+            .find(|s| s.name.ends_with("/CreateContainer"))
+            .expect("CreateContainer");
+        assert_eq!(
+            create.string_attribute("podtrace.container.image.source"),
+            None
+        );
+        // An ImageStatus no Pod claims is about no Pod: it goes quietly.
+        let mut node = self::node();
+        node.on_cri(&image_status(side, 3, false, 0));
+        assert!(node.tick(IMAGE_CLAIM_NS + 10 * MS).is_empty());
+        assert!(node.image_calls.is_empty());
+        assert_eq!(node.unattributed, 0);
+    }
+
+    #[test]
+    fn default_tags_compare_equal() {
+        assert_eq!(with_default_tag("busybox"), "busybox:latest");
+        assert_eq!(
+            with_default_tag("registry:5000/busybox"),
+            "registry:5000/busybox:latest"
+        );
+        assert_eq!(with_default_tag("busybox:1.36"), "busybox:1.36");
+        assert_eq!(with_default_tag("busybox@sha256:ab"), "busybox@sha256:ab");
     }
 }

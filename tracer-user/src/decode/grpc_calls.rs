@@ -23,7 +23,7 @@ use sha2::{Digest as _, Sha256};
 use tracer_common::io::{ConnAction, Direction, FdKind};
 use tracer_decode::{
     Chunk,
-    cri::CriCall,
+    cri::{ContainerFacts, CriCall},
     etcd::{KvCall, WriteKind},
     grpc::GrpcCall,
     http2::{Exchange, Http2Connection, Limits, SeenStream},
@@ -71,6 +71,9 @@ pub struct CriMessage {
     pub method: String,
     /// What the call says about its Pod (no payloads, no secrets).
     pub clues: Vec<PodClue>,
+    /// CreateContainer, ImageStatus, PullImage, RunPodSandbox: the image
+    /// and the security context asked for (settings and names only).
+    pub facts: Option<Box<ContainerFacts>>,
     /// gRPC status code, when the trailers were captured.
     pub status_code: Option<u32>,
     /// The server's error text (`grpc-message`) of a failed call, cut to
@@ -455,6 +458,7 @@ fn call_messages(conn: ConnKey, side: Side, exchanges: Vec<Exchange>) -> Vec<Mes
                         service: call.service.clone()?,
                         method: call.method.clone()?,
                         clues: cri.clues(),
+                        facts: cri.facts().map(Box::new),
                         status_code: call.status.as_ref().map(|status| status.code),
                         status_message: status_message(&call),
                         start_ts_ns: call.start_ts_ns,
