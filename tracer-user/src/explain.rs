@@ -2,7 +2,9 @@
 //! it — the waterfall, where it stands (Running, or the phase it is stuck
 //! in) and every error on the way (a failed CRI call, a runc exit code, a
 //! conflicting etcd write) — the answer `kubectl describe pod` leaves you to
-//! assemble by hand.
+//! assemble by hand. Under the waterfall, the facts its CRI spans carry:
+//! whether each image was present or pulled, and the security context each
+//! container asked for.
 //!
 //! In: the spans a running agent holds (`GET /traces` on its metrics
 //! address) or an OTLP-JSON file. Out: text.
@@ -169,5 +171,29 @@ mod tests {
             "{text}"
         );
         assert!(explain(&spans, "default", "other").is_none());
+    }
+
+    #[test]
+    fn image_source_is_said_under_the_waterfall() {
+        let trace = TraceId::for_pod("c", "uid");
+        let mut pull = span(
+            trace,
+            "runtime.v1.ImageService/PullImage",
+            Some("node node-a"),
+            SpanStatus::Unset,
+        );
+        for (key, value) in [
+            ("rpc.method", "PullImage"),
+            ("container.image.name", "nginx:1.27"),
+        ] {
+            pull.attributes
+                .push((key.to_owned(), AttributeValue::String(value.into())));
+        }
+        let spans = vec![span(trace, "node node-a", None, SpanStatus::Unset), pull];
+        let text = explain(&spans, "default", "web").unwrap();
+        assert!(
+            text.contains("\n  image nginx:1.27 pulled (PullImage 500.0 ms)\n"),
+            "{text}"
+        );
     }
 }

@@ -173,7 +173,124 @@ pub fn render(spans: &[Span]) -> String {
         children.sort_by_key(|child| std::cmp::Reverse(child.start_unix_ns));
         stack.extend(children.into_iter().map(|child| (child, depth + 1)));
     }
+    lines.extend(facts(spans).into_iter().map(|fact| format!("  {fact}")));
     lines.join("\n")
+}
+
+/// One line per fact the CRI spans carry, in order, once (the kubelet's
+/// and containerd's spans of a call say the same): where each image came
+/// from (`image busybox:1.36 present (ImageStatus)`) and the security
+/// context each container asked for (`container c: privileged, caps
+/// +NET_ADMIN, runAsUser 0, seccomp RuntimeDefault`).
+pub fn facts(spans: &[Span]) -> Vec<String> {
+    let mut ordered: Vec<&Span> = spans.iter().collect();
+    ordered.sort_by_key(|span| span.start_unix_ns);
+    let mut lines: Vec<String> = Vec::new();
+    let mut images: Vec<&str> = Vec::new();
+    for span in ordered {
+        let attribute = |key: &str| span.string_attribute(key);
+        let image = attribute("container.image.name");
+        let fact = match attribute("rpc.method") {
+            Some("ImageStatus") => {
+                let present = span.attributes.iter().find_map(|(key, value)| match value {
+                    AttributeValue::Bool(present) if key == "podtrace.container.image.present" => {
+                        Some(*present)
+                    }
+                    _ => None,
+                });
+                image.zip(present).map(|(image, present)| {
+                    images.push(image);
+                    let found = if present { "present" } else { "absent" };
+                    format!("image {image} {found} (ImageStatus)")
+                })
+            }
+            Some("PullImage") => image.map(|image| {
+                images.push(image);
+                match &span.status {
+                    SpanStatus::Error(_) => format!("image {image} pull failed (PullImage)"),
+                    SpanStatus::Unset => format!(
+                        "image {image} pulled (PullImage {:.1} ms)",
+                        span.end_unix_ns.saturating_sub(span.start_unix_ns) as f64 / 1e6
+                    ),
+                }
+            }),
+            Some("CreateContainer") => {
+                if let (Some(image), Some(source)) =
+                    (image, attribute("podtrace.container.image.source"))
+                {
+                    if !images.contains(&image) {
+                        images.push(image);
+                        push_once(
+                            &mut lines,
+                            format!("image {image} {source} (CreateContainer)"),
+                        );
+                    }
+                }
+                let name = attribute("k8s.container.name")
+                    .or_else(|| attribute("container.id"))
+                    .unwrap_or("?");
+                security(span).map(|posture| format!("container {name}: {posture}"))
+            }
+            Some("RunPodSandbox") => security(span).map(|posture| format!("sandbox: {posture}")),
+            _ => None,
+        };
+        if let Some(fact) = fact {
+            push_once(&mut lines, fact);
+        }
+    }
+    lines
+}
+
+fn push_once(lines: &mut Vec<String>, line: String) {
+    if !lines.contains(&line) {
+        lines.push(line);
+    }
+}
+
+/// A span's `container.security.*` attributes, short: `privileged, caps
+/// +NET_ADMIN,+SYS_TIME -ALL, runAsUser 0, seccomp RuntimeDefault`.
+fn security(span: &Span) -> Option<String> {
+    let mut parts = Vec::new();
+    let privileged = span.attributes.iter().any(|(key, value)| {
+        key == "container.security.privileged" && *value == AttributeValue::Bool(true)
+    });
+    if privileged {
+        parts.push("privileged".to_owned());
+    }
+    let signed = |key: &str, sign: char| {
+        span.string_attribute(key).map(|caps| {
+            caps.split(',')
+                .map(|cap| format!("{sign}{cap}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    };
+    let caps: Vec<String> = [
+        signed("container.security.capabilities.added", '+'),
+        signed("container.security.capabilities.dropped", '-'),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !caps.is_empty() {
+        parts.push(format!("caps {}", caps.join(" ")));
+    }
+    let user = span.attributes.iter().find_map(|(key, value)| match value {
+        AttributeValue::Int(user) if key == "container.security.run_as_user" => Some(*user),
+        _ => None,
+    });
+    if let Some(user) = user {
+        parts.push(format!("runAsUser {user}"));
+    }
+    for (key, label) in [
+        ("container.security.seccomp", "seccomp"),
+        ("container.security.apparmor", "apparmor"),
+    ] {
+        if let Some(profile) = span.string_attribute(key) {
+            parts.push(format!("{label} {profile}"));
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 #[cfg(test)]
@@ -249,5 +366,76 @@ mod tests {
         let bar = lines[3].split('|').nth(1).unwrap();
         assert_eq!(bar.chars().position(|c| c == '█'), Some(4));
         assert!(waterfalls.traces.is_empty());
+    }
+
+    #[test]
+    fn image_and_security_facts_follow_the_spans_once() {
+        let trace = TraceId::for_pod("c", "u-1");
+        let cri =
+            |method: &str, kind: SpanKind, start_ms: u64, extra: &[(&str, AttributeValue)]| {
+                let mut span = span(
+                    trace,
+                    &format!("runtime.v1.RuntimeService/{method}"),
+                    &format!("{method}/{kind:?}"),
+                    Some("node"),
+                    start_ms,
+                    start_ms + 50,
+                );
+                span.kind = kind;
+                span.attributes.push((
+                    "rpc.service".into(),
+                    AttributeValue::String("runtime.v1.RuntimeService".into()),
+                ));
+                span.attributes
+                    .push(("rpc.method".into(), AttributeValue::String(method.into())));
+                span.attributes
+                    .extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+                span
+            };
+        let image = (
+            "container.image.name",
+            AttributeValue::String("busybox:1.36".into()),
+        );
+        let status = [
+            image.clone(),
+            (
+                "podtrace.container.image.present",
+                AttributeValue::Bool(true),
+            ),
+        ];
+        let create = [
+            image.clone(),
+            ("k8s.container.name", AttributeValue::String("c".into())),
+            (
+                "podtrace.container.image.source",
+                AttributeValue::String("present".into()),
+            ),
+            ("container.security.privileged", AttributeValue::Bool(true)),
+            (
+                "container.security.capabilities.added",
+                AttributeValue::String("NET_ADMIN,SYS_TIME".into()),
+            ),
+            ("container.security.run_as_user", AttributeValue::Int(0)),
+        ];
+        let spans = vec![
+            span(trace, "node node-a", "node", Some("root"), 0, 1000),
+            cri("ImageStatus", SpanKind::Client, 100, &status),
+            cri("ImageStatus", SpanKind::Server, 101, &status),
+            cri("CreateContainer", SpanKind::Client, 200, &create),
+            cri("CreateContainer", SpanKind::Server, 201, &create),
+        ];
+        let facts = facts(&spans);
+        assert_eq!(
+            facts,
+            [
+                "image busybox:1.36 present (ImageStatus)",
+                "container c: privileged, caps +NET_ADMIN,+SYS_TIME, runAsUser 0",
+            ]
+        );
+        let text = render(&spans);
+        assert!(
+            text.ends_with("\n  container c: privileged, caps +NET_ADMIN,+SYS_TIME, runAsUser 0"),
+            "{text}"
+        );
     }
 }
