@@ -516,3 +516,265 @@ fn replayed_kubernetes_run_names_the_binding_and_keeps_span_ids_apart() {
         );
     }
 }
+
+/// A Pod's trace on real Kubernetes with the components' function probes:
+/// the apiserver's create request (authentication, authorization,
+/// admission, the storage write holding the etcd call), the scheduler's
+/// queue, cycle and bind (holding the binding request), and the kubelet's
+/// pod sync (holding the CRI calls) and status update (holding the status
+/// request whose write reports Running) — DESIGN.md §1.
+fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod) {
+    let root = trace.one(&format!("pod.create {}/{}", pod.namespace, pod.name), None);
+    assert_eq!(root.parent_span_id, None);
+    assert_eq!(
+        root.attributes["podtrace.trace.complete"],
+        Value::Bool(true)
+    );
+    let create = trace.one("apiserver POST /api/v1/namespaces/{namespace}/pods", None);
+    assert_eq!(create.kind, SPAN_KIND_SERVER);
+    assert_eq!(trace.parent_of(create).span_id, root.span_id);
+    // OTLP-JSON carries integers as strings.
+    assert_eq!(create.string("http.response.status_code"), Some("201"));
+    assert!(
+        create
+            .string("user_agent.original")
+            .unwrap()
+            .starts_with("kubectl/v1.28")
+    );
+    assert_eq!(create.string("podtrace.k8s.user"), Some("podtrace-admin"));
+    let children = |parent: &ExportedSpan| -> Vec<String> {
+        trace
+            .spans
+            .iter()
+            .filter(|s| s.parent_span_id.as_deref() == Some(parent.span_id.as_str()))
+            .map(|s| s.name.clone())
+            .collect()
+    };
+    for step in [
+        "apiserver authentication",
+        "apiserver authorization",
+        "apiserver admission (mutating)",
+        "apiserver admission (validating)",
+    ] {
+        assert!(
+            children(create).iter().any(|n| n == step),
+            "{step}: {:?}",
+            children(create)
+        );
+    }
+    let storage = trace.one(
+        &format!(
+            "apiserver storage create /pods/{}/{}",
+            pod.namespace, pod.name
+        ),
+        None,
+    );
+    assert_eq!(trace.parent_of(storage).span_id, create.span_id);
+    let created = trace.with("etcdserverpb.KV/Txn", "podtrace.k8s.pod.change", "created");
+    let created_client = if created.kind == SPAN_KIND_CLIENT {
+        created
+    } else {
+        trace.parent_of(created)
+    };
+    assert_eq!(trace.parent_of(created_client).span_id, storage.span_id);
+
+    let cycle = trace.one("scheduler scheduling cycle", None);
+    assert_eq!(cycle.string("k8s.node.name"), Some(pod.node.as_str()));
+    assert_eq!(trace.parent_of(cycle).span_id, root.span_id);
+    trace.one("scheduler queue", None);
+    let bind = trace.one("scheduler bind", None);
+    let binding = trace.one(
+        "apiserver POST /api/v1/namespaces/{namespace}/pods/{name}/binding",
+        None,
+    );
+    assert_eq!(trace.parent_of(binding).span_id, bind.span_id);
+
+    let node = trace.one(&format!("node {}", pod.node), None);
+    let syncs = trace.named("kubelet pod sync");
+    let first_sync = syncs
+        .iter()
+        .min_by_key(|s| s.start_unix_ns)
+        .expect("a kubelet pod sync");
+    assert_eq!(trace.parent_of(first_sync).span_id, node.span_id);
+    for call in [
+        "runtime.v1.RuntimeService/RunPodSandbox",
+        "runtime.v1.RuntimeService/CreateContainer",
+        "runtime.v1.RuntimeService/StartContainer",
+    ] {
+        let client = trace.one(call, Some(SPAN_KIND_CLIENT));
+        assert_eq!(
+            trace.parent_of(client).span_id,
+            first_sync.span_id,
+            "{call}"
+        );
+    }
+    // The write that reports Running: kubelet status update → PATCH status
+    // → storage update → etcd client.
+    let running = trace
+        .named("etcdserverpb.KV/Txn")
+        .into_iter()
+        .find(|s| {
+            s.kind == SPAN_KIND_CLIENT
+                && s.string("podtrace.k8s.pod.change") == Some("status Running")
+        })
+        .expect("the Running write");
+    let update = trace.parent_of(running);
+    assert!(
+        update.name.starts_with("apiserver storage update"),
+        "{}",
+        update.name
+    );
+    let patch = trace.parent_of(update);
+    assert_eq!(
+        patch.name,
+        "apiserver PATCH /api/v1/namespaces/{namespace}/pods/{name}/status"
+    );
+    assert_eq!(trace.parent_of(patch).name, "kubelet status update");
+}
+
+/// The first span named like `name` anywhere in `spans`.
+fn span_named<'a>(spans: &'a [ExportedSpan], name: &str) -> &'a ExportedSpan {
+    spans
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no span {name}"))
+}
+
+/// Real Kubernetes 1.28.4, every scenario `podtrace-demo --k8s-bin` plays
+/// (recorded by an agent started after the cluster was up): the components'
+/// own spans nest as DESIGN.md §1 draws them, and each failure path says
+/// where and why it stopped.
+#[test]
+fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures() {
+    let pods = demo_pods("k8s-1.28-scenarios.pods.jsonl");
+    let (spans, _) = replay_with("k8s-1.28-scenarios.ptrace.gz", "vm", &["--quiet"]);
+    let scenario = |prefix: &str| {
+        pods.iter()
+            .find(|pod| pod.name.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} Pod"))
+    };
+    for prefix in ["running-", "second-scheduler-", "privileged-"] {
+        let pod = scenario(prefix);
+        assert_component_tree(&Trace::new(&spans, &trace_of(pod)), pod);
+    }
+
+    // Who asked, and what Pod Security said.
+    let privileged = Trace::new(&spans, &trace_of(scenario("privileged-")));
+    let create = privileged.one("apiserver POST /api/v1/namespaces/{namespace}/pods", None);
+    let warnings = create.string("podtrace.k8s.warnings").unwrap();
+    assert!(
+        warnings.contains("PodSecurity") && warnings.contains("NET_ADMIN"),
+        "{warnings}"
+    );
+    // A custom scheduler: its own process's spans, its name on the root.
+    let second = scenario("second-scheduler-");
+    let second_trace = Trace::new(&spans, &trace_of(second));
+    let root = second_trace.one(&format!("pod.create default/{}", second.name), None);
+    assert_eq!(
+        root.string("podtrace.k8s.scheduler.name"),
+        Some("podtrace-second-scheduler")
+    );
+
+    // Admission rejection: the request is its trace's root; the validating
+    // admission span failed; nothing reached etcd.
+    let rejected = scenario("rejected-");
+    let root = span_named(
+        &spans,
+        &format!(
+            "pod.create {}/{} (rejected)",
+            rejected.namespace, rejected.name
+        ),
+    );
+    assert_eq!(root.parent_span_id, None);
+    assert_eq!(root.status_code, 2, "{root:#?}");
+    assert!(
+        root.status_message.contains("HTTP 403"),
+        "{}",
+        root.status_message
+    );
+    assert!(
+        root.status_message.contains("PodSecurity"),
+        "{}",
+        root.status_message
+    );
+    let trace = Trace::new(&spans, &root.trace_id);
+    let validating = trace.one("apiserver admission (validating)", None);
+    assert_eq!(validating.status_code, 2);
+    assert!(trace.named("etcdserverpb.KV/Txn").is_empty());
+
+    // Unschedulable: the cycle failed and the root says the scheduler's verdict.
+    let unschedulable = scenario("unschedulable-");
+    let trace = Trace::new(&spans, &trace_of(unschedulable));
+    let root = trace.one(&format!("pod.create default/{}", unschedulable.name), None);
+    assert_eq!(
+        root.attributes["podtrace.trace.complete"],
+        Value::Bool(false)
+    );
+    assert!(
+        root.string("podtrace.trace.stuck_phase")
+            .unwrap()
+            .starts_with("scheduling")
+    );
+    let verdict = root.string("podtrace.k8s.scheduling.failure").unwrap();
+    assert!(
+        verdict.contains("didn't match Pod's node affinity/selector"),
+        "{verdict}"
+    );
+    assert!(
+        root.status_message.contains(verdict),
+        "{}",
+        root.status_message
+    );
+    let cycle = &trace.named("scheduler scheduling cycle")[0];
+    assert_eq!(cycle.status_code, 2);
+    assert_eq!(
+        cycle.string("podtrace.k8s.scheduling.result"),
+        Some("unschedulable")
+    );
+
+    // An absent image with imagePullPolicy Never: stuck on the node, saying so.
+    let never = scenario("image-never-");
+    let trace = Trace::new(&spans, &trace_of(never));
+    let root = trace.one(&format!("pod.create default/{}", never.name), None);
+    assert_eq!(
+        root.attributes["podtrace.trace.complete"],
+        Value::Bool(false)
+    );
+    let waiting = root.string("podtrace.k8s.container.waiting").unwrap();
+    assert!(waiting.starts_with("ErrImageNeverPull"), "{waiting}");
+    assert!(
+        root.status_message.contains("ErrImageNeverPull"),
+        "{}",
+        root.status_message
+    );
+
+    // A dry run: admission ran, nothing was stored, marked as such.
+    let dry = scenario("dry-run-");
+    let root = span_named(
+        &spans,
+        &format!("pod.create default/{} (dry run)", dry.name),
+    );
+    assert_eq!(root.attributes["podtrace.k8s.dry_run"], Value::Bool(true));
+    let trace = Trace::new(&spans, &root.trace_id);
+    trace.one("apiserver admission (mutating)", None);
+    assert!(trace.named("etcdserverpb.KV/Txn").is_empty());
+    assert!(
+        trace
+            .spans
+            .iter()
+            .all(|s| !s.name.starts_with("apiserver storage"))
+    );
+}
+
+/// The same on a stripped (`-s -w`) kube-apiserver with plain-HTTP etcd:
+/// function probes found through pclntab, offsets through the Kubernetes
+/// version read from the code.
+#[test]
+fn replayed_kubernetes_run_with_a_stripped_apiserver_and_plain_etcd_nests_the_same() {
+    let pods = demo_pods("k8s-1.28-stripped-plain-etcd.pods.jsonl");
+    assert_eq!(pods.len(), 2);
+    let (spans, _) = replay_with("k8s-1.28-stripped-plain-etcd.ptrace.gz", "vm", &["--quiet"]);
+    for pod in &pods {
+        assert_component_tree(&Trace::new(&spans, &trace_of(pod)), pod);
+    }
+}

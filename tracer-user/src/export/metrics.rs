@@ -53,15 +53,33 @@ pub enum Phase {
     ContainerCreate,
     /// CRI StartContainer.
     ContainerStart,
+    /// kube-apiserver's handling of the create request.
+    CreateRequest,
+    /// One admission pass (mutating or validating) of a Pod write.
+    Admission,
+    /// The Pod in the scheduler's queue (added → its scheduling cycle).
+    SchedulingQueue,
+    /// A successful scheduling cycle (filter, score, reserve, permit).
+    Scheduling,
+    /// The Pod handed to the kubelet → its pod worker's first sync.
+    KubeletDispatch,
+    /// The kubelet waiting for the Pod's volumes.
+    VolumeWait,
 }
 
 impl Phase {
     /// Every phase, in the order of a Pod's creation.
-    pub const ALL: [Phase; 8] = [
+    pub const ALL: [Phase; 14] = [
         Phase::EndToEnd,
+        Phase::CreateRequest,
+        Phase::Admission,
         Phase::EtcdCommit,
         Phase::WalFsync,
+        Phase::SchedulingQueue,
+        Phase::Scheduling,
         Phase::Binding,
+        Phase::KubeletDispatch,
+        Phase::VolumeWait,
         Phase::Sandbox,
         Phase::ImagePull,
         Phase::ContainerCreate,
@@ -79,6 +97,12 @@ impl Phase {
             Phase::ImagePull => "image_pull",
             Phase::ContainerCreate => "container_create",
             Phase::ContainerStart => "container_start",
+            Phase::CreateRequest => "create_request",
+            Phase::Admission => "admission",
+            Phase::SchedulingQueue => "scheduling_queue",
+            Phase::Scheduling => "scheduling",
+            Phase::KubeletDispatch => "kubelet_dispatch",
+            Phase::VolumeWait => "volume_wait",
         }
     }
 
@@ -107,7 +131,25 @@ impl Phase {
             return Some((Phase::WalFsync, seconds(fsync)));
         }
         // A failed call's duration is not the phase's latency.
-        if span.kind != SpanKind::Server || matches!(span.status, SpanStatus::Error(_)) {
+        if matches!(span.status, SpanStatus::Error(_)) {
+            return None;
+        }
+        // The components' own spans (correlate::component_spans).
+        let component = match span.name.as_str() {
+            "apiserver POST /api/v1/namespaces/{namespace}/pods" => Some(Phase::CreateRequest),
+            "apiserver admission (mutating)" | "apiserver admission (validating)" => {
+                Some(Phase::Admission)
+            }
+            "scheduler queue" => Some(Phase::SchedulingQueue),
+            "scheduler scheduling cycle" => Some(Phase::Scheduling),
+            "kubelet pod dispatch" => Some(Phase::KubeletDispatch),
+            "kubelet volume wait" => Some(Phase::VolumeWait),
+            _ => None,
+        };
+        if let Some(phase) = component {
+            return Some((phase, duration));
+        }
+        if span.kind != SpanKind::Server {
             return None;
         }
         let phase = match (
