@@ -158,6 +158,10 @@ const CLIENT_WAIT_NS: u64 = 2_000_000_000;
 const IMAGE_CLAIM_NS: u64 = 10_000_000_000;
 /// ImageStatus calls waiting at once; past it the oldest is dropped.
 const MAX_IMAGE_CALLS: usize = 1024;
+/// How long before another Pod's ImageStatus a Pod's worker, last seen
+/// active, may have asked one too (it asks within milliseconds of its
+/// sandbox's status or its pull).
+const COMPETING_NS: u64 = 1_000_000_000;
 /// Images remembered as pulled per Pod.
 const MAX_PULLS_PER_POD: usize = 32;
 
@@ -209,6 +213,15 @@ pub struct NodeSpans {
     pulls: HashMap<String, Vec<(Side, ContainerFacts)>>,
     /// Created containers' names and images, by container id.
     container_images: HashMap<String, ContainerImage>,
+    /// Pods whose sandbox was created and whose first container not yet,
+    /// per side: when their last CRI call ended (CLOCK_MONOTONIC ns). A
+    /// kubelet worker asks ImageStatus right after its Pod's other calls
+    /// (PodSandboxStatus, PullImage): one that was active while another
+    /// Pod's image was asked about may have asked too.
+    awaiting_container: HashMap<(Side, String), u64>,
+    /// When each Pod's sandbox was answered, per side (CLOCK_MONOTONIC
+    /// ns): the kubelet asks about a container's image after it.
+    sandbox_ready: HashMap<(Side, String), u64>,
     /// Recent RunPodSandbox, StopPodSandbox and RemovePodSandbox calls
     /// (which run the CNI plugins: ADD, DEL, DEL again) as containerd handled them: method, sandbox id,
     /// start and end (CLOCK_MONOTONIC ns).
@@ -238,6 +251,8 @@ impl NodeSpans {
             image_calls: VecDeque::new(),
             pulls: HashMap::new(),
             container_images: HashMap::new(),
+            awaiting_container: HashMap::new(),
+            sandbox_ready: HashMap::new(),
             unattributed: 0,
         }
     }
@@ -329,6 +344,12 @@ impl NodeSpans {
                 return Vec::new();
             }
         };
+        if let Some(last) = self
+            .awaiting_container
+            .get_mut(&(call.side, pod.uid.clone()))
+        {
+            *last = (*last).max(now);
+        }
         let mut spans = Vec::new();
         let mut facts = Vec::new();
         match call.method.as_str() {
@@ -349,6 +370,8 @@ impl NodeSpans {
             "CreateContainer" => {
                 let (claimed, statuses) = self.claim_image_calls(call, &pod);
                 spans.extend(claimed);
+                self.awaiting_container
+                    .remove(&(call.side, pod.uid.clone()));
                 let image = self.container_image(call, &pod, &statuses);
                 facts.extend(container_attributes(&image));
                 if let Some(id) = call.facts.as_ref().and_then(|f| f.image_id.as_ref()) {
@@ -365,6 +388,18 @@ impl NodeSpans {
                 }
             }
             "RunPodSandbox" => {
+                // Answered with a sandbox (the trailers may not have been captured).
+                if sandbox_id.is_some() && call.status_code.unwrap_or(0) == 0 {
+                    if self.awaiting_container.len() >= MAX_ENTRIES {
+                        self.awaiting_container.clear();
+                    }
+                    self.awaiting_container
+                        .insert((call.side, pod.uid.clone()), now);
+                    if self.sandbox_ready.len() >= MAX_ENTRIES {
+                        self.sandbox_ready.clear();
+                    }
+                    self.sandbox_ready.insert((call.side, pod.uid.clone()), now);
+                }
                 if let Some(security) = call.facts.as_ref().and_then(|f| f.security.as_ref()) {
                     facts.extend(security_attributes(security));
                 }
@@ -561,14 +596,23 @@ impl NodeSpans {
             held.end_ts_ns
                 .is_some_and(|end| now_ns.saturating_sub(end) <= IMAGE_CLAIM_NS)
         });
+        // A Pod whose container never comes (an image it may not pull)
+        // stops counting as a competitor.
+        self.awaiting_container
+            .retain(|_, since| now_ns.saturating_sub(*since) <= PENDING_NS);
     }
 
     /// The spans of the ImageStatus calls `call` (a PullImage or
     /// CreateContainer of `pod`) follows: made on the same side, of the
-    /// same image, ended before it began, within [`IMAGE_CLAIM_NS`]. Only a
-    /// single such call is attributed; several (Pods of the same image
-    /// created at once) are counted, not guessed. Also returns what the
-    /// claimed call found.
+    /// same image, after the Pod's sandbox was answered and before `call`
+    /// began, ended within [`IMAGE_CLAIM_NS`] of it (the
+    /// kubelet asks twice per container: whether the image is there, then
+    /// its user). They are the Pod's only when no other Pod on this side
+    /// that has its sandbox and not yet its first container made a call
+    /// within [`COMPETING_NS`] before or while they were asked: Pods of one
+    /// image created at once ask alike, and which asked what is not guessed
+    /// (those calls make no span, as before they were matched). Also
+    /// returns what the claimed calls found.
     fn claim_image_calls(
         &mut self,
         call: &CriMessage,
@@ -577,39 +621,51 @@ impl NodeSpans {
         let (Some(facts), Some(start)) = (&call.facts, call.start_ts_ns) else {
             return (Vec::new(), Vec::new());
         };
-        let candidates: Vec<usize> = self
+        // Asked after the Pod's sandbox was there (the sandbox seen).
+        let Some(&sandbox_ready) = self.sandbox_ready.get(&(call.side, pod.uid.clone())) else {
+            return (Vec::new(), Vec::new());
+        };
+        let candidate = |held: &CriMessage| {
+            held.side == call.side
+                && held.start_ts_ns.is_some_and(|asked| asked >= sandbox_ready)
+                && held
+                    .end_ts_ns
+                    .is_some_and(|end| end <= start && start - end <= IMAGE_CLAIM_NS)
+                && held.facts.as_ref().is_some_and(|h| same_image(h, facts))
+        };
+        let asked = self
             .image_calls
             .iter()
-            .enumerate()
-            .filter(|(_, held)| {
-                held.side == call.side
-                    && held
-                        .end_ts_ns
-                        .is_some_and(|end| end <= start && start - end <= IMAGE_CLAIM_NS)
-                    && held.facts.as_ref().is_some_and(|h| same_image(h, facts))
-            })
-            .map(|(at, _)| at)
-            .collect();
-        match candidates.as_slice() {
-            [] => (Vec::new(), Vec::new()),
-            [at] => {
-                let Some(held) = self.image_calls.remove(*at) else {
-                    return (Vec::new(), Vec::new());
-                };
-                let held_facts = held.facts.as_deref().cloned().unwrap_or_default();
-                let attributes = image_attributes(&held_facts);
-                let now = call.end_ts_ns.unwrap_or(start);
-                let spans = self.call_spans(&held, pod, None, None, attributes, now);
-                (spans, vec![held_facts])
-            }
-            several => {
-                for at in several.iter().rev() {
-                    self.image_calls.remove(*at);
-                }
-                self.unattributed += several.len() as u64;
-                (Vec::new(), Vec::new())
-            }
+            .filter(|held| candidate(held))
+            .filter_map(|held| held.start_ts_ns.zip(held.end_ts_ns));
+        let Some((first_asked, last_asked)) = asked.reduce(|(a, b), (c, d)| (a.min(c), b.max(d)))
+        else {
+            return (Vec::new(), Vec::new());
+        };
+        let competing = self.awaiting_container.iter().any(|((side, uid), last)| {
+            *side == call.side
+                && *uid != pod.uid
+                && *last <= last_asked
+                && *last + COMPETING_NS >= first_asked
+        });
+        let (claimed, rest): (VecDeque<CriMessage>, VecDeque<CriMessage>) =
+            std::mem::take(&mut self.image_calls)
+                .into_iter()
+                .partition(|held| candidate(held));
+        self.image_calls = rest;
+        if competing {
+            return (Vec::new(), Vec::new());
         }
+        let now = call.end_ts_ns.unwrap_or(start);
+        let mut spans = Vec::new();
+        let mut found = Vec::new();
+        for held in claimed {
+            let held_facts = held.facts.as_deref().cloned().unwrap_or_default();
+            let attributes = image_attributes(&held_facts);
+            spans.extend(self.call_spans(&held, pod, None, None, attributes, now));
+            found.push(held_facts);
+        }
+        (spans, found)
     }
 
     fn note_pull(&mut self, pod: &Pod, side: Side, facts: &ContainerFacts) {
@@ -1431,15 +1487,46 @@ mod tests {
     }
 
     #[test]
-    fn image_status_of_two_pods_at_once_is_counted_not_guessed() {
+    fn both_image_status_calls_of_a_container_are_its_pods() {
         let mut node = node();
         let side = Side::Client;
         let mut spans = node.on_cri(&run_pod_sandbox(side));
+        // Whether the image is there, then the image's user.
+        spans.extend(node.on_cri(&image_status(side, 3, true, 150)));
+        spans.extend(node.on_cri(&image_status(side, 7, true, 160)));
+        spans.extend(node.on_cri(&create_container(side)));
+        let statuses: Vec<_> = spans
+            .iter()
+            .filter(|s| s.name.ends_with("/ImageStatus"))
+            .collect();
+        assert_eq!(statuses.len(), 2, "{spans:#?}");
+        assert_ne!(statuses[0].span_id, statuses[1].span_id);
+        assert!(node.image_calls.is_empty());
+    }
+
+    #[test]
+    fn image_status_of_two_pods_at_once_is_not_guessed() {
+        let mut node = node();
+        let side = Side::Client;
+        let mut other = run_pod_sandbox(side);
+        other.clues = vec![PodClue::Sandbox {
+            pod: PodIdentity {
+                namespace: Some("default".into()),
+                name: Some("db".into()),
+                uid: Some("u-2".into()),
+                ..PodIdentity::default()
+            },
+            sandbox_id: Some("sb-2".into()),
+        }];
+        other.stream_id = 9;
+        let mut spans = node.on_cri(&run_pod_sandbox(side));
+        spans.extend(node.on_cri(&other));
         spans.extend(node.on_cri(&image_status(side, 3, true, 150)));
         spans.extend(node.on_cri(&image_status(side, 7, true, 160)));
         spans.extend(node.on_cri(&create_container(side)));
         assert!(spans.iter().all(|s| !s.name.ends_with("ImageStatus")));
-        assert_eq!(node.unattributed, 2);
+        assert!(node.image_calls.is_empty());
+        assert_eq!(node.unattributed, 0);
         let create = spans
             .iter()
             .find(|s| s.name.ends_with("/CreateContainer"))
@@ -1454,6 +1541,51 @@ mod tests {
         assert!(node.tick(IMAGE_CLAIM_NS + 10 * MS).is_empty());
         assert!(node.image_calls.is_empty());
         assert_eq!(node.unattributed, 0);
+    }
+
+    #[test]
+    fn a_pod_stuck_before_its_container_does_not_hide_a_later_pods_image() {
+        let mut node = node();
+        let side = Side::Client;
+        // db's sandbox (its image may not be pulled: no container comes).
+        let mut stuck = run_pod_sandbox(side);
+        stuck.clues = vec![PodClue::Sandbox {
+            pod: PodIdentity {
+                namespace: Some("default".into()),
+                name: Some("db".into()),
+                uid: Some("u-2".into()),
+                ..PodIdentity::default()
+            },
+            sandbox_id: Some("sb-2".into()),
+        }];
+        let mut spans = node.on_cri(&stuck);
+        let mut web = run_pod_sandbox(side);
+        web.start_ts_ns = Some(1_500 * MS);
+        web.end_ts_ns = Some(1_600 * MS);
+        spans.extend(node.on_cri(&web));
+        spans.extend(node.on_cri(&image_status(side, 3, true, 1_650)));
+        let mut create = create_container(side);
+        create.start_ts_ns = Some(1_700 * MS);
+        create.end_ts_ns = Some(1_750 * MS);
+        spans.extend(node.on_cri(&create));
+        assert!(
+            spans.iter().any(|s| s.name.ends_with("/ImageStatus")),
+            "{spans:#?}"
+        );
+    }
+
+    #[test]
+    fn image_status_asked_before_the_sandbox_is_not_the_pods() {
+        let mut node = node();
+        let side = Side::Client;
+        // A client checking the image at its start, before any Pod.
+        let mut spans = node.on_cri(&image_status(side, 3, true, 0));
+        let mut sandbox = run_pod_sandbox(side);
+        sandbox.start_ts_ns = Some(10 * MS);
+        sandbox.end_ts_ns = Some(100 * MS);
+        spans.extend(node.on_cri(&sandbox));
+        spans.extend(node.on_cri(&create_container(side)));
+        assert!(spans.iter().all(|s| !s.name.ends_with("/ImageStatus")));
     }
 
     #[test]

@@ -48,7 +48,7 @@ const MAX_WAITING_BLOCKS: usize = 64;
 pub const PROBE_BLOCK_WINDOW_NS: u64 = 20_000_000;
 
 /// Which end of the connection the process is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Side {
     /// It accepted the connection: it handles the calls.
     Server,
