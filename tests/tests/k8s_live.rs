@@ -6,15 +6,16 @@
 //! one complete trace per Pod that reached Running, with the etcd, CRI and
 //! runc spans nested by cause; an incomplete trace, saying where it is
 //! stuck, for a Pod that is never scheduled and for one whose image is never
-//! pulled; no trace for a Pod that admission rejected.
+//! pulled; a failed trace rooted at the create request for a Pod that
+//! admission rejected.
 //!
 //! Gated by `PODTRACE_K8S_BIN`, a directory holding kube-apiserver,
 //! kube-scheduler, kubelet and kubectl (v1.28 tried). Unset, the test says
 //! why it did not run and passes — also under `CI`: this is the one kind of
 //! live test allowed to skip on CI, because this project never builds or
 //! ships Kubernetes binaries and CI has none. CI covers the same path with
-//! the replay of a recorded run (`replay_traces.rs`,
-//! `tests/fixtures/recordings/k8s-1.28-2-pods.ptrace`).
+//! the replay of recorded runs (`replay_traces.rs`,
+//! `tests/fixtures/recordings/k8s-1.28-*.ptrace*`).
 
 #![allow(
     clippy::unwrap_used,
@@ -335,11 +336,56 @@ const RUNNING_POD_SPANS: &[ExpectedSpan] = &[
 ];
 
 /// The spans of kube-apiserver, kube-scheduler and the kubelet themselves
-/// (their HTTP requests, the scheduling cycle, the kubelet's Pod sync), as
-/// the trace of a Pod that reached Running must hold them. Empty today:
-/// podtrace sees these components only through their etcd and CRI calls.
-/// Add each span here as podtrace learns to make it.
-const CONTROL_PLANE_COMPONENT_SPANS: &[ExpectedSpan] = &[];
+/// (their requests, the scheduling cycle, the kubelet's Pod sync), as the
+/// trace of a Pod that reached Running must hold them (DESIGN.md §1).
+const CONTROL_PLANE_COMPONENT_SPANS: &[ExpectedSpan] = &[
+    ExpectedSpan::named(
+        "apiserver POST /api/v1/namespaces/{namespace}/pods",
+        Some(SPAN_KIND_SERVER),
+        None,
+    ),
+    ExpectedSpan::named(
+        "apiserver authentication",
+        None,
+        Some("apiserver POST /api/v1/namespaces/{namespace}/pods"),
+    ),
+    ExpectedSpan::named(
+        "apiserver authorization",
+        None,
+        Some("apiserver POST /api/v1/namespaces/{namespace}/pods"),
+    ),
+    ExpectedSpan::named(
+        "apiserver admission (mutating)",
+        None,
+        Some("apiserver POST /api/v1/namespaces/{namespace}/pods"),
+    ),
+    ExpectedSpan::named(
+        "etcdserverpb.KV/Txn",
+        Some(SPAN_KIND_CLIENT),
+        Some("apiserver storage create /pods/"),
+    ),
+    ExpectedSpan::named("scheduler queue", None, None),
+    ExpectedSpan::named("scheduler scheduling cycle", None, None),
+    ExpectedSpan::named("scheduler bind", None, None),
+    ExpectedSpan::named(
+        "apiserver POST /api/v1/namespaces/{namespace}/pods/{name}/binding",
+        Some(SPAN_KIND_SERVER),
+        Some("scheduler bind"),
+    ),
+    ExpectedSpan::named("kubelet pod dispatch", None, Some("node ")),
+    ExpectedSpan::named("kubelet pod sync", None, Some("node ")),
+    ExpectedSpan::named("kubelet volume wait", None, Some("kubelet pod sync")),
+    ExpectedSpan::named(
+        "runtime.v1.RuntimeService/RunPodSandbox",
+        Some(SPAN_KIND_CLIENT),
+        Some("kubelet pod sync"),
+    ),
+    ExpectedSpan::named(
+        "apiserver PATCH /api/v1/namespaces/{namespace}/pods/{name}/status",
+        Some(SPAN_KIND_SERVER),
+        Some("kubelet status update"),
+    ),
+];
 
 /// kube-apiserver, kube-scheduler and kubelet spans of a Running Pod's
 /// trace: [`CONTROL_PLANE_COMPONENT_SPANS`], and checks of their structure
@@ -514,7 +560,32 @@ fn real_control_plane_scenarios_get_their_traces() {
         "{image_never:?}"
     );
     assert_incomplete_pod_trace(&Trace::of_pod(&all, image_never), image_never, "node");
-    // Admission refused it before anything was stored: no trace names it.
+    // Each says why, in the components' own words.
+    for (pod, key, words) in [
+        (
+            unschedulable,
+            "podtrace.k8s.scheduling.failure",
+            "node affinity/selector",
+        ),
+        (
+            image_never,
+            "podtrace.k8s.container.waiting",
+            "ErrImageNeverPull",
+        ),
+    ] {
+        let root_name = format!("pod.create {}/{}", pod.namespace, pod.name);
+        let root = all
+            .iter()
+            .find(|s| s.name == root_name)
+            .unwrap_or_else(|| panic!("no {root_name}"));
+        assert!(
+            root.string(key).is_some_and(|why| why.contains(words)),
+            "{root:#?}"
+        );
+    }
+    // Admission refused it before anything was stored: its create request
+    // is the root of its own trace, failed, with the admission span that
+    // refused it and no etcd write.
     let [rejected] = of("rejected")[..] else {
         panic!("{pods:#?}");
     };
@@ -522,9 +593,24 @@ fn real_control_plane_scenarios_get_their_traces() {
         rejected.outcome.starts_with("rejected: ") && rejected.outcome.contains("PodSecurity"),
         "{rejected:?}"
     );
-    let root_name = format!("pod.create {}/{}", rejected.namespace, rejected.name);
+    let root_name = format!(
+        "pod.create {}/{} (rejected)",
+        rejected.namespace, rejected.name
+    );
+    let root = all
+        .iter()
+        .find(|s| s.name == root_name)
+        .unwrap_or_else(|| panic!("no trace of rejected Pod {root_name}"));
+    assert!(root.status_message.contains("PodSecurity"), "{root:#?}");
+    let trace: Vec<_> = all.iter().filter(|s| s.trace_id == root.trace_id).collect();
     assert!(
-        all.iter().all(|s| s.name != root_name),
-        "a trace of rejected Pod {root_name}"
+        trace
+            .iter()
+            .any(|s| s.name == "apiserver admission (validating)" && s.status_code == 2),
+        "{trace:#?}"
+    );
+    assert!(
+        trace.iter().all(|s| s.name != "etcdserverpb.KV/Txn"),
+        "{trace:#?}"
     );
 }
