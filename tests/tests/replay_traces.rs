@@ -533,6 +533,8 @@ fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod) {
     let create = trace.one("apiserver POST /api/v1/namespaces/{namespace}/pods", None);
     assert_eq!(create.kind, SPAN_KIND_SERVER);
     assert_eq!(trace.parent_of(create).span_id, root.span_id);
+    // The trace starts when the create request reached kube-apiserver.
+    assert_eq!(root.start_unix_ns, create.start_unix_ns);
     // OTLP-JSON carries integers as strings.
     assert_eq!(create.string("http.response.status_code"), Some("201"));
     assert!(

@@ -129,6 +129,9 @@ pub struct ComponentSpans {
     /// Namespace and name of Pods by UID, from the probes that read them.
     names: HashMap<String, (String, String)>,
     now_ns: u64,
+    /// Create requests exported since last taken: the Pod's UID and when
+    /// the request reached kube-apiserver (its trace's true start).
+    create_requests: Vec<(String, u64)>,
     /// Spans exported without their Pod (a trace of their Pod's name).
     pub unattributed: u64,
     /// Calls, requests or Pods not kept because a bound was reached, and
@@ -157,6 +160,7 @@ impl ComponentSpans {
             syncs: HashMap::new(),
             names: HashMap::new(),
             now_ns: 0,
+            create_requests: Vec::new(),
             unattributed: 0,
             dropped: 0,
         }
@@ -656,6 +660,11 @@ impl ComponentSpans {
         spans
     }
 
+    /// The create requests exported since the last call: (UID, start).
+    pub fn take_create_requests(&mut self) -> Vec<(String, u64)> {
+        std::mem::take(&mut self.create_requests)
+    }
+
     /// The request span and its calls' spans.
     fn request_spans(
         &mut self,
@@ -759,6 +768,11 @@ impl ComponentSpans {
             (None, Some(request)) => (request.start_ns, request.last_ns),
             (None, None) => return Vec::new(),
         };
+        if let (true, false, Some(uid)) = (create, own_root, &uid) {
+            if self.create_requests.len() < MAX_REQUESTS {
+                self.create_requests.push((uid.clone(), start_ns));
+            }
+        }
         let parent = if own_root {
             None
         } else {

@@ -164,6 +164,14 @@ impl ControlSpans {
         }
     }
 
+    /// The Pod's create request reached kube-apiserver at `start_ns`
+    /// (monotonic): its trace starts there, before the etcd write.
+    pub fn create_request_started(&mut self, uid: &str, start_ns: u64) {
+        if let Some(root) = self.roots.get_mut(uid) {
+            root.start_ns = root.start_ns.min(start_ns);
+        }
+    }
+
     /// The UID of Pod `namespace/name`, if a write told it.
     pub fn uid_of(&self, namespace: &str, name: &str) -> Option<String> {
         self.uids

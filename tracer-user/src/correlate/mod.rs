@@ -130,9 +130,12 @@ impl Correlator {
 
     /// Spans nested under the component call they happened in, as
     /// [`ComponentSpans::adopt`] finds it.
-    fn adopted(&self, mut finished: Vec<Span>) -> Vec<Activity> {
+    fn adopted(&mut self, mut finished: Vec<Span>) -> Vec<Activity> {
         for span in &mut finished {
             self.component_spans.adopt(span);
+        }
+        for (uid, start_ns) in self.component_spans.take_create_requests() {
+            self.control_spans.create_request_started(&uid, start_ns);
         }
         spans(finished).into_iter().collect()
     }
