@@ -93,7 +93,8 @@ const MAX_CONN_WRAPPERS: usize = 3;
 /// fd number in `pfd.Sysfd`. Servers often wrap the connection first (etcd's
 /// cmux); such wrappers embed the `net.Conn` as their first field, so when a
 /// candidate does not lead to a followed socket of this process, the data
-/// word of the interface at its start is tried next.
+/// word of the interface at its start is tried next — and last, client-go's
+/// `closableConn`, whose `net.Conn` follows a func field.
 #[inline(always)]
 fn tls_conn_socket(tgid: u32, tls_conn: u64, cookie: u64) -> Result<(u32, FdInfo), DropReason> {
     let offsets = GO_BINARIES
@@ -101,16 +102,25 @@ fn tls_conn_socket(tgid: u32, tls_conn: u64, cookie: u64) -> Result<(u32, FdInfo
         .copied()
         .ok_or(DropReason::TlsConnUnresolved)?;
     let unresolved = |_| DropReason::TlsConnUnresolved;
-    let mut conn =
+    let outer =
         read_user::<u64>(tls_conn + u64::from(offsets.tls_conn_conn) + 8).map_err(unresolved)?;
+    let mut conn = outer;
     for _ in 0..=MAX_CONN_WRAPPERS {
         if let Some(found) = followed_socket(tgid, conn, &offsets) {
             return Ok(found);
         }
         // Not a *net.TCPConn: look inside, at the net.Conn a wrapper embeds.
-        conn = read_user::<u64>(conn + 8).map_err(unresolved)?;
+        match read_user::<u64>(conn + 8) {
+            Ok(inner) => conn = inner,
+            Err(_) => break,
+        }
     }
-    Err(DropReason::TlsConnUnresolved)
+    // client-go's certificate-rotating dialer (kubeconfigs with client
+    // certificate files: kube-scheduler, the kubelet, controllers) wraps the
+    // TCP connection in `closableConn{onClose func(); net.Conn}`: the
+    // embedded interface's data word is at +16.
+    let inner = read_user::<u64>(outer + 16).map_err(unresolved)?;
+    followed_socket(tgid, inner, &offsets).ok_or(DropReason::TlsConnUnresolved)
 }
 
 /// The followed socket of `tgid` if `conn` is a `*net.TCPConn`/`*net.UnixConn`.
