@@ -368,9 +368,14 @@ const CONTROL_PLANE_COMPONENT_SPANS: &[ExpectedSpan] = &[
     ExpectedSpan::named("scheduler scheduling cycle", None, None),
     ExpectedSpan::named("scheduler bind", None, None),
     ExpectedSpan::named(
+        "POST /api/v1/namespaces/{namespace}/pods/{name}/binding",
+        Some(SPAN_KIND_CLIENT),
+        Some("scheduler bind"),
+    ),
+    ExpectedSpan::named(
         "apiserver POST /api/v1/namespaces/{namespace}/pods/{name}/binding",
         Some(SPAN_KIND_SERVER),
-        Some("scheduler bind"),
+        Some("POST /api/v1/namespaces/{namespace}/pods/{name}/binding"),
     ),
     ExpectedSpan::named("kubelet pod dispatch", None, Some("node ")),
     ExpectedSpan::named("kubelet pod sync", None, Some("node ")),
@@ -381,9 +386,14 @@ const CONTROL_PLANE_COMPONENT_SPANS: &[ExpectedSpan] = &[
         Some("kubelet pod sync"),
     ),
     ExpectedSpan::named(
+        "PATCH /api/v1/namespaces/{namespace}/pods/{name}/status",
+        Some(SPAN_KIND_CLIENT),
+        Some("kubelet status update"),
+    ),
+    ExpectedSpan::named(
         "apiserver PATCH /api/v1/namespaces/{namespace}/pods/{name}/status",
         Some(SPAN_KIND_SERVER),
-        Some("kubelet status update"),
+        Some("PATCH /api/v1/namespaces/{namespace}/pods/{name}/status"),
     ),
 ];
 

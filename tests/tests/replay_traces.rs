@@ -584,12 +584,27 @@ fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod) {
     assert_eq!(cycle.string("k8s.node.name"), Some(pod.node.as_str()));
     assert_eq!(trace.parent_of(cycle).span_id, root.span_id);
     trace.one("scheduler queue", None);
+    // The binding request: kube-scheduler's client span (its TLS read
+    // through client-go's rotating dialer) inside its bind call, holding
+    // kube-apiserver's server span of the same HTTP/2 stream.
     let bind = trace.one("scheduler bind", None);
     let binding = trace.one(
         "apiserver POST /api/v1/namespaces/{namespace}/pods/{name}/binding",
         None,
     );
-    assert_eq!(trace.parent_of(binding).span_id, bind.span_id);
+    let binding_client = trace.parent_of(binding);
+    assert_eq!(binding_client.kind, SPAN_KIND_CLIENT);
+    assert_eq!(
+        binding_client.name,
+        "POST /api/v1/namespaces/{namespace}/pods/{name}/binding"
+    );
+    assert!(
+        binding_client
+            .string("user_agent.original")
+            .unwrap()
+            .starts_with("kube-scheduler/")
+    );
+    assert_eq!(trace.parent_of(binding_client).span_id, bind.span_id);
 
     let node = trace.one(&format!("node {}", pod.node), None);
     let syncs = trace.named("kubelet pod sync");
@@ -631,7 +646,15 @@ fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod) {
         patch.name,
         "apiserver PATCH /api/v1/namespaces/{namespace}/pods/{name}/status"
     );
-    assert_eq!(trace.parent_of(patch).name, "kubelet status update");
+    let patch_client = trace.parent_of(patch);
+    assert_eq!(patch_client.kind, SPAN_KIND_CLIENT);
+    assert!(
+        patch_client
+            .string("user_agent.original")
+            .unwrap()
+            .starts_with("kubelet/")
+    );
+    assert_eq!(trace.parent_of(patch_client).name, "kubelet status update");
 }
 
 /// The first span named like `name` anywhere in `spans`.

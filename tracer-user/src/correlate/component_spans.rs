@@ -56,6 +56,11 @@ const REQUEST_WAIT_NS: u64 = 2_000_000_000;
 /// A request whose exchange start and authentication differ by more than
 /// this is not the same request.
 const MATCH_SLACK_NS: u64 = 50_000_000;
+/// How long kube-apiserver's side of a request waits for its client's side
+/// (the client reads the response just after the server wrote it).
+const CLIENT_WAIT_NS: u64 = 200_000_000;
+/// Bound on client requests remembered, and on server sides waiting.
+const MAX_EXCHANGES: usize = 1024;
 /// Kubelet pod syncs (and their volume waits and status updates) exported
 /// per Pod: the ones that create it; later periodic syncs are not part of
 /// the creation.
@@ -97,6 +102,23 @@ impl Request {
     }
 }
 
+/// A client's side of a REST request (kube-scheduler's binding, the
+/// kubelet's status update), as exported.
+#[derive(Clone, Debug)]
+struct ClientSide {
+    rest: RestMessage,
+    trace: TraceId,
+    span_id: SpanId,
+}
+
+/// kube-apiserver's side of a request, waiting for its client's side.
+#[derive(Clone, Debug)]
+struct WaitingServer {
+    request: Option<Request>,
+    rest: RestMessage,
+    deadline_ns: u64,
+}
+
 /// A call other spans may nest under.
 #[derive(Clone, Debug)]
 struct ParentCall {
@@ -129,6 +151,10 @@ pub struct ComponentSpans {
     /// Namespace and name of Pods by UID, from the probes that read them.
     names: HashMap<String, (String, String)>,
     now_ns: u64,
+    /// Client sides of REST requests exported lately.
+    clients: VecDeque<ClientSide>,
+    /// Server sides waiting for their client's.
+    waiting_servers: Vec<WaitingServer>,
     /// Create requests exported since last taken: the Pod's UID and when
     /// the request reached kube-apiserver (its trace's true start).
     create_requests: Vec<(String, u64)>,
@@ -161,6 +187,8 @@ impl ComponentSpans {
             names: HashMap::new(),
             now_ns: 0,
             create_requests: Vec::new(),
+            clients: VecDeque::new(),
+            waiting_servers: Vec::new(),
             unattributed: 0,
             dropped: 0,
         }
@@ -605,16 +633,19 @@ impl ComponentSpans {
     }
 
     /// A REST request decoded from the wire. kube-apiserver's side is the
-    /// request span of the calls probed in it.
+    /// request span of the calls probed in it, child of the client's side
+    /// when this agent sees the client (the same HTTP/2 stream on the same
+    /// path); the client's side is a client span under the component call
+    /// that made it.
     pub fn on_rest(&mut self, rest: &RestMessage, uids: UidLookup<'_>) -> Vec<Span> {
-        if rest.side != Side::Server {
-            return Vec::new();
-        }
         let (Some(start), Some(end)) = (rest.start_ts_ns, rest.end_ts_ns) else {
             self.dropped += 1;
             return Vec::new();
         };
         self.now_ns = self.now_ns.max(end);
+        if rest.side == Side::Client {
+            return self.client_side(rest, uids);
+        }
         let matched = self
             .requests
             .iter()
@@ -627,7 +658,132 @@ impl ComponentSpans {
             .min_by_key(|(_, request)| request.start_ns)
             .map(|(key, _)| *key);
         let request = matched.and_then(|key| self.requests.remove(&key));
-        self.request_spans(request, Some(rest), uids)
+        if let Some(client) = self.client_of(rest).cloned() {
+            return self.request_spans(request, Some(rest), Some(&client), uids);
+        }
+        if self.waiting_servers.len() >= MAX_EXCHANGES {
+            self.dropped += 1;
+            return self.request_spans(request, Some(rest), None, uids);
+        }
+        self.waiting_servers.push(WaitingServer {
+            request,
+            rest: rest.clone(),
+            deadline_ns: end + CLIENT_WAIT_NS,
+        });
+        Vec::new()
+    }
+
+    /// The client's side already seen of a server's side: same stream and
+    /// path, overlapping in time.
+    fn client_of(&self, server: &RestMessage) -> Option<&ClientSide> {
+        self.clients.iter().rev().find(|client| {
+            client.rest.stream_id == server.stream_id
+                && client.rest.path == server.path
+                && client.rest.start_ts_ns <= server.end_ts_ns
+                && client.rest.end_ts_ns >= server.start_ts_ns
+        })
+    }
+
+    /// The client span of a request a followed component made, and the
+    /// server's side that waited for it.
+    fn client_side(&mut self, rest: &RestMessage, uids: UidLookup<'_>) -> Vec<Span> {
+        let (Some(start_ns), Some(end_ns)) = (rest.start_ts_ns, rest.end_ts_ns) else {
+            return Vec::new();
+        };
+        let namespace = rest.namespace.clone().unwrap_or_default();
+        let Some(name) = rest
+            .name
+            .clone()
+            .or_else(|| rest.pod.as_ref().and_then(|pod| pod.name.clone()))
+        else {
+            return Vec::new();
+        };
+        let uid = rest
+            .pod
+            .as_ref()
+            .and_then(|pod| pod.uid.clone())
+            .or_else(|| uids(&namespace, &name))
+            .or_else(|| self.uid_named(&namespace, &name));
+        let Some(uid) = uid else {
+            // A request about a Pod this agent never learnt the UID of
+            // (created before podtrace): not part of a creation it traces.
+            return Vec::new();
+        };
+        let pod = Pod::new(&self.cluster_id, &namespace, &name, &uid);
+        let caller = match rest.subresource.as_deref() {
+            Some("binding") => {
+                self.parent_containing(GoFunction::SchedulerBind, &pod, start_ns, end_ns)
+            }
+            Some("status") => {
+                self.parent_containing(GoFunction::KubeletStatusSync, &pod, start_ns, end_ns)
+            }
+            _ => None,
+        };
+        let parent = caller.map_or_else(
+            || SpanId::well_known(pod.trace, "root"),
+            |key| SpanId::for_key(pod.trace, key.as_bytes()),
+        );
+        let span_id = SpanId::for_key(
+            pod.trace,
+            format!(
+                "rest/client/{}/{}/{}",
+                rest.conn.tgid, rest.conn.conn_id, rest.stream_id
+            )
+            .as_bytes(),
+        );
+        let mut attributes = pod.attributes();
+        attributes.extend(http_attributes(rest));
+        let status = match rest.status {
+            Some(code) if code >= 400 => SpanStatus::Error(format!("HTTP {code}")),
+            _ => SpanStatus::Unset,
+        };
+        let mut spans = vec![Span {
+            trace_id: pod.trace,
+            span_id,
+            parent_span_id: Some(parent),
+            name: format!("{} {}", rest.method, rest.route),
+            kind: SpanKind::Client,
+            start_unix_ns: self.clock.unix_ns(start_ns),
+            end_unix_ns: self.clock.unix_ns(end_ns),
+            attributes,
+            status,
+        }];
+        let client = ClientSide {
+            rest: rest.clone(),
+            trace: pod.trace,
+            span_id,
+        };
+        if self.clients.len() >= MAX_EXCHANGES {
+            self.clients.pop_front();
+        }
+        self.clients.push_back(client.clone());
+        let (mine, others): (Vec<WaitingServer>, Vec<WaitingServer>) =
+            std::mem::take(&mut self.waiting_servers)
+                .into_iter()
+                .partition(|waiting| {
+                    waiting.rest.stream_id == rest.stream_id
+                        && waiting.rest.path == rest.path
+                        && waiting.rest.start_ts_ns <= rest.end_ts_ns
+                        && waiting.rest.end_ts_ns >= rest.start_ts_ns
+                });
+        self.waiting_servers = others;
+        for waiting in mine {
+            spans.extend(self.request_spans(
+                waiting.request,
+                Some(&waiting.rest),
+                Some(&client),
+                uids,
+            ));
+        }
+        spans
+    }
+
+    /// The UID of a Pod named by the components' own probes.
+    fn uid_named(&self, namespace: &str, name: &str) -> Option<String> {
+        self.names
+            .iter()
+            .find(|(_, (ns, n))| ns == namespace && n == name)
+            .map(|(uid, _)| uid.clone())
     }
 
     /// Time passed: requests whose exchange never came go out on their own.
@@ -643,19 +799,44 @@ impl ComponentSpans {
 
     fn flush(&mut self, all: bool, uids: UidLookup<'_>) -> Vec<Span> {
         let now = self.now_ns;
+        let mut spans = Vec::new();
+        let (due, waiting): (Vec<WaitingServer>, Vec<WaitingServer>) =
+            std::mem::take(&mut self.waiting_servers)
+                .into_iter()
+                .partition(|waiting| all || waiting.deadline_ns <= now);
+        self.waiting_servers = waiting;
+        for server in due {
+            spans.extend(self.request_spans(server.request, Some(&server.rest), None, uids));
+        }
         let expired: Vec<(u32, u64)> = self
             .requests
             .iter()
             .filter(|(_, request)| all || request.last_ns + REQUEST_WAIT_NS <= now)
             .map(|(key, _)| *key)
             .collect();
-        let mut spans = Vec::new();
         for key in expired {
             // Without its exchange, a request that stored nothing was a
             // read (a GET of the Pod): not part of a trace.
-            if let Some(request) = self.requests.remove(&key).filter(|r| r.stored.is_some()) {
-                spans.extend(self.request_spans(Some(request), None, uids));
-            }
+            let Some(request) = self.requests.remove(&key).filter(|r| r.stored.is_some()) else {
+                continue;
+            };
+            // The server's side of the exchange was lost; the client's
+            // (the same path, around the same time) says what it was.
+            let client = self
+                .clients
+                .iter()
+                .rev()
+                .find(|client| {
+                    client.rest.path == request.path
+                        && client
+                            .rest
+                            .start_ts_ns
+                            .is_some_and(|s| s <= request.start_ns)
+                        && client.rest.end_ts_ns.is_some_and(|e| e >= request.last_ns)
+                })
+                .cloned();
+            let rest = client.as_ref().map(|client| client.rest.clone());
+            spans.extend(self.request_spans(Some(request), rest.as_ref(), client.as_ref(), uids));
         }
         spans
     }
@@ -670,6 +851,7 @@ impl ComponentSpans {
         &mut self,
         request: Option<Request>,
         rest: Option<&RestMessage>,
+        client: Option<&ClientSide>,
         uids: UidLookup<'_>,
     ) -> Vec<Span> {
         // Which Pod: the response's, the path's, the storage write's.
@@ -753,6 +935,7 @@ impl ComponentSpans {
         };
         let key = match (&request, rest) {
             (Some(request), _) => request.key(),
+            (None, Some(rest)) if rest.side == Side::Client => return Vec::new(),
             (None, Some(rest)) => {
                 format!("apiserver/stream/{}/{}", rest.conn.conn_id, rest.stream_id)
             }
@@ -775,6 +958,8 @@ impl ComponentSpans {
         }
         let parent = if own_root {
             None
+        } else if let Some(client) = client.filter(|client| client.trace == trace) {
+            Some(client.span_id)
         } else {
             let subresource = rest.and_then(|r| r.subresource.as_deref()).or_else(|| {
                 request
@@ -808,21 +993,11 @@ impl ComponentSpans {
         );
         let mut attributes = std::mem::take(&mut pod_attributes);
         attributes.push(string_attribute("k8s.component", "kube-apiserver"));
-        attributes.push(string_attribute("http.request.method", &method));
-        attributes.push(string_attribute("http.route", &route));
-        if let Some(code) = status_code {
-            attributes.push(int_attribute("http.response.status_code", i64::from(code)));
-        }
-        if let Some(rest) = rest {
-            attributes.push(string_attribute("podtrace.k8s.verb", &rest.verb));
-            if let Some(agent) = &rest.user_agent {
-                attributes.push(string_attribute("user_agent.original", agent));
-            }
-            if !rest.warnings.is_empty() {
-                attributes.push(string_attribute(
-                    "podtrace.k8s.warnings",
-                    &rest.warnings.join("; "),
-                ));
+        match rest {
+            Some(rest) => attributes.extend(http_attributes(rest)),
+            None => {
+                attributes.push(string_attribute("http.request.method", &method));
+                attributes.push(string_attribute("http.route", &route));
             }
         }
         if let Some(addr) = request.as_ref().and_then(|r| r.remote_addr.as_deref()) {
@@ -1055,6 +1230,28 @@ impl ComponentSpans {
     }
 }
 
+/// The HTTP attributes of a REST request, either side.
+fn http_attributes(rest: &RestMessage) -> Vec<(String, AttributeValue)> {
+    let mut attributes = vec![
+        string_attribute("http.request.method", &rest.method),
+        string_attribute("http.route", &rest.route),
+        string_attribute("podtrace.k8s.verb", &rest.verb),
+    ];
+    if let Some(code) = rest.status {
+        attributes.push(int_attribute("http.response.status_code", i64::from(code)));
+    }
+    if let Some(agent) = &rest.user_agent {
+        attributes.push(string_attribute("user_agent.original", agent));
+    }
+    if !rest.warnings.is_empty() {
+        attributes.push(string_attribute(
+            "podtrace.k8s.warnings",
+            &rest.warnings.join("; "),
+        ));
+    }
+    attributes
+}
+
 /// The span key of a call: process, goroutine and entry time.
 fn call_key(entry: &FuncMessage) -> String {
     format!(
@@ -1194,7 +1391,12 @@ mod tests {
             );
         }
         let no_uids = |_: &str, _: &str| None;
-        let out = spans.on_rest(&rest(path, 9, 20), &no_uids);
+        assert!(
+            spans.on_rest(&rest(path, 9, 20), &no_uids).is_empty(),
+            "waits for its client's side"
+        );
+        // kubectl is not followed: it goes out alone, under the root.
+        let out = spans.tick(20 * MS + CLIENT_WAIT_NS, &no_uids);
         let names: Vec<&str> = out.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
@@ -1239,6 +1441,45 @@ mod tests {
         };
         spans.adopt(&mut etcd);
         assert_eq!(etcd.parent_span_id, Some(out[4].span_id));
+    }
+
+    /// The kubelet's side of its status update, seen on this agent: the
+    /// server's side nests under it, and it under the kubelet's call.
+    #[test]
+    fn the_servers_side_nests_under_the_clients_side_of_the_same_stream() {
+        let mut spans = ComponentSpans::new(WallClock::from_offset(0), "c".into(), "vm".into());
+        let no_uids = |_: &str, _: &str| None;
+        let path = "/api/v1/namespaces/default/pods/web/status";
+        let mut sync = hit(GoFunction::KubeletStatusSync, Point::Entry, 7, 1, 30);
+        sync.ids.tgid = 20;
+        sync.pod = Some(PodRef {
+            uid: UID.into(),
+            namespace: None,
+            name: None,
+        });
+        spans.on_func(sync);
+        let mut server = rest(path, 32, 38);
+        server.method = "PATCH".into();
+        server.verb = "patch".into();
+        server.name = Some("web".into());
+        server.subresource = Some("status".into());
+        assert!(spans.on_rest(&server, &no_uids).is_empty());
+        let mut client = server.clone();
+        client.side = Side::Client;
+        client.conn.tgid = 20;
+        client.start_ts_ns = Some(31 * MS);
+        client.end_ts_ns = Some(39 * MS);
+        let out = spans.on_rest(&client, &no_uids);
+        let [client_span, server_span] = &out[..] else {
+            panic!("{out:#?}");
+        };
+        assert_eq!(client_span.kind, SpanKind::Client);
+        assert_eq!(server_span.kind, SpanKind::Server);
+        assert_eq!(server_span.parent_span_id, Some(client_span.span_id));
+        let mut sync_ret = hit(GoFunction::KubeletStatusSync, Point::Return, 7, 1, 40);
+        sync_ret.ids.tgid = 20;
+        let sync_span = spans.on_func(sync_ret).pop().unwrap();
+        assert_eq!(client_span.parent_span_id, Some(sync_span.span_id));
     }
 
     #[test]

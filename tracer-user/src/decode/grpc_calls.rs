@@ -40,6 +40,9 @@ const MAX_CONNECTIONS: usize = 4096;
 /// Longest error text kept from a failed call.
 pub const MAX_STATUS_MESSAGE: usize = 256;
 
+/// What an HTTP/2 client sends first.
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// Header blocks from the probes waiting for their stream, per connection.
 const MAX_WAITING_BLOCKS: usize = 64;
 /// How far apart a probe's header block and its stream's first captured
@@ -174,6 +177,9 @@ struct Connection {
     /// Plaintext from the TLS probes has been seen: the socket's own bytes
     /// (the handshake, then ciphertext) are not HTTP/2.
     tls: bool,
+    /// Whether the client's first bytes fed were seen (the preface, or
+    /// the middle of a connection whose start was missed).
+    client_start_seen: bool,
     /// For a connection open before podtrace started: request header
     /// blocks from the HPACK probes, to be given to their streams.
     probe_headers: Option<ProbeHeaders>,
@@ -358,6 +364,7 @@ impl GrpcDecoder {
                 side,
                 http2: Http2Connection::new(Limits::default()),
                 fed_bytes: 0,
+                client_start_seen: false,
                 tls: false,
                 probe_headers: before_start.then(ProbeHeaders::default),
             },
@@ -385,6 +392,16 @@ impl GrpcDecoder {
             (Side::Server, Direction::Ingress) | (Side::Client, Direction::Egress) => true,
             (Side::Server, Direction::Egress) | (Side::Client, Direction::Ingress) => false,
         };
+        if client_to_server && !connection.client_start_seen {
+            connection.client_start_seen = true;
+            // A connection joined after its start (the Go probes attached
+            // to a process after its first TLS writes): its HPACK table was
+            // built unseen, so its request headers come from the probes, as
+            // on connections older than podtrace.
+            if !data.data.starts_with(HTTP2_PREFACE) && connection.probe_headers.is_none() {
+                connection.probe_headers = Some(ProbeHeaders::default());
+            }
+        }
         let direction = if client_to_server {
             tracer_decode::Direction::ClientToServer
         } else {
