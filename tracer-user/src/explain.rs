@@ -70,10 +70,15 @@ fn section(spans: &[Span]) -> String {
             });
             match (&root.status, complete) {
                 (SpanStatus::Unset, true) => {
-                    format!("status: Running {ms:.1} ms after the create request reached etcd")
+                    format!("status: Running {ms:.1} ms after its create request")
                 }
                 (SpanStatus::Error(message), _) => format!("status: {message}"),
-                (SpanStatus::Unset, false) => "status: incomplete".to_owned(),
+                (SpanStatus::Unset, false) => {
+                    match root.string_attribute("podtrace.trace.stuck_phase") {
+                        Some(phase) => format!("status: incomplete: {phase}"),
+                        None => "status: incomplete".to_owned(),
+                    }
+                }
             }
         }
         None => "status: no root span yet (the Pod is still being created, or no agent saw \

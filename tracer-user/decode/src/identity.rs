@@ -30,6 +30,8 @@ pub struct PodIdentity {
     /// the normal `ContainerCreating`/`PodInitializing`, with its message
     /// (`ErrImageNeverPull: Container image "x" is not present …`).
     pub waiting: Option<String>,
+    /// Each container's `imagePullPolicy`, `NAME=POLICY` comma-joined.
+    pub pull_policies: Option<String>,
 }
 
 /// One fact about a Pod from one message.

@@ -89,6 +89,8 @@ struct Root {
     /// verdict while unschedulable, a container's waiting reason.
     unschedulable: Option<String>,
     waiting: Option<String>,
+    /// Its containers' `imagePullPolicy`, as created.
+    pull_policies: Option<String>,
 }
 
 /// A root to emit once the client span of the write that ends it is seen.
@@ -265,6 +267,18 @@ impl ControlSpans {
             if let Some(change) = &change {
                 attributes.push(string_attribute("podtrace.k8s.pod.change", change));
             }
+            // The scheduler's verdict on a Pod no node fits, as it wrote it.
+            let verdict = call.clues.iter().find_map(|clue| match clue {
+                PodClue::Object(identity)
+                    if identity.name.as_deref() == Some(pod.name.as_str()) =>
+                {
+                    identity.unschedulable.as_deref()
+                }
+                _ => None,
+            });
+            if let Some(verdict) = verdict {
+                attributes.push(string_attribute("podtrace.k8s.scheduling.failure", verdict));
+            }
             if let Some(revision) = call.revision {
                 attributes.push(int_attribute("podtrace.etcd.revision", revision));
             }
@@ -355,13 +369,18 @@ impl ControlSpans {
                 self.dropped += 1;
                 return None;
             }
+            let created = call.clues.iter().find_map(|clue| match clue {
+                PodClue::Object(identity) if identity.uid.as_ref() == Some(uid) => Some(identity),
+                _ => None,
+            });
             let root = self.roots.entry(uid.clone()).or_insert_with(|| Root {
                 pod: Pod::new(&self.cluster_id, &pod.namespace, &pod.name, uid),
                 start_ns: start,
                 node: None,
-                scheduler: None,
+                scheduler: created.and_then(|pod| pod.scheduler_name.clone()),
                 unschedulable: None,
                 waiting: None,
+                pull_policies: created.and_then(|pod| pod.pull_policies.clone()),
             });
             root.start_ns = root.start_ns.min(start);
             return None;
@@ -424,6 +443,9 @@ impl ControlSpans {
         }
         if let Some(scheduler) = &root.scheduler {
             attributes.push(string_attribute("podtrace.k8s.scheduler.name", scheduler));
+        }
+        if let Some(policies) = &root.pull_policies {
+            attributes.push(string_attribute("podtrace.k8s.image_pull_policy", policies));
         }
         attributes.push((
             "podtrace.trace.complete".to_owned(),

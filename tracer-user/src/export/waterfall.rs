@@ -185,7 +185,7 @@ pub fn render(spans: &[Span]) -> String {
 pub fn facts(spans: &[Span]) -> Vec<String> {
     let mut ordered: Vec<&Span> = spans.iter().collect();
     ordered.sort_by_key(|span| span.start_unix_ns);
-    let mut lines: Vec<String> = Vec::new();
+    let mut lines: Vec<String> = control_plane_facts(&ordered);
     let mut images: Vec<&str> = Vec::new();
     for span in ordered {
         let attribute = |key: &str| span.string_attribute(key);
@@ -237,6 +237,84 @@ pub fn facts(spans: &[Span]) -> Vec<String> {
         if let Some(fact) = fact {
             push_once(&mut lines, fact);
         }
+    }
+    lines
+}
+
+/// One line per fact the control plane's spans carry: who asked for the
+/// Pod (the user kube-apiserver authenticated, the client's user agent),
+/// a dry run, Pod Security warnings, which scheduler placed it where — or
+/// why no node fits, in its words — and the containers' pull policy.
+fn control_plane_facts(ordered: &[&Span]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let root = ordered.iter().find(|span| span.parent_span_id.is_none());
+    let root_attribute = |key: &str| root.and_then(|root| root.string_attribute(key));
+    let create = ordered.iter().find(|span| {
+        span.kind == SpanKind::Server
+            && (span.name == "apiserver POST /api/v1/namespaces/{namespace}/pods"
+                || span.name.starts_with("pod.create "))
+    });
+    if let Some(create) = create {
+        match (
+            create.string_attribute("podtrace.k8s.user"),
+            create.string_attribute("user_agent.original"),
+        ) {
+            (Some(user), Some(agent)) => lines.push(format!("asked by {user} ({agent})")),
+            (Some(user), None) => lines.push(format!("asked by {user}")),
+            (None, Some(agent)) => lines.push(format!("asked with {agent}")),
+            (None, None) => {}
+        }
+        let dry_run = create.attributes.iter().any(|(key, value)| {
+            key == "podtrace.k8s.dry_run" && *value == AttributeValue::Bool(true)
+        });
+        if dry_run {
+            lines.push("dry run: admission ran, nothing was stored".to_owned());
+        }
+        if let Some(warnings) = create.string_attribute("podtrace.k8s.warnings") {
+            lines.push(format!("warnings: {warnings}"));
+        }
+    }
+    let scheduler = root_attribute("podtrace.k8s.scheduler.name").unwrap_or("the scheduler");
+    let cycle = ordered
+        .iter()
+        .rev()
+        .find(|span| span.name == "scheduler scheduling cycle" && span.status == SpanStatus::Unset);
+    if let Some(cycle) = cycle {
+        let int = |key: &str| {
+            cycle
+                .attributes
+                .iter()
+                .find_map(|(name, value)| match value {
+                    AttributeValue::Int(n) if name == key => Some(*n),
+                    _ => None,
+                })
+        };
+        let counts = match (
+            int("podtrace.k8s.scheduling.feasible_nodes"),
+            int("podtrace.k8s.scheduling.evaluated_nodes"),
+        ) {
+            (Some(feasible), Some(evaluated)) => format!(" ({feasible} of {evaluated} nodes fit)"),
+            _ => String::new(),
+        };
+        if let Some(node) = cycle.string_attribute("k8s.node.name") {
+            lines.push(format!("scheduled by {scheduler} to {node}{counts}"));
+        }
+    }
+    let verdict = root_attribute("podtrace.k8s.scheduling.failure").or_else(|| {
+        ordered
+            .iter()
+            .find_map(|span| span.string_attribute("podtrace.k8s.scheduling.failure"))
+    });
+    if let Some(verdict) = verdict {
+        let waited = if cycle.is_some() {
+            "waited for a node"
+        } else {
+            "no node fits"
+        };
+        lines.push(format!("{waited} ({scheduler}): {verdict}"));
+    }
+    if let Some(policies) = root_attribute("podtrace.k8s.image_pull_policy") {
+        lines.push(format!("imagePullPolicy {policies}"));
     }
     lines
 }
@@ -366,6 +444,77 @@ mod tests {
         let bar = lines[3].split('|').nth(1).unwrap();
         assert_eq!(bar.chars().position(|c| c == '█'), Some(4));
         assert!(waterfalls.traces.is_empty());
+    }
+
+    #[test]
+    fn who_asked_and_the_schedulers_verdict_are_one_line_each() {
+        let trace = TraceId::for_pod("c", "u-1");
+        let text = |key: &str, value: &str| (key.to_owned(), AttributeValue::String(value.into()));
+        let mut root = span(trace, "pod.create default/web", "root", None, 0, 1000);
+        root.attributes.extend([
+            text("podtrace.k8s.scheduler.name", "my-scheduler"),
+            text("podtrace.k8s.image_pull_policy", "main=Never"),
+        ]);
+        let mut create = span(
+            trace,
+            "apiserver POST /api/v1/namespaces/{namespace}/pods",
+            "create",
+            Some("root"),
+            0,
+            10,
+        );
+        create.kind = SpanKind::Server;
+        create.attributes.extend([
+            text("podtrace.k8s.user", "alice"),
+            text("user_agent.original", "kubectl/v1.28.4"),
+            text(
+                "podtrace.k8s.warnings",
+                "299 - \"would violate PodSecurity\"",
+            ),
+        ]);
+        let mut failed = span(
+            trace,
+            "scheduler scheduling cycle",
+            "c1",
+            Some("root"),
+            11,
+            12,
+        );
+        failed.status = SpanStatus::Error("no node fits".into());
+        let mut verdict = span(trace, "etcdserverpb.KV/Txn", "w", Some("root"), 13, 14);
+        verdict.attributes.push(text(
+            "podtrace.k8s.scheduling.failure",
+            "0/3 nodes are available: 3 Insufficient cpu.",
+        ));
+        let mut cycle = span(
+            trace,
+            "scheduler scheduling cycle",
+            "c2",
+            Some("root"),
+            500,
+            501,
+        );
+        cycle.attributes.extend([
+            text("k8s.node.name", "node-b"),
+            (
+                "podtrace.k8s.scheduling.evaluated_nodes".into(),
+                AttributeValue::Int(4),
+            ),
+            (
+                "podtrace.k8s.scheduling.feasible_nodes".into(),
+                AttributeValue::Int(1),
+            ),
+        ]);
+        assert_eq!(
+            facts(&[root, create, failed, verdict, cycle]),
+            [
+                "asked by alice (kubectl/v1.28.4)",
+                "warnings: 299 - \"would violate PodSecurity\"",
+                "scheduled by my-scheduler to node-b (1 of 4 nodes fit)",
+                "waited for a node (my-scheduler): 0/3 nodes are available: 3 Insufficient cpu.",
+                "imagePullPolicy main=Never",
+            ]
+        );
     }
 
     #[test]

@@ -108,6 +108,11 @@ fn decode_envelope(envelope: &[u8]) -> Result<StoredObject, KubeError> {
         (!NORMAL_WAITING.contains(&reason.as_str()))
             .then(|| condition_text(Some(reason), waiting.message.clone()))
     });
+    let pull_policies = pull_policies(
+        spec.containers
+            .iter()
+            .map(|c| (c.name.clone(), c.image_pull_policy.clone())),
+    );
     Ok(StoredObject::Pod(PodIdentity {
         namespace: set(metadata.namespace),
         name: set(metadata.name),
@@ -118,7 +123,18 @@ fn decode_envelope(envelope: &[u8]) -> Result<StoredObject, KubeError> {
         scheduler_name: set(spec.scheduler_name),
         unschedulable,
         waiting,
+        pull_policies,
     }))
+}
+
+/// `NAME=POLICY,…` of the containers that say their `imagePullPolicy`.
+fn pull_policies(
+    containers: impl Iterator<Item = (Option<String>, Option<String>)>,
+) -> Option<String> {
+    let policies: Vec<String> = containers
+        .filter_map(|(name, policy)| Some(format!("{}={}", set(name)?, set(policy)?)))
+        .collect();
+    (!policies.is_empty()).then(|| policies.join(","))
 }
 
 /// Waiting reasons of a container on its normal way to running.
@@ -198,6 +214,15 @@ struct JsonMetadata {
 struct JsonSpec {
     node_name: Option<String>,
     scheduler_name: Option<String>,
+    #[serde(default)]
+    containers: Vec<JsonContainer>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct JsonContainer {
+    name: Option<String>,
+    image_pull_policy: Option<String>,
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -266,16 +291,22 @@ pub(crate) fn stored_from_json(object: JsonObject) -> StoredObject {
         (!NORMAL_WAITING.contains(&reason.as_str()))
             .then(|| condition_text(Some(reason), waiting.message.clone()))
     });
+    let spec = object.spec;
     StoredObject::Pod(PodIdentity {
         namespace: set(metadata.namespace),
         name: set(metadata.name),
         generate_name: set(metadata.generate_name),
         uid: set(metadata.uid),
-        node_name: set(object.spec.node_name),
+        node_name: set(spec.node_name),
         phase: set(status.phase),
-        scheduler_name: set(object.spec.scheduler_name),
+        scheduler_name: set(spec.scheduler_name),
         unschedulable,
         waiting,
+        pull_policies: pull_policies(
+            spec.containers
+                .into_iter()
+                .map(|c| (c.name, c.image_pull_policy)),
+        ),
     })
 }
 
@@ -392,13 +423,14 @@ mod tests {
     #[test]
     fn why_a_pod_waits_is_read_from_its_status() {
         let unschedulable = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"default","uid":"u"},
-            "spec":{"schedulerName":"my-scheduler"},
+            "spec":{"schedulerName":"my-scheduler","containers":[{"name":"main","imagePullPolicy":"Never"}]},
             "status":{"phase":"Pending","conditions":[{"type":"PodScheduled","status":"False","reason":"Unschedulable",
             "message":"0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."}]}}"#;
         let Ok(StoredObject::Pod(pod)) = decode_stored_object(unschedulable) else {
             panic!("not a Pod");
         };
         assert_eq!(pod.scheduler_name.as_deref(), Some("my-scheduler"));
+        assert_eq!(pod.pull_policies.as_deref(), Some("main=Never"));
         assert_eq!(
             pod.unschedulable.as_deref(),
             Some(
