@@ -791,6 +791,101 @@ fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures(
     );
 }
 
+/// `podtrace explain` of each Pod after replaying `recording`.
+fn explained(recording: &str, pods: &[&DemoPod]) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spans.jsonl");
+    let status = Command::new(podtrace_binary())
+        .arg("replay")
+        .arg(fixture(recording))
+        .args([
+            "--cluster-id",
+            CLUSTER,
+            "--node-name",
+            "vm",
+            "--quiet",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap()
+        .status;
+    assert!(status.success());
+    pods.iter()
+        .map(|pod| {
+            let output = Command::new(podtrace_binary())
+                .args([
+                    "explain",
+                    &format!("{}/{}", pod.namespace, pod.name),
+                    "--file",
+                ])
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert!(output.status.success(), "{output:?}");
+            String::from_utf8(output.stdout).unwrap()
+        })
+        .collect()
+}
+
+/// The operator's questions answered in one line each (issue #10): who
+/// asked, a dry run, Pod Security's warnings, which scheduler placed the
+/// Pod where or why no node fits, the pull policy and whether the image
+/// was present, the container's security context.
+#[test]
+fn explain_answers_who_asked_where_it_was_scheduled_and_how_it_runs() {
+    let pods = demo_pods("k8s-1.28-scenarios.pods.jsonl");
+    let scenario = |prefix: &str| {
+        pods.iter()
+            .find(|pod| pod.name.starts_with(prefix))
+            .unwrap()
+    };
+    let chosen = [
+        scenario("second-scheduler-"),
+        scenario("unschedulable-"),
+        scenario("dry-run-"),
+        scenario("privileged-"),
+        scenario("image-never-"),
+    ];
+    let stories = explained("k8s-1.28-scenarios.ptrace.gz", &chosen);
+    let expect = |story: &str, line: &str| {
+        assert!(
+            story.lines().any(|l| l.trim_start().starts_with(line)),
+            "no {line:?} in:\n{story}"
+        );
+    };
+    for story in &stories {
+        expect(story, "asked by podtrace-admin (kubectl/v1.28.4");
+    }
+    let [second, unschedulable, dry, privileged, never] = &stories[..] else {
+        unreachable!()
+    };
+    expect(
+        second,
+        "scheduled by podtrace-second-scheduler to vm (1 of 1 nodes fit)",
+    );
+    expect(
+        second,
+        "image podtrace.local/busybox:1 present (ImageStatus)",
+    );
+    expect(
+        unschedulable,
+        "no node fits (default-scheduler): Unschedulable: 0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector",
+    );
+    expect(dry, "dry run: admission ran, nothing was stored");
+    expect(dry, "status: incomplete: dry run: nothing stored");
+    expect(privileged, "warnings: 299 - \"would violate PodSecurity");
+    expect(
+        privileged,
+        "container main: privileged, caps +NET_ADMIN,+SYS_TIME, runAsUser 0",
+    );
+    expect(never, "imagePullPolicy main=Never");
+    expect(
+        never,
+        "status: incomplete: deleted before it was Running; stuck in node: bound, not reported Running (ErrImageNeverPull",
+    );
+}
+
 /// The same on a stripped (`-s -w`) kube-apiserver with plain-HTTP etcd:
 /// function probes found through pclntab, offsets through the Kubernetes
 /// version read from the code.
