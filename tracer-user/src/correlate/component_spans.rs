@@ -489,18 +489,44 @@ impl ComponentSpans {
             ));
             SpanStatus::Unset
         };
-        spans.push(Span {
+        spans.push(self.call_span(
+            &pod,
+            entry,
+            ret,
+            root,
+            "scheduler scheduling cycle",
+            attributes,
+            status,
+        ));
+        spans
+    }
+
+    /// The span of one call of a component, from its entry to its return.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one span's fields, named at the call"
+    )]
+    fn call_span(
+        &self,
+        pod: &Pod,
+        entry: &FuncMessage,
+        ret: &FuncMessage,
+        parent: SpanId,
+        name: &str,
+        attributes: Vec<(String, AttributeValue)>,
+        status: SpanStatus,
+    ) -> Span {
+        Span {
             trace_id: pod.trace,
             span_id: SpanId::for_key(pod.trace, call_key(entry).as_bytes()),
-            parent_span_id: Some(root),
-            name: "scheduler scheduling cycle".to_owned(),
+            parent_span_id: Some(parent),
+            name: name.to_owned(),
             kind: SpanKind::Internal,
             start_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
             end_unix_ns: self.clock.unix_ns(ret.ids.ts_ns),
             attributes,
             status,
-        });
-        spans
+        }
     }
 
     /// The scheduler's bind, and the kubelet's syncs, volume waits and
@@ -584,17 +610,7 @@ impl ComponentSpans {
                 .map_or(parent, |key| SpanId::for_key(pod.trace, key.as_bytes())),
             _ => parent,
         };
-        spans.push(Span {
-            trace_id: pod.trace,
-            span_id: SpanId::for_key(pod.trace, call_key(entry).as_bytes()),
-            parent_span_id: Some(parent),
-            name: name.to_owned(),
-            kind: SpanKind::Internal,
-            start_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
-            end_unix_ns: self.clock.unix_ns(ret.ids.ts_ns),
-            attributes,
-            status,
-        });
+        spans.push(self.call_span(&pod, entry, ret, parent, name, attributes, status));
         spans
     }
 
@@ -710,19 +726,7 @@ impl ComponentSpans {
             return Vec::new();
         };
         let pod = Pod::new(&self.cluster_id, &namespace, &name, &uid);
-        let caller = match rest.subresource.as_deref() {
-            Some("binding") => {
-                self.parent_containing(GoFunction::SchedulerBind, &pod, start_ns, end_ns)
-            }
-            Some("status") => {
-                self.parent_containing(GoFunction::KubeletStatusSync, &pod, start_ns, end_ns)
-            }
-            _ => None,
-        };
-        let parent = caller.map_or_else(
-            || SpanId::well_known(pod.trace, "root"),
-            |key| SpanId::for_key(pod.trace, key.as_bytes()),
-        );
+        let parent = self.caller(rest.subresource.as_deref(), &pod, start_ns, end_ns);
         let span_id = SpanId::for_key(
             pod.trace,
             format!(
@@ -776,6 +780,22 @@ impl ComponentSpans {
             ));
         }
         spans
+    }
+
+    /// The parent of a request about `pod`'s `subresource` during
+    /// `[start, end]`: the component call on this agent that made it (the
+    /// scheduler's bind, the kubelet's status update), else the Pod's root.
+    fn caller(&self, subresource: Option<&str>, pod: &Pod, start_ns: u64, end_ns: u64) -> SpanId {
+        let function = match subresource {
+            Some("binding") => GoFunction::SchedulerBind,
+            Some("status") => GoFunction::KubeletStatusSync,
+            _ => return SpanId::well_known(pod.trace, "root"),
+        };
+        self.parent_containing(function, pod, start_ns, end_ns)
+            .map_or_else(
+                || SpanId::well_known(pod.trace, "root"),
+                |key| SpanId::for_key(pod.trace, key.as_bytes()),
+            )
     }
 
     /// The UID of a Pod named by the components' own probes.
@@ -967,22 +987,13 @@ impl ComponentSpans {
                     .and_then(|r| r.path.rsplit('/').next())
                     .filter(|s| *s == "binding" || *s == "status")
             });
-            let pod = uid
-                .as_ref()
-                .map(|uid| Pod::new(&self.cluster_id, &namespace, &name, uid));
-            let caller = match (subresource, &pod) {
-                (Some("binding"), Some(pod)) => {
-                    self.parent_containing(GoFunction::SchedulerBind, pod, start_ns, end_ns)
+            Some(match &uid {
+                Some(uid) => {
+                    let pod = Pod::new(&self.cluster_id, &namespace, &name, uid);
+                    self.caller(subresource, &pod, start_ns, end_ns)
                 }
-                (Some("status"), Some(pod)) => {
-                    self.parent_containing(GoFunction::KubeletStatusSync, pod, start_ns, end_ns)
-                }
-                _ => None,
-            };
-            Some(caller.map_or_else(
-                || SpanId::well_known(trace, "root"),
-                |key| SpanId::for_key(trace, key.as_bytes()),
-            ))
+                None => SpanId::well_known(trace, "root"),
+            })
         };
         let method = rest
             .map(|r| r.method.clone())

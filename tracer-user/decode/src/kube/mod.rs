@@ -95,19 +95,18 @@ fn decode_envelope(envelope: &[u8]) -> Result<StoredObject, KubeError> {
     let metadata = pod.metadata.unwrap_or_default();
     let spec = pod.spec.unwrap_or_default();
     let status = pod.status.unwrap_or_default();
-    let unschedulable = status
-        .conditions
-        .iter()
-        .find(|c| {
-            c.r#type.as_deref() == Some("PodScheduled") && c.status.as_deref() == Some("False")
-        })
-        .map(|c| condition_text(c.reason.clone(), c.message.clone()));
-    let waiting = status.container_statuses.iter().find_map(|container| {
+    let unschedulable = unschedulable(status.conditions.iter().map(|c| {
+        (
+            c.r#type.as_deref(),
+            c.status.as_deref(),
+            c.reason.clone(),
+            c.message.clone(),
+        )
+    }));
+    let waiting = waiting(status.container_statuses.iter().filter_map(|container| {
         let waiting = container.state.as_ref()?.waiting.as_ref()?;
-        let reason = set(waiting.reason.clone())?;
-        (!NORMAL_WAITING.contains(&reason.as_str()))
-            .then(|| condition_text(Some(reason), waiting.message.clone()))
-    });
+        Some((waiting.reason.clone(), waiting.message.clone()))
+    }));
     let pull_policies = pull_policies(
         spec.containers
             .iter()
@@ -135,6 +134,32 @@ fn pull_policies(
         .filter_map(|(name, policy)| Some(format!("{}={}", set(name)?, set(policy)?)))
         .collect();
     (!policies.is_empty()).then(|| policies.join(","))
+}
+
+/// The scheduler's verdict while the `PodScheduled` condition (type,
+/// status, reason, message) is `False`.
+fn unschedulable<'a>(
+    mut conditions: impl Iterator<
+        Item = (
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<String>,
+            Option<String>,
+        ),
+    >,
+) -> Option<String> {
+    conditions
+        .find(|(kind, status, _, _)| *kind == Some("PodScheduled") && *status == Some("False"))
+        .map(|(_, _, reason, message)| condition_text(reason, message))
+}
+
+/// The first waiting state (reason, message) of a container that is not
+/// on its normal way to running.
+fn waiting(mut states: impl Iterator<Item = (Option<String>, Option<String>)>) -> Option<String> {
+    states.find_map(|(reason, message)| {
+        let reason = set(reason)?;
+        (!NORMAL_WAITING.contains(&reason.as_str())).then(|| condition_text(Some(reason), message))
+    })
 }
 
 /// Waiting reasons of a container on its normal way to running.
@@ -280,17 +305,18 @@ pub(crate) fn stored_from_json(object: JsonObject) -> StoredObject {
         JsonStatusField::Object(status) => status,
         JsonStatusField::Other(_) => JsonStatus::default(),
     };
-    let unschedulable = status
-        .conditions
-        .iter()
-        .find(|c| c.kind.as_deref() == Some("PodScheduled") && c.status.as_deref() == Some("False"))
-        .map(|c| condition_text(c.reason.clone(), c.message.clone()));
-    let waiting = status.container_statuses.iter().find_map(|container| {
+    let unschedulable = unschedulable(status.conditions.iter().map(|c| {
+        (
+            c.kind.as_deref(),
+            c.status.as_deref(),
+            c.reason.clone(),
+            c.message.clone(),
+        )
+    }));
+    let waiting = waiting(status.container_statuses.iter().filter_map(|container| {
         let waiting = container.state.as_ref()?.waiting.as_ref()?;
-        let reason = set(waiting.reason.clone())?;
-        (!NORMAL_WAITING.contains(&reason.as_str()))
-            .then(|| condition_text(Some(reason), waiting.message.clone()))
-    });
+        Some((waiting.reason.clone(), waiting.message.clone()))
+    }));
     let spec = object.spec;
     StoredObject::Pod(PodIdentity {
         namespace: set(metadata.namespace),
