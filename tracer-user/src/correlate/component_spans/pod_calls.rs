@@ -1,0 +1,194 @@
+//! kube-scheduler's and the kubelet's spans: the scheduling queue and
+//! cycle, the bind; the kubelet's dispatch, pod syncs, volume waits and
+//! status updates — each a call of one Pod, whose UID the probe read.
+
+use tracer_common::gofunc::GoFunction;
+
+use super::{ComponentSpans, MAX_PODS, MAX_SYNCS_PER_POD, call_key};
+use crate::{
+    correlate::{
+        pod::{Pod, int_attribute, string_attribute},
+        span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus},
+    },
+    decode::FuncMessage,
+};
+
+impl ComponentSpans {
+    pub(super) fn scheduling_cycle(&mut self, entry: &FuncMessage, ret: &FuncMessage) -> Vec<Span> {
+        let Some(pod) = entry.pod.as_ref().map(|pod| self.pod(pod)) else {
+            self.dropped += 1;
+            return Vec::new();
+        };
+        let mut spans = Vec::new();
+        let root = SpanId::well_known(pod.trace, "root");
+        if let Some(queued) = self.queued.remove(&pod.uid) {
+            let mut attributes = pod.attributes();
+            attributes.push(string_attribute("k8s.component", "kube-scheduler"));
+            spans.push(Span {
+                trace_id: pod.trace,
+                span_id: SpanId::for_key(
+                    pod.trace,
+                    format!("scheduler/queue/{}", call_key(entry)).as_bytes(),
+                ),
+                parent_span_id: Some(root),
+                name: "scheduler queue".to_owned(),
+                kind: SpanKind::Internal,
+                start_unix_ns: self.clock.unix_ns(queued),
+                end_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
+                attributes,
+                status: SpanStatus::Unset,
+            });
+        }
+        let mut attributes = pod.attributes();
+        attributes.push(string_attribute("k8s.component", "kube-scheduler"));
+        if let Some((evaluated, feasible)) = ret.nodes {
+            attributes.push(int_attribute(
+                "podtrace.k8s.scheduling.evaluated_nodes",
+                evaluated as i64,
+            ));
+            attributes.push(int_attribute(
+                "podtrace.k8s.scheduling.feasible_nodes",
+                feasible as i64,
+            ));
+        }
+        let status = if ret.failed == Some(true) {
+            attributes.push(string_attribute(
+                "podtrace.k8s.scheduling.result",
+                "unschedulable",
+            ));
+            SpanStatus::Error("no node fits the Pod (the scheduler's reason is in the Pod's PodScheduled condition)".to_owned())
+        } else {
+            if let Some(node) = &ret.text {
+                attributes.push(string_attribute("k8s.node.name", node));
+            }
+            attributes.push(string_attribute(
+                "podtrace.k8s.scheduling.result",
+                "scheduled",
+            ));
+            SpanStatus::Unset
+        };
+        spans.push(self.call_span(
+            &pod,
+            entry,
+            ret,
+            root,
+            "scheduler scheduling cycle",
+            attributes,
+            status,
+        ));
+        spans
+    }
+
+    /// The span of one call of a component, from its entry to its return.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one span's fields, named at the call"
+    )]
+    fn call_span(
+        &self,
+        pod: &Pod,
+        entry: &FuncMessage,
+        ret: &FuncMessage,
+        parent: SpanId,
+        name: &str,
+        attributes: Vec<(String, AttributeValue)>,
+        status: SpanStatus,
+    ) -> Span {
+        Span {
+            trace_id: pod.trace,
+            span_id: SpanId::for_key(pod.trace, call_key(entry).as_bytes()),
+            parent_span_id: Some(parent),
+            name: name.to_owned(),
+            kind: SpanKind::Internal,
+            start_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
+            end_unix_ns: self.clock.unix_ns(ret.ids.ts_ns),
+            attributes,
+            status,
+        }
+    }
+
+    /// The scheduler's bind, and the kubelet's syncs, volume waits and
+    /// status updates of one Pod.
+    pub(super) fn pod_call(&mut self, entry: &FuncMessage, ret: &FuncMessage) -> Vec<Span> {
+        let Some(pod) = entry.pod.as_ref().map(|pod| self.pod(pod)) else {
+            self.dropped += 1;
+            return Vec::new();
+        };
+        let kubelet = entry.function != GoFunction::SchedulerBind;
+        if kubelet {
+            let counted = match entry.function {
+                GoFunction::KubeletVolumeWait => GoFunction::KubeletSyncPod,
+                other => other,
+            };
+            let count = self.syncs.entry((pod.uid.clone(), counted)).or_default();
+            if entry.function != GoFunction::KubeletVolumeWait {
+                *count += 1;
+            }
+            if *count > MAX_SYNCS_PER_POD {
+                return Vec::new();
+            }
+            if self.syncs.len() > MAX_PODS {
+                self.syncs.clear();
+                self.dropped += 1;
+            }
+        }
+        let mut spans = Vec::new();
+        let parent = if kubelet {
+            SpanId::well_known(pod.trace, &format!("node/{}", self.node_name))
+        } else {
+            SpanId::well_known(pod.trace, "root")
+        };
+        let mut attributes = pod.attributes();
+        attributes.push(string_attribute(
+            "k8s.component",
+            if kubelet { "kubelet" } else { "kube-scheduler" },
+        ));
+        let name = match entry.function {
+            GoFunction::SchedulerBind => {
+                if let Some(node) = &entry.text {
+                    attributes.push(string_attribute("k8s.node.name", node));
+                }
+                "scheduler bind"
+            }
+            GoFunction::KubeletSyncPod => {
+                if let Some(dispatched) = self.dispatched.remove(&pod.uid) {
+                    spans.push(Span {
+                        trace_id: pod.trace,
+                        span_id: SpanId::for_key(
+                            pod.trace,
+                            format!("kubelet/dispatch/{}", call_key(entry)).as_bytes(),
+                        ),
+                        parent_span_id: Some(parent),
+                        name: "kubelet pod dispatch".to_owned(),
+                        kind: SpanKind::Internal,
+                        start_unix_ns: self.clock.unix_ns(dispatched),
+                        end_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
+                        attributes: attributes.clone(),
+                        status: SpanStatus::Unset,
+                    });
+                }
+                "kubelet pod sync"
+            }
+            GoFunction::KubeletVolumeWait => "kubelet volume wait",
+            _ => "kubelet status update",
+        };
+        let status = match ret.failed {
+            Some(true) => SpanStatus::Error(format!("{name} returned an error")),
+            _ => SpanStatus::Unset,
+        };
+        let parent = match entry.function {
+            // A volume wait happens inside a sync of the same goroutine.
+            GoFunction::KubeletVolumeWait => self
+                .parent_containing(
+                    GoFunction::KubeletSyncPod,
+                    &pod,
+                    entry.ids.ts_ns,
+                    ret.ids.ts_ns,
+                )
+                .map_or(parent, |key| SpanId::for_key(pod.trace, key.as_bytes())),
+            _ => parent,
+        };
+        spans.push(self.call_span(&pod, entry, ret, parent, name, attributes, status));
+        spans
+    }
+}

@@ -1,0 +1,234 @@
+//! Scenario tests of the components' spans.
+
+use super::requests::{path_pod, pod_key};
+use super::*;
+use crate::capture::{ConnKey, ProcessIds};
+use crate::{
+    correlate::{pod::string_attribute, span::SpanStatus},
+    decode::grpc_calls::Side,
+};
+
+const APISERVER: u32 = 10;
+const MS: u64 = 1_000_000;
+const UID: &str = "5d0c7a52-1b8e-4e1f-9d5a-0f6f3a4b2c10";
+
+fn hit(function: GoFunction, point: Point, goid: u64, parent: u64, at_ms: u64) -> FuncMessage {
+    FuncMessage {
+        ids: ProcessIds {
+            ts_ns: at_ms * MS,
+            tgid: APISERVER,
+            tid: APISERVER,
+        },
+        function,
+        point,
+        goid,
+        parent_goid: parent,
+        pod: None,
+        text: None,
+        remote_addr: None,
+        path: None,
+        failed: (point == Point::Return).then_some(false),
+        decision: None,
+        nodes: None,
+    }
+}
+
+fn rest(path: &str, start_ms: u64, end_ms: u64) -> RestMessage {
+    RestMessage {
+        conn: ConnKey {
+            tgid: APISERVER,
+            conn_id: 1,
+        },
+        stream_id: 3,
+        side: Side::Server,
+        method: "POST".into(),
+        route: "/api/v1/namespaces/{namespace}/pods".into(),
+        verb: "create".into(),
+        namespace: Some("default".into()),
+        name: None,
+        subresource: None,
+        path: path.into(),
+        dry_run: false,
+        status: Some(201),
+        user_agent: Some("kubectl/v1.28.4".into()),
+        pod: Some(tracer_decode::identity::PodIdentity {
+            namespace: Some("default".into()),
+            name: Some("web".into()),
+            uid: Some(UID.into()),
+            ..Default::default()
+        }),
+        error: None,
+        warnings: Vec::new(),
+        start_ts_ns: Some(start_ms * MS),
+        end_ts_ns: Some(end_ms * MS),
+    }
+}
+
+/// kube-apiserver's shape: the handler goroutine (1) spawns the timeout
+/// filter's (2), which authenticates (the union authenticator nests
+/// itself) and authorizes, and spawns the create handler's (3), which
+/// admits and writes; its etcd call nests under the write.
+#[test]
+fn a_request_gathers_the_calls_of_the_goroutines_it_spawned() {
+    let mut spans = ComponentSpans::new(WallClock::from_offset(0), "c".into(), "vm".into());
+    let path = "/api/v1/namespaces/default/pods";
+    let mut authn = hit(GoFunction::ApiserverAuthenticate, Point::Entry, 2, 1, 10);
+    authn.path = Some(path.into());
+    authn.remote_addr = Some("127.0.0.1:5000".into());
+    let mut user = hit(GoFunction::ApiserverAuthenticate, Point::Return, 2, 1, 12);
+    user.text = Some("alice".into());
+    let mut storage = hit(GoFunction::ApiserverStorageCreate, Point::Entry, 3, 2, 15);
+    storage.text = Some("/pods/default/web".into());
+    let calls = [
+        authn.clone(),
+        authn,
+        hit(GoFunction::ApiserverAuthenticate, Point::Return, 2, 1, 11),
+        user,
+        hit(GoFunction::ApiserverAuthorize, Point::Entry, 2, 1, 12),
+        hit(GoFunction::ApiserverAuthorize, Point::Return, 2, 1, 13),
+        hit(GoFunction::ApiserverAdmit, Point::Entry, 3, 2, 13),
+        hit(GoFunction::ApiserverAdmit, Point::Return, 3, 2, 14),
+        storage,
+        hit(GoFunction::ApiserverStorageCreate, Point::Return, 3, 2, 19),
+    ];
+    for call in calls {
+        assert!(
+            spans.on_func(call).is_empty(),
+            "nothing before the exchange"
+        );
+    }
+    let no_uids = |_: &str, _: &str| None;
+    assert!(
+        spans.on_rest(&rest(path, 9, 20), &no_uids).is_empty(),
+        "waits for its client's side"
+    );
+    // kubectl is not followed: it goes out alone, under the root.
+    let out = spans.tick(20 * MS + CLIENT_WAIT_NS, &no_uids);
+    let names: Vec<&str> = out.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "apiserver POST /api/v1/namespaces/{namespace}/pods",
+            "apiserver authentication",
+            "apiserver authorization",
+            "apiserver admission (mutating)",
+            "apiserver storage create /pods/default/web",
+        ]
+    );
+    let request = &out[0];
+    let trace = TraceId::for_pod("c", UID);
+    assert_eq!(request.trace_id, trace);
+    assert_eq!(
+        request.parent_span_id,
+        Some(SpanId::well_known(trace, "root"))
+    );
+    assert_eq!(request.string_attribute("podtrace.k8s.user"), Some("alice"));
+    assert!(
+        out[1..]
+            .iter()
+            .all(|s| s.parent_span_id == Some(request.span_id))
+    );
+    assert_eq!(spans.take_create_requests(), [(UID.to_owned(), 9 * MS)]);
+
+    // The apiserver's etcd client call, inside the storage write.
+    let mut etcd = Span {
+        trace_id: trace,
+        span_id: SpanId::for_key(trace, b"etcd/client/x"),
+        parent_span_id: Some(SpanId::well_known(trace, "root")),
+        name: "etcdserverpb.KV/Txn".into(),
+        kind: SpanKind::Client,
+        start_unix_ns: 16 * MS,
+        end_unix_ns: 18 * MS,
+        attributes: vec![
+            string_attribute("k8s.pod.name", "web"),
+            string_attribute("k8s.namespace.name", "default"),
+            string_attribute("db.system.name", "etcd"),
+        ],
+        status: SpanStatus::Unset,
+    };
+    spans.adopt(&mut etcd);
+    assert_eq!(etcd.parent_span_id, Some(out[4].span_id));
+}
+
+/// The kubelet's side of its status update, seen on this agent: the
+/// server's side nests under it, and it under the kubelet's call.
+#[test]
+fn the_servers_side_nests_under_the_clients_side_of_the_same_stream() {
+    let mut spans = ComponentSpans::new(WallClock::from_offset(0), "c".into(), "vm".into());
+    let no_uids = |_: &str, _: &str| None;
+    let path = "/api/v1/namespaces/default/pods/web/status";
+    let mut sync = hit(GoFunction::KubeletStatusSync, Point::Entry, 7, 1, 30);
+    sync.ids.tgid = 20;
+    sync.pod = Some(PodRef {
+        uid: UID.into(),
+        namespace: None,
+        name: None,
+    });
+    spans.on_func(sync);
+    let mut server = rest(path, 32, 38);
+    server.method = "PATCH".into();
+    server.verb = "patch".into();
+    server.name = Some("web".into());
+    server.subresource = Some("status".into());
+    assert!(spans.on_rest(&server, &no_uids).is_empty());
+    let mut client = server.clone();
+    client.side = Side::Client;
+    client.conn.tgid = 20;
+    client.start_ts_ns = Some(31 * MS);
+    client.end_ts_ns = Some(39 * MS);
+    let out = spans.on_rest(&client, &no_uids);
+    let [client_span, server_span] = &out[..] else {
+        panic!("{out:#?}");
+    };
+    assert_eq!(client_span.kind, SpanKind::Client);
+    assert_eq!(server_span.kind, SpanKind::Server);
+    assert_eq!(server_span.parent_span_id, Some(client_span.span_id));
+    let mut sync_ret = hit(GoFunction::KubeletStatusSync, Point::Return, 7, 1, 40);
+    sync_ret.ids.tgid = 20;
+    let sync_span = spans.on_func(sync_ret).pop().unwrap();
+    assert_eq!(client_span.parent_span_id, Some(sync_span.span_id));
+}
+
+#[test]
+fn a_read_without_its_exchange_is_not_exported() {
+    let mut spans = ComponentSpans::new(WallClock::from_offset(0), "c".into(), "vm".into());
+    let mut authn = hit(GoFunction::ApiserverAuthenticate, Point::Entry, 2, 1, 10);
+    authn.path = Some("/api/v1/namespaces/default/pods/web".into());
+    spans.on_func(authn);
+    spans.on_func(hit(
+        GoFunction::ApiserverAuthenticate,
+        Point::Return,
+        2,
+        1,
+        11,
+    ));
+    let no_uids = |_: &str, _: &str| None;
+    assert!(spans.tick(10_000 * MS, &no_uids).is_empty());
+    assert!(spans.requests.is_empty(), "forgotten, not kept");
+}
+
+#[test]
+fn pod_paths_and_storage_keys() {
+    assert_eq!(
+        path_pod("/api/v1/namespaces/default/pods"),
+        Some(("default".into(), None))
+    );
+    assert_eq!(
+        path_pod("/api/v1/namespaces/default/pods/web/binding"),
+        Some(("default".into(), Some("web".into())))
+    );
+    assert_eq!(path_pod("/api/v1/namespaces/default/events"), None);
+    assert_eq!(
+        path_pod("/apis/apps/v1/namespaces/default/deployments"),
+        None
+    );
+    assert_eq!(
+        pod_key("/pods/default/web"),
+        Some(("default".into(), "web".into()))
+    );
+    assert_eq!(
+        pod_key("/registry/pods/default/web"),
+        Some(("default".into(), "web".into()))
+    );
+    assert_eq!(pod_key("/events/default/web.1"), None);
+}
