@@ -666,6 +666,57 @@ mod tests {
         event
     }
 
+    fn func_event(function: u16, lens: [u16; 3], flags: u8) -> GoFuncEvent {
+        let mut event = GoFuncEvent {
+            header: EventHeader {
+                ts_ns: 42,
+                kind: EventKind::GoFunc as u32,
+                tgid: 100,
+                tid: 101,
+                _pad: 0,
+            },
+            function,
+            at_return: 1,
+            string_flags: flags,
+            string_lens: lens,
+            _pad: [0; 3],
+            goid: 7,
+            parent_goid: 5,
+            words: [1, 2, 3, 4, 5, 6, 7, 8, 9],
+            strings: [[0xAA; tracer_common::gofunc::GO_FUNC_STRING_BYTES]; GO_FUNC_STRINGS],
+        };
+        event.strings[0][..2].copy_from_slice(b"vm");
+        event
+    }
+
+    #[test]
+    fn function_probe_records_are_read_and_checked() {
+        let function = GoFunction::SchedulerCycle as u16;
+        let record = parse_record(&record_bytes(&func_event(
+            function,
+            [2, 0, 0],
+            GO_STRING_UNREADABLE << 1,
+        )))
+        .unwrap();
+        let RawEvent::GoFunc(call) = record else {
+            panic!("not a function probe: {record:?}")
+        };
+        assert_eq!(call.function, GoFunction::SchedulerCycle);
+        assert!(call.at_return);
+        assert_eq!((call.goid, call.parent_goid), (7, 5));
+        assert_eq!(call.strings, [Some("vm".into()), None, Some(String::new())]);
+        // An unknown function (a newer kernel side) and a length past the
+        // array are errors, not panics.
+        assert!(matches!(
+            parse_record(&record_bytes(&func_event(999, [0; 3], 0))),
+            Err(WireError::Malformed { .. })
+        ));
+        assert!(matches!(
+            parse_record(&record_bytes(&func_event(function, [0, 0, 4096], 0))),
+            Err(WireError::Malformed { .. })
+        ));
+    }
+
     #[test]
     fn exec_record_reads_only_the_valid_bytes() {
         let record =
