@@ -17,12 +17,16 @@ use std::{
     io::{BufRead as _, BufReader},
     path::Path,
     process::{Child, Command, Stdio},
-    sync::mpsc,
+    sync::{Mutex, MutexGuard, PoisonError, mpsc},
     thread,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use podtrace_tests::{
+    components::{
+        cri::{CAPABILITIES_ADDED, CAPABILITIES_DROPPED, RUN_AS_USER},
+        images::WORKLOAD_IMAGE,
+    },
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
     podtrace_binary,
@@ -34,6 +38,16 @@ const CLUSTER: &str = "e2e-test";
 const NODE: &str = "e2e-node";
 const SPAN_KIND_SERVER: u64 = 2;
 const SPAN_KIND_CLIENT: u64 = 3;
+
+/// One live test at a time: each agent follows every podtrace-demo on the
+/// machine, and a Pod's ImageStatus calls are attributed to it only when no
+/// other Pod on the node was between its sandbox and its container while
+/// they were asked — the other test's demo Pods would be such Pods.
+static LIVE: Mutex<()> = Mutex::new(());
+
+fn one_live_test_at_a_time() -> MutexGuard<'static, ()> {
+    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// The agent, stopped with SIGINT (as Ctrl-C) by [`Agent::stop`] or on drop.
 struct Agent {
@@ -199,6 +213,82 @@ fn one<'a>(
     found[0]
 }
 
+/// A CreateContainer span (either side) of a demo Pod: the image the Pod
+/// names, present before (no pull), and the restricted security context the
+/// demo's kubelet asked for.
+fn assert_container_facts(span: &ExportedSpan) {
+    assert_eq!(
+        span.string("container.image.name"),
+        Some(WORKLOAD_IMAGE),
+        "{span:#?}"
+    );
+    assert_eq!(
+        span.string("podtrace.container.image.source"),
+        Some("present"),
+        "{span:#?}"
+    );
+    let listed = |key: &str| -> Vec<&str> {
+        span.string(key)
+            .unwrap_or_else(|| panic!("no {key}: {span:#?}"))
+            .split(',')
+            .collect()
+    };
+    for cap in CAPABILITIES_DROPPED {
+        assert!(
+            listed("container.security.capabilities.dropped").contains(&cap),
+            "{cap} not dropped: {span:#?}"
+        );
+    }
+    for cap in CAPABILITIES_ADDED {
+        assert!(
+            listed("container.security.capabilities.added").contains(&cap),
+            "{cap} not added: {span:#?}"
+        );
+    }
+    // OTLP-JSON writes 64-bit integers as strings.
+    let user = span
+        .attributes
+        .get("container.security.run_as_user")
+        .and_then(|user| match user {
+            Value::String(text) => text.parse::<i64>().ok(),
+            other => other.as_i64(),
+        });
+    assert_eq!(user, Some(RUN_AS_USER), "{span:#?}");
+    assert_eq!(
+        span.string("container.security.seccomp"),
+        Some("RuntimeDefault"),
+        "{span:#?}"
+    );
+    assert!(
+        matches!(
+            span.attributes.get("container.security.privileged"),
+            None | Some(Value::Bool(false))
+        ),
+        "{span:#?}"
+    );
+}
+
+/// `podtrace explain` of a demo Pod says, under the waterfall, that its
+/// image was present and what its container asked for.
+fn assert_facts_explained(story: &str) {
+    let image = format!("image {WORKLOAD_IMAGE} present (ImageStatus)");
+    assert!(story.contains(&image), "no {image:?}: {story}");
+    let container = format!(
+        "container main: caps {} {}, runAsUser {RUN_AS_USER}, seccomp RuntimeDefault",
+        CAPABILITIES_ADDED.map(|cap| format!("+{cap}")).join(","),
+        CAPABILITIES_DROPPED.map(|cap| format!("-{cap}")).join(","),
+    );
+    assert!(story.contains(&container), "no {container:?}: {story}");
+    assert!(
+        story.contains("sandbox: seccomp RuntimeDefault"),
+        "no sandbox line: {story}"
+    );
+    assert!(
+        !story.contains("privileged"),
+        "a privileged container: {story}"
+    );
+}
+
 #[test]
 fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause() {
     if !live_test_can_run(
@@ -206,6 +296,7 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
     ) {
         return;
     }
+    let _live = one_live_test_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("traces.jsonl");
     let agent = Agent::start(&out);
@@ -223,6 +314,7 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
     );
     assert!(story.contains("CRI StartContainer (server)"), "{story}");
     assert!(story.contains("status: Running"), "{story}");
+    assert_facts_explained(&story);
     // A Pod whose sandbox cannot be created: the failing call and its reason.
     assert_eq!(broken.len(), 1);
     let story = explain(&broken[0], &["--agent", &agent.metrics]);
@@ -238,6 +330,10 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
     assert!(story.contains("status: incomplete"), "{story}");
     assert!(story.contains("stuck in node"), "{story}");
     assert_eq!(pods.len(), 2);
+    // Every Pod's image and security context, under its waterfall.
+    for pod in &pods {
+        assert_facts_explained(&explain(&pod.name, &["--file", out_arg]));
+    }
     let all = read_spans(&out).unwrap();
 
     // Every phase the demo goes through has samples; exemplars name traces
@@ -378,7 +474,43 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
             let server = one(&spans, &name, with_parent(&spans, client));
             assert_eq!(server.kind, SPAN_KIND_SERVER);
             servers.push(server);
+            if call == "CreateContainer" {
+                assert_container_facts(client);
+                assert_container_facts(server);
+            }
+            if call == "RunPodSandbox" {
+                for side in [client, server] {
+                    assert_eq!(
+                        side.string("container.security.seccomp"),
+                        Some("RuntimeDefault"),
+                        "{side:#?}"
+                    );
+                }
+            }
         }
+        // The kubelet asked whether the image was there before it created
+        // the container: it was (so no PullImage).
+        let statuses: Vec<_> = spans
+            .iter()
+            .filter(|s| s.name == "runtime.v1.ImageService/ImageStatus")
+            .collect();
+        assert!(
+            statuses.iter().any(|s| s.kind == SPAN_KIND_CLIENT
+                && s.attributes.get("podtrace.container.image.present")
+                    == Some(&Value::Bool(true))
+                && s.string("container.image.name") == Some(WORKLOAD_IMAGE)),
+            "no ImageStatus (client) found {WORKLOAD_IMAGE} present: {spans:#?}"
+        );
+        assert!(
+            statuses.iter().any(|s| s.kind == SPAN_KIND_SERVER
+                && s.attributes.get("podtrace.container.image.present")
+                    == Some(&Value::Bool(true))),
+            "no ImageStatus (server) found the image present: {spans:#?}"
+        );
+        assert!(
+            !spans.iter().any(|s| s.name.ends_with("/PullImage")),
+            "a pull of a present image: {spans:#?}"
+        );
         for (server, container) in [
             (servers[0], &pod.sandbox_id),
             (servers[2], &pod.container_id),
@@ -416,6 +548,7 @@ fn podtrace_started_after_the_connections_are_open_still_traces_every_pod() {
     {
         return;
     }
+    let _live = one_live_test_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("traces.jsonl");
     let go = dir.path().join("go");

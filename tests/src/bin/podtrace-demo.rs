@@ -319,8 +319,11 @@ fn explain(args: &Args, node: &str) {
          process written in Go as kube-apiserver is;\n\
          \x20 - kube-scheduler: binds each Pod to node {node:?} (spec.nodeName, written as the \
          apiserver would);\n\
-         \x20 - kubelet: RunPodSandbox, CreateContainer and StartContainer over containerd's CRI, \
-         then the status report (phase Running), written as the apiserver would.\n\
+         \x20 - kubelet: RunPodSandbox, ImageStatus (the image is present: no pull), \
+         CreateContainer and StartContainer over containerd's CRI, the container with Pod \
+         Security's restricted context (capabilities: drop ALL, add NET_BIND_SERVICE; uid 1000; \
+         seccomp RuntimeDefault), then the status report (phase Running), written as the \
+         apiserver would.\n\
          \x20 Pods: {} in namespace {:?}, one after the other.",
         args.pods,
         args.namespace
@@ -559,8 +562,12 @@ async fn create_pod(
         .pod_sandbox_status(&handles.sandbox_id)
         .await
         .with_context(|| format!("kubelet reading the sandbox status of {}", what()))?;
+    // Not verbose, as the kubelet asks: a verbose answer carries the OCI
+    // spec, seccomp profile included, in one write past podtrace's 8 KiB
+    // payload capture, which would cost containerd's side of the connection
+    // its HPACK state.
     let container = cri
-        .container_status(&handles.container_id)
+        .container_status_with(&handles.container_id, false)
         .await
         .with_context(|| format!("kubelet reading the container status of {}", what()))?
         .status

@@ -37,8 +37,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, bail};
 use k8s_pb::{
     api::core::v1::{
-        Container, ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodCondition,
-        PodIp, PodSecurityContext, PodSpec, PodStatus, Toleration,
+        Capabilities, Container, ContainerState, ContainerStateRunning, ContainerStatus, Pod,
+        PodCondition, PodIp, PodSecurityContext, PodSpec, PodStatus, SeccompProfile,
+        SecurityContext, Toleration,
     },
     apimachinery::pkg::{
         apis::meta::v1::{ObjectMeta, Time},
@@ -57,7 +58,7 @@ use tracer_decode::{
 
 use super::{
     certs::Pki,
-    cri::PodTemplate,
+    cri::{CAPABILITIES_ADDED, CAPABILITIES_DROPPED, PodTemplate, RUN_AS_USER},
     demo_apiserver::{ClientTls, DemoApiserver, DemoApiserverBinary},
     etcd::APISERVER_USER,
     process::fill_random,
@@ -470,12 +471,31 @@ pub fn new_pod(
                 termination_message_policy: Some("File".to_owned()),
                 // The default for an image with a tag other than `latest`.
                 image_pull_policy: Some("IfNotPresent".to_owned()),
+                // Pod Security's `restricted` profile; the kubelet role's
+                // CreateContainer asks for it (cri::restricted_container_security).
+                security_context: Some(SecurityContext {
+                    capabilities: Some(Capabilities {
+                        add: CAPABILITIES_ADDED.map(str::to_owned).to_vec(),
+                        drop: CAPABILITIES_DROPPED.map(str::to_owned).to_vec(),
+                    }),
+                    run_as_user: Some(RUN_AS_USER),
+                    run_as_non_root: Some(true),
+                    allow_privilege_escalation: Some(false),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }],
             restart_policy: Some("Always".to_owned()),
             termination_grace_period_seconds: Some(30),
             dns_policy: Some("ClusterFirst".to_owned()),
-            security_context: Some(PodSecurityContext::default()),
+            // The sandbox's seccomp profile (cri::CriClient::sandbox_config).
+            security_context: Some(PodSecurityContext {
+                seccomp_profile: Some(SeccompProfile {
+                    r#type: Some("RuntimeDefault".to_owned()),
+                    localhost_profile: None,
+                }),
+                ..Default::default()
+            }),
             scheduler_name: Some(SCHEDULER_NAME.to_owned()),
             tolerations: vec![
                 toleration("node.kubernetes.io/not-ready"),

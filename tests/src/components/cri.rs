@@ -6,8 +6,8 @@
 //! PodSandboxStatus, ImageStatus, CreateContainer, StartContainer,
 //! ContainerStatus, StopContainer, RemoveContainer, ListPodSandbox,
 //! StopPodSandbox, RemovePodSandbox — and
-//! [`CriClient::create_pod`], which makes the kubelet's three calls for a
-//! one-container Pod.
+//! [`CriClient::create_pod`], which makes the kubelet's calls for a
+//! one-container Pod of Pod Security's `restricted` profile.
 //!
 //! The messages in [`api`] are written by hand with prost's derive, with
 //! the field numbers of the upstream `runtime.v1` proto (cri-api
@@ -90,6 +90,60 @@ pub mod api {
     pub struct LinuxSandboxSecurityContext {
         #[prost(message, optional, tag = "1")]
         pub namespace_options: Option<NamespaceOption>,
+        #[prost(message, optional, tag = "3")]
+        pub run_as_user: Option<Int64Value>,
+        #[prost(bool, tag = "6")]
+        pub privileged: bool,
+        #[prost(message, optional, tag = "9")]
+        pub seccomp: Option<SecurityProfile>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Int64Value {
+        #[prost(int64, tag = "1")]
+        pub value: i64,
+    }
+
+    /// `ProfileType`: RuntimeDefault = 0, Unconfined = 1, Localhost = 2.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SecurityProfile {
+        #[prost(int32, tag = "1")]
+        pub profile_type: i32,
+        #[prost(string, tag = "2")]
+        pub localhost_ref: String,
+    }
+
+    /// `SecurityProfile.ProfileType.RuntimeDefault`.
+    pub const PROFILE_RUNTIME_DEFAULT: i32 = 0;
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Capability {
+        #[prost(string, repeated, tag = "1")]
+        pub add_capabilities: Vec<String>,
+        #[prost(string, repeated, tag = "2")]
+        pub drop_capabilities: Vec<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct LinuxContainerSecurityContext {
+        #[prost(message, optional, tag = "1")]
+        pub capabilities: Option<Capability>,
+        #[prost(bool, tag = "2")]
+        pub privileged: bool,
+        #[prost(message, optional, tag = "3")]
+        pub namespace_options: Option<NamespaceOption>,
+        #[prost(message, optional, tag = "5")]
+        pub run_as_user: Option<Int64Value>,
+        #[prost(bool, tag = "11")]
+        pub no_new_privs: bool,
+        #[prost(message, optional, tag = "15")]
+        pub seccomp: Option<SecurityProfile>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct LinuxContainerConfig {
+        #[prost(message, optional, tag = "2")]
+        pub security_context: Option<LinuxContainerSecurityContext>,
     }
 
     /// `NamespaceMode`: POD = 0, CONTAINER = 1, NODE = 2, TARGET = 3.
@@ -184,8 +238,13 @@ pub mod api {
 
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct ImageSpec {
+        /// The image: its reference, or (as the kubelet sends it in
+        /// CreateContainer) the id the runtime resolved it to.
         #[prost(string, tag = "1")]
         pub image: String,
+        /// CreateContainer: the reference the Pod spec names (kubelet 1.30+).
+        #[prost(string, tag = "18")]
+        pub user_specified_image: String,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -236,6 +295,8 @@ pub mod api {
         pub annotations: HashMap<String, String>,
         #[prost(string, tag = "11")]
         pub log_path: String,
+        #[prost(message, optional, tag = "15")]
+        pub linux: Option<LinuxContainerConfig>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -319,6 +380,51 @@ const IMAGES: &str = "/runtime.v1.ImageService/";
 /// A bound on every call; RunPodSandbox (runc plus CNI) is the slowest and
 /// takes well under a second here.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The uid the Pods' container runs as ([`restricted_container_security`]).
+pub const RUN_AS_USER: i64 = 1000;
+/// The capabilities the Pods' container drops.
+pub const CAPABILITIES_DROPPED: [&str; 1] = ["ALL"];
+/// The capabilities the Pods' container adds: the one Pod Security's
+/// `restricted` profile allows.
+pub const CAPABILITIES_ADDED: [&str; 1] = ["NET_BIND_SERVICE"];
+
+/// The kubelet's defaults: network and IPC per Pod, PID per container.
+fn pod_namespaces() -> api::NamespaceOption {
+    api::NamespaceOption {
+        network: 0,
+        pid: 1,
+        ipc: 0,
+    }
+}
+
+fn runtime_default() -> api::SecurityProfile {
+    api::SecurityProfile {
+        profile_type: api::PROFILE_RUNTIME_DEFAULT,
+        localhost_ref: String::new(),
+    }
+}
+
+/// The container security context the kubelet sends for a container of
+/// Pod Security's `restricted` profile (as
+/// [`apiserver_role::new_pod`](super::apiserver_role::new_pod) specifies
+/// it): all capabilities dropped but NET_BIND_SERVICE, a non-root uid, no
+/// privilege escalation (`no_new_privs`), the runtime's default seccomp
+/// profile, not privileged.
+pub fn restricted_container_security() -> api::LinuxContainerSecurityContext {
+    let names = |names: &[&str]| names.iter().map(|name| name.to_string()).collect();
+    api::LinuxContainerSecurityContext {
+        capabilities: Some(api::Capability {
+            add_capabilities: names(&CAPABILITIES_ADDED),
+            drop_capabilities: names(&CAPABILITIES_DROPPED),
+        }),
+        privileged: false,
+        namespace_options: Some(pod_namespaces()),
+        run_as_user: Some(api::Int64Value { value: RUN_AS_USER }),
+        no_new_privs: true,
+        seccomp: Some(runtime_default()),
+    }
+}
 
 /// What the kubelet-like calls of [`CriClient::create_pod`] put in a Pod.
 #[derive(Debug, Clone)]
@@ -474,6 +580,7 @@ impl CriClient {
         let request = api::ImageStatusRequest {
             image: Some(api::ImageSpec {
                 image: image.to_owned(),
+                user_specified_image: String::new(),
             }),
             verbose: false,
         };
@@ -542,9 +649,20 @@ impl CriClient {
         &self,
         container_id: &str,
     ) -> anyhow::Result<api::ContainerStatusResponse> {
+        self.container_status_with(container_id, true).await
+    }
+
+    /// ContainerStatus; `verbose: false` as the kubelet asks (a verbose
+    /// answer carries the container's whole OCI spec — with a seccomp
+    /// profile, more than 8 KiB in one write from containerd).
+    pub async fn container_status_with(
+        &self,
+        container_id: &str,
+        verbose: bool,
+    ) -> anyhow::Result<api::ContainerStatusResponse> {
         let request = api::ContainerStatusRequest {
             container_id: container_id.to_owned(),
-            verbose: true,
+            verbose,
         };
         self.call(&format!("{RUNTIME}ContainerStatus"), request)
             .await
@@ -582,21 +700,20 @@ impl CriClient {
                     self.template.cgroup_root
                 ),
                 security_context: Some(api::LinuxSandboxSecurityContext {
-                    // The kubelet's defaults: network and IPC per Pod, PID
-                    // per container.
-                    namespace_options: Some(api::NamespaceOption {
-                        network: 0,
-                        pid: 1,
-                        ipc: 0,
-                    }),
+                    namespace_options: Some(pod_namespaces()),
+                    // The Pod's `securityContext.seccompProfile`.
+                    seccomp: Some(runtime_default()),
+                    ..Default::default()
                 }),
             }),
         }
     }
 
     /// Creates a one-container Pod as the kubelet does: RunPodSandbox,
-    /// CreateContainer (container `main`, the template's image and
-    /// command), StartContainer.
+    /// ImageStatus twice (is the image there, then its user), CreateContainer
+    /// (container `main`, the template's image and command, the
+    /// [`restricted_container_security`] context), StartContainer. The
+    /// sandbox asks for the runtime's default seccomp profile.
     pub async fn create_pod(
         &self,
         name: &str,
@@ -611,6 +728,21 @@ impl CriClient {
             .run_pod_sandbox(&sandbox_config)
             .await
             .with_context(|| format!("creating Pod {namespace}/{name}"))?;
+        // The kubelet's image puller (imagePullPolicy IfNotPresent): is the
+        // image there? It is (imported; no registry is reachable here), so
+        // no PullImage. Then, building the container's config, the image's
+        // user (a second ImageStatus, as the kubelet makes it).
+        let image = &self.template.image;
+        let present = self
+            .image_status(image)
+            .await
+            .with_context(|| format!("asking for the image of Pod {namespace}/{name}"))?
+            .with_context(|| {
+                format!("the runtime does not have {image}, and there is no registry to pull from")
+            })?;
+        self.image_status(image)
+            .await
+            .with_context(|| format!("asking for the image user of Pod {namespace}/{name}"))?;
         let container_name = "main";
         let mut labels = sandbox_config.labels.clone();
         labels.insert(
@@ -622,14 +754,20 @@ impl CriClient {
                 name: container_name.to_owned(),
                 attempt: 0,
             }),
+            // As kubelets since 1.30 send it: the id the runtime resolved
+            // the image to, and the reference the Pod spec names.
             image: Some(api::ImageSpec {
-                image: self.template.image.clone(),
+                image: present.id,
+                user_specified_image: image.clone(),
             }),
             command: self.template.command.clone(),
             args: Vec::new(),
             labels,
             annotations: HashMap::new(),
             log_path: format!("{container_name}/0.log"),
+            linux: Some(api::LinuxContainerConfig {
+                security_context: Some(restricted_container_security()),
+            }),
         };
         let container_id = self
             .create_container(&sandbox_id, &config, &sandbox_config)
