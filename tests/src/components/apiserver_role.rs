@@ -660,6 +660,8 @@ mod tests {
                 uid: uid.clone(),
                 node_name: None,
                 phase: Some("Pending".into()),
+                scheduler_name: Some(SCHEDULER_NAME.into()),
+                pull_policies: Some(format!("{CONTAINER_NAME}=IfNotPresent")),
                 ..PodIdentity::default()
             }
         );
