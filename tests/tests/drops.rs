@@ -77,3 +77,48 @@ async fn flood_larger_than_the_ring_buffer_is_counted() {
         "{delivered_writes} delivered + {dropped} dropped < {WRITES} writes"
     );
 }
+
+/// A write larger than the payload prefix keeps the prefix — all but one
+/// byte of `DATA_BYTES_MAX` (the kernel side masks lengths below it) — and
+/// says it was cut. (Writes of 8 KiB or more once kept nothing: the mask
+/// turned a full 8192 into 0.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_larger_than_the_prefix_keeps_the_prefix_and_says_it_was_cut() {
+    if !live_test_can_run("a_write_larger_than_the_prefix_keeps_the_prefix_and_says_it_was_cut") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let writer = copy_executable(&python(), dir.path(), "pt-bigwrite");
+    let mut capture = LiveCapture::start(&["pt-bigwrite"], 1);
+    let script = "import socket\n\
+         srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(1)\n\
+         cli = socket.create_connection(srv.getsockname()); conn, _ = srv.accept()\n\
+         cli.sendall(b'a' * 8192 + b'b' * 1808)\n\
+         got = 0\n\
+         while got < 10000:\n\
+         \x20   got += len(conn.recv(65536))\n";
+    let child = Command::new(&writer).args(["-c", script]).spawn().unwrap();
+    let pid = child.id();
+    assert!(child.wait_with_output().unwrap().status.success());
+    let events = capture
+        .collect_until_exit(pid, Duration::from_secs(30))
+        .await;
+    capture.stop().await;
+    let write = events
+        .iter()
+        .find_map(|event| match event {
+            RawEvent::Data(data)
+                if data.ids.tgid == pid
+                    && data.direction == Direction::Egress
+                    && data.len == 10_000 =>
+            {
+                Some(data)
+            }
+            _ => None,
+        })
+        .expect("the 10000-byte write");
+    let kept = tracer_common::io::DATA_BYTES_MAX - 1;
+    assert_eq!(write.data.len(), kept, "kept {} of 10000", write.data.len());
+    assert!(write.data.iter().all(|&b| b == b'a'));
+    assert!(write.truncated);
+}

@@ -6,9 +6,10 @@
 
 use crate::{event::EventHeader, event::FILENAME_BYTES, impl_pod};
 
-/// Largest payload prefix one data record can carry (per-CPU map values are
-/// limited to 32 KiB, and the scratch record needs twice this). A power of two: the
-/// kernel side masks lengths with `DATA_BYTES_MAX - 1` for the verifier.
+/// Bound of the payload prefix one data record carries: at most
+/// `DATA_BYTES_MAX - 1` bytes (per-CPU map values are limited to 32 KiB, and
+/// the scratch record needs twice this). A power of two: the kernel side
+/// masks lengths with `DATA_BYTES_MAX - 1` for the verifier.
 pub const DATA_BYTES_MAX: usize = 8192;
 /// Default payload prefix kept per syscall (`--data-bytes`): all there is.
 /// Go's HTTP/2 writers put several frames in one write; a cut one can take

@@ -241,9 +241,12 @@ pub(crate) fn data_event(
     // SAFETY: the scratch slot is SCRATCH_BYTES long and this CPU's alone;
     // DataEvent fits at its start; `data` points just past it.
     let data = unsafe { scratch.cast::<u8>().add(size_of::<DataEvent>()) };
+    // At most DATA_BYTES_MAX - 1: lengths are masked with DATA_BYTES_MAX - 1
+    // for the verifier, and a full DATA_BYTES_MAX would mask to nothing (every
+    // write of 8 KiB or more used to keep 0 bytes).
     let wanted = (ret as u64)
         .min(u64::from(config().data_bytes))
-        .min(DATA_BYTES_MAX as u64);
+        .min(DATA_BYTES_MAX as u64 - 1);
     let copied = match buffers {
         Buffers::Single { addr } => {
             let size = (wanted as u32) & (DATA_BYTES_MAX as u32 - 1);
