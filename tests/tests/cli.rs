@@ -117,7 +117,7 @@ fn run_shows_a_runc_process_tree_within_a_second() {
         };
     wait_for(
         &mut seen,
-        &|line| line.contains("attached"),
+        &|line| line.contains("attached; following"),
         Duration::from_secs(30),
     );
 
@@ -231,7 +231,7 @@ fn record_then_replay_dump_shows_tls_plaintext_on_both_sides_and_the_wal_sync() 
     let attached = stderr
         .by_ref()
         .map_while(Result::ok)
-        .any(|line| line.contains("attached"));
+        .any(|line| line.contains("attached; following"));
     assert!(attached, "podtrace record did not attach");
     let key = "/registry/pods/default/x";
     let put = etcd.etcdctl().args(["put", key, "y"]).output().unwrap();
