@@ -47,5 +47,31 @@ pub mod watch;
 
 pub use decoded::Decoded;
 
+/// `text` cut to at most `max_bytes` bytes at a character boundary, with
+/// `…` appended when something was cut: texts from the wire (error
+/// messages, status reasons) kept bounded in spans.
+pub fn cut_text(mut text: String, max_bytes: usize) -> String {
+    if text.len() > max_bytes {
+        let mut end = max_bytes;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
 #[cfg(test)]
 mod testdata;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn texts_are_cut_at_a_character_boundary() {
+        assert_eq!(super::cut_text("short".into(), 8), "short");
+        assert_eq!(super::cut_text("abcdef".into(), 4), "abcd…");
+        // 'é' takes two bytes: cutting inside it backs off before it.
+        assert_eq!(super::cut_text("abcé".into(), 4), "abc…");
+    }
+}

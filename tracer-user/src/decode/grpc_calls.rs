@@ -573,17 +573,9 @@ fn rest_message(conn: ConnKey, side: Side, exchange: &Exchange) -> Option<RestMe
     })
 }
 
-/// A text cut to [`MAX_STATUS_MESSAGE`] bytes at a character boundary.
-fn cut(mut text: String) -> String {
-    if text.len() > MAX_STATUS_MESSAGE {
-        let mut end = MAX_STATUS_MESSAGE;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    text
+/// A text from the wire cut to [`MAX_STATUS_MESSAGE`] bytes.
+fn cut(text: String) -> String {
+    tracer_decode::cut_text(text, MAX_STATUS_MESSAGE)
 }
 
 /// The error text of a failed call, cut at a character boundary.

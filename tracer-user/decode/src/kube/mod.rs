@@ -170,20 +170,12 @@ const MAX_REASON_TEXT: usize = 512;
 
 /// `REASON: MESSAGE` (either may be missing), cut at a character boundary.
 fn condition_text(reason: Option<String>, message: Option<String>) -> String {
-    let mut text = match (set(reason), set(message)) {
+    let text = match (set(reason), set(message)) {
         (Some(reason), Some(message)) => format!("{reason}: {message}"),
         (Some(one), None) | (None, Some(one)) => one,
         (None, None) => String::new(),
     };
-    if text.len() > MAX_REASON_TEXT {
-        let mut end = MAX_REASON_TEXT;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    text
+    crate::cut_text(text, MAX_REASON_TEXT)
 }
 
 /// A string field as Kubernetes means it: Go's protobuf encoder writes
