@@ -22,8 +22,8 @@ use std::collections::{HashMap, VecDeque};
 use tracer_decode::{etcd::WriteKind, identity::PodClue};
 
 use super::{
-    pod::{Pod, int_attribute, string_attribute},
-    span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, TraceId},
+    pod::{Pod, int_attribute, string_attribute, unattributed},
+    span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus},
 };
 use crate::{
     capture::{ConnKey, FsyncRecord, clock::WallClock},
@@ -685,24 +685,9 @@ impl ControlSpans {
                 (pod.trace, pod.attributes())
             }
             None => {
-                // No UID: the Pod was created before podtrace started. Its
-                // spans share a trace of their own, named by the Pod's name.
+                // No UID: the Pod was created before podtrace started.
                 self.unattributed += 1;
-                let trace = TraceId::for_pod(
-                    &self.cluster_id,
-                    &format!("unattributed/{}/{}", draft.pod.namespace, draft.pod.name),
-                );
-                (
-                    trace,
-                    vec![
-                        string_attribute("k8s.pod.name", &draft.pod.name),
-                        string_attribute("k8s.namespace.name", &draft.pod.namespace),
-                        (
-                            "podtrace.unattributed".to_owned(),
-                            AttributeValue::Bool(true),
-                        ),
-                    ],
-                )
+                unattributed(&self.cluster_id, &draft.pod.namespace, &draft.pod.name)
             }
         };
         attributes.extend(draft.attributes);
@@ -734,6 +719,7 @@ mod tests {
     use tracer_decode::identity::PodIdentity;
 
     use super::*;
+    use crate::correlate::span::TraceId;
     use crate::{capture::ProcessIds, decode::wal_writes::WalPodEntry};
 
     const ETCD: u32 = 100;

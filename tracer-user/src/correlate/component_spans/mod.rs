@@ -41,7 +41,7 @@ use crate::{
 mod pod_calls;
 mod requests;
 
-use requests::{is_pod_path, pod_key};
+use requests::{path_pod, pod_key};
 
 /// Bound on goroutines with open calls, and on goroutine parents known.
 const MAX_GOROUTINES: usize = 65_536;
@@ -69,12 +69,6 @@ const MAX_EXCHANGES: usize = 1024;
 /// per Pod: the ones that create it; later periodic syncs are not part of
 /// the creation.
 const MAX_SYNCS_PER_POD: u32 = 4;
-
-/// A call between its entry and return.
-#[derive(Clone, Debug)]
-struct OpenCall {
-    entry: FuncMessage,
-}
 
 /// One finished call of a request, to be exported with it.
 #[derive(Clone, Debug)]
@@ -141,7 +135,8 @@ pub struct ComponentSpans {
     clock: WallClock,
     cluster_id: String,
     node_name: String,
-    open: HashMap<(u32, u64), Vec<OpenCall>>,
+    /// Entries of calls not returned yet, per goroutine (innermost last).
+    open: HashMap<(u32, u64), Vec<FuncMessage>>,
     creators: HashMap<(u32, u64), u64>,
     creator_order: VecDeque<(u32, u64)>,
     requests: HashMap<(u32, u64), Request>,
@@ -215,16 +210,14 @@ impl ComponentSpans {
                 };
                 let Some(position) = stack
                     .iter()
-                    .rposition(|open| open.entry.function == call.function)
+                    .rposition(|open| open.function == call.function)
                 else {
                     self.dropped += 1;
                     return Vec::new();
                 };
                 // Calls above it lost their return (a missed event).
-                let entry = stack.drain(position..).next().map(|open| open.entry);
-                let nested = stack
-                    .iter()
-                    .any(|open| open.entry.function == call.function);
+                let entry = stack.drain(position..).next();
+                let nested = stack.iter().any(|open| open.function == call.function);
                 if stack.is_empty() {
                     self.open.remove(&goroutine);
                 }
@@ -291,9 +284,9 @@ impl ComponentSpans {
                 let outermost = !self.open.get(&goroutine).is_some_and(|stack| {
                     stack
                         .iter()
-                        .any(|open| open.entry.function == GoFunction::ApiserverAuthenticate)
+                        .any(|open| open.function == GoFunction::ApiserverAuthenticate)
                 });
-                let writes_pods = entry.path.as_deref().is_some_and(is_pod_path);
+                let writes_pods = entry.path.as_deref().and_then(path_pod).is_some();
                 if outermost && writes_pods && !self.requests.contains_key(&goroutine) {
                     if self.requests.len() >= MAX_REQUESTS {
                         self.dropped += 1;
@@ -319,10 +312,7 @@ impl ComponentSpans {
                     entry.text.as_deref().and_then(pod_key),
                     self.request_of(goroutine),
                 ) {
-                    let key = format!(
-                        "apiserver/storage/{}/{}/{}",
-                        entry.ids.tgid, entry.goid, entry.ids.ts_ns
-                    );
+                    let key = call_key(&entry);
                     if let Some(request) = self.requests.get_mut(&request) {
                         request.stored = Some(name.clone());
                     }
@@ -361,7 +351,7 @@ impl ComponentSpans {
             self.dropped += 1;
             return;
         }
-        stack.push(OpenCall { entry });
+        stack.push(entry);
     }
 
     /// The request (by its authentication's goroutine) a goroutine works
@@ -406,13 +396,7 @@ impl ComponentSpans {
                     entry.function,
                     GoFunction::ApiserverStorageCreate | GoFunction::ApiserverStorageUpdate
                 ) {
-                    self.close_parent(
-                        &format!(
-                            "apiserver/storage/{}/{}/{}",
-                            entry.ids.tgid, entry.goid, entry.ids.ts_ns
-                        ),
-                        ret.ids.ts_ns,
-                    );
+                    self.close_parent(&call_key(&entry), ret.ids.ts_ns);
                 }
                 if let Some(request) = self
                     .request_of(goroutine)
@@ -520,7 +504,9 @@ impl ComponentSpans {
     }
 }
 
-/// The span key of a call: process, goroutine and entry time.
+/// The span key of a call: function, process, goroutine and entry time —
+/// what every span of the call, and every span nested under it, derives
+/// its id from.
 fn call_key(entry: &FuncMessage) -> String {
     format!(
         "{:?}/{}/{}/{}",

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     correlate::{
-        pod::{Pod, int_attribute, string_attribute},
+        pod::{Pod, int_attribute, string_attribute, unattributed},
         span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, TraceId},
     },
     decode::{RestMessage, functions::Decision, grpc_calls::Side},
@@ -62,12 +62,10 @@ impl ComponentSpans {
     /// The client's side already seen of a server's side: same stream and
     /// path, overlapping in time.
     fn client_of(&self, server: &RestMessage) -> Option<&ClientSide> {
-        self.clients.iter().rev().find(|client| {
-            client.rest.stream_id == server.stream_id
-                && client.rest.path == server.path
-                && client.rest.start_ts_ns <= server.end_ts_ns
-                && client.rest.end_ts_ns >= server.start_ts_ns
-        })
+        self.clients
+            .iter()
+            .rev()
+            .find(|client| same_exchange(&client.rest, server))
     }
 
     /// The client span of a request a followed component made, and the
@@ -134,12 +132,7 @@ impl ComponentSpans {
         let (mine, others): (Vec<WaitingServer>, Vec<WaitingServer>) =
             std::mem::take(&mut self.waiting_servers)
                 .into_iter()
-                .partition(|waiting| {
-                    waiting.rest.stream_id == rest.stream_id
-                        && waiting.rest.path == rest.path
-                        && waiting.rest.start_ts_ns <= rest.end_ts_ns
-                        && waiting.rest.end_ts_ns >= rest.start_ts_ns
-                });
+                .partition(|waiting| same_exchange(&waiting.rest, rest));
         self.waiting_servers = others;
         for waiting in mine {
             spans.extend(self.request_spans(
@@ -285,40 +278,32 @@ impl ComponentSpans {
         // A create that stored nothing (rejected, or a dry run) has no
         // pod.create root from the etcd writes: its request is the root.
         let own_root = create && (failed || dry_run);
-        let (trace, mut pod_attributes) = match (&uid, own_root) {
+        let (trace, pod_attributes) = match (&uid, own_root) {
             (Some(uid), false) => {
                 let pod = Pod::new(&self.cluster_id, &namespace, &name, uid);
                 (pod.trace, pod.attributes())
             }
-            (uid, _) => {
-                if !own_root {
-                    self.unattributed += 1;
-                }
+            (None, false) => {
+                self.unattributed += 1;
+                unattributed(&self.cluster_id, &namespace, &name)
+            }
+            (uid, true) => {
+                // Nothing was stored: the trace is this request's.
                 let start = request
                     .as_ref()
                     .map(|r| r.start_ns)
                     .or_else(|| rest.and_then(|r| r.start_ts_ns))
                     .unwrap_or_default();
-                let what = if own_root {
-                    format!(
-                        "request/{}/{namespace}/{name}/{start}",
-                        uid.as_deref().unwrap_or("")
-                    )
-                } else {
-                    format!("unattributed/{namespace}/{name}")
-                };
+                let what = format!(
+                    "request/{}/{namespace}/{name}/{start}",
+                    uid.as_deref().unwrap_or("")
+                );
                 let mut attributes = vec![
                     string_attribute("k8s.pod.name", &name),
                     string_attribute("k8s.namespace.name", &namespace),
                 ];
                 if let Some(uid) = uid {
                     attributes.push(string_attribute("k8s.pod.uid", uid));
-                }
-                if !own_root {
-                    attributes.push((
-                        "podtrace.unattributed".to_owned(),
-                        AttributeValue::Bool(true),
-                    ));
                 }
                 (TraceId::for_pod(&self.cluster_id, &what), attributes)
             }
@@ -372,7 +357,7 @@ impl ComponentSpans {
             || request.as_ref().map(|r| r.path.clone()).unwrap_or_default(),
             |r| r.route.clone(),
         );
-        let mut attributes = std::mem::take(&mut pod_attributes);
+        let mut attributes = pod_attributes;
         attributes.push(string_attribute("k8s.component", "kube-apiserver"));
         match rest {
             Some(rest) => attributes.extend(http_attributes(rest)),
@@ -411,7 +396,7 @@ impl ComponentSpans {
         } else {
             SpanStatus::Unset
         };
-        let name_prefix = if own_root {
+        let span_name = if own_root {
             format!(
                 "pod.create {namespace}/{name} ({})",
                 if dry_run { "dry run" } else { "rejected" }
@@ -437,7 +422,7 @@ impl ComponentSpans {
             trace_id: trace,
             span_id,
             parent_span_id: parent,
-            name: name_prefix,
+            name: span_name,
             kind: SpanKind::Server,
             start_unix_ns: self.clock.unix_ns(start_ns),
             end_unix_ns: self.clock.unix_ns(end_ns),
@@ -484,12 +469,12 @@ impl ComponentSpans {
         request_failed: bool,
     ) -> Span {
         let mut attributes = base.to_vec();
-        let (name, key) = match call.entry.function {
+        let name = match call.entry.function {
             GoFunction::ApiserverAuthenticate => {
                 if let Some(user) = &call.ret.text {
                     attributes.push(string_attribute("podtrace.k8s.user", user));
                 }
-                ("apiserver authentication".to_owned(), "authn")
+                "apiserver authentication".to_owned()
             }
             GoFunction::ApiserverAuthorize => {
                 if let Some(decision) = call.ret.decision {
@@ -501,37 +486,24 @@ impl ComponentSpans {
                 if let Some(reason) = &call.ret.text {
                     attributes.push(string_attribute("podtrace.k8s.authz.reason", reason));
                 }
-                ("apiserver authorization".to_owned(), "authz")
+                "apiserver authorization".to_owned()
             }
-            GoFunction::ApiserverAdmit => ("apiserver admission (mutating)".to_owned(), "admit"),
-            GoFunction::ApiserverValidate => {
-                ("apiserver admission (validating)".to_owned(), "validate")
-            }
+            GoFunction::ApiserverAdmit => "apiserver admission (mutating)".to_owned(),
+            GoFunction::ApiserverValidate => "apiserver admission (validating)".to_owned(),
             GoFunction::ApiserverMutatingWebhook | GoFunction::ApiserverValidatingWebhook => {
                 let hook = call.entry.text.clone().unwrap_or_default();
                 attributes.push(string_attribute("podtrace.k8s.admission.webhook", &hook));
-                (format!("apiserver admission webhook {hook}"), "webhook")
+                format!("apiserver admission webhook {hook}")
             }
-            _ => (
-                format!(
-                    "apiserver storage {} {}",
-                    if call.entry.function == GoFunction::ApiserverStorageCreate {
-                        "create"
-                    } else {
-                        "update"
-                    },
-                    call.entry.text.as_deref().unwrap_or_default()
-                ),
-                "storage",
+            _ => format!(
+                "apiserver storage {} {}",
+                if call.entry.function == GoFunction::ApiserverStorageCreate {
+                    "create"
+                } else {
+                    "update"
+                },
+                call.entry.text.as_deref().unwrap_or_default()
             ),
-        };
-        let span_key = if key == "storage" {
-            format!(
-                "apiserver/storage/{}/{}/{}",
-                call.entry.ids.tgid, call.entry.goid, call.entry.ids.ts_ns
-            )
-        } else {
-            format!("apiserver/{key}/{}", call_key(&call.entry))
         };
         let denied = call.ret.decision == Some(Decision::Deny);
         let status = if call.ret.failed == Some(true) || denied {
@@ -554,7 +526,7 @@ impl ComponentSpans {
         };
         Span {
             trace_id: trace,
-            span_id: SpanId::for_key(trace, span_key.as_bytes()),
+            span_id: SpanId::for_key(trace, call_key(&call.entry).as_bytes()),
             parent_span_id: Some(parent),
             name,
             kind: SpanKind::Internal,
@@ -564,6 +536,16 @@ impl ComponentSpans {
             status,
         }
     }
+}
+
+/// Whether two sides of REST requests are one exchange: the same HTTP/2
+/// stream (its id is the same at both ends) on the same path, overlapping
+/// in time.
+fn same_exchange(one: &RestMessage, other: &RestMessage) -> bool {
+    one.stream_id == other.stream_id
+        && one.path == other.path
+        && one.start_ts_ns <= other.end_ts_ns
+        && one.end_ts_ns >= other.start_ts_ns
 }
 
 /// The HTTP attributes of a REST request, either side.
@@ -586,11 +568,6 @@ fn http_attributes(rest: &RestMessage) -> Vec<(String, AttributeValue)> {
         ));
     }
     attributes
-}
-
-/// Whether a request path is one of a Pod's (collection, object or subresource).
-pub(super) fn is_pod_path(path: &str) -> bool {
-    path_pod(path).is_some()
 }
 
 /// Namespace and (for an object or subresource) name of a core Pod path.
