@@ -21,26 +21,17 @@ impl ComponentSpans {
         };
         let mut spans = Vec::new();
         let root = SpanId::well_known(pod.trace, "root");
+        let mut attributes = component_attributes(&pod, "kube-scheduler");
         if let Some(queued) = self.queued.remove(&pod.uid) {
-            let mut attributes = pod.attributes();
-            attributes.push(string_attribute("k8s.component", "kube-scheduler"));
-            spans.push(Span {
-                trace_id: pod.trace,
-                span_id: SpanId::for_key(
-                    pod.trace,
-                    format!("scheduler/queue/{}", call_key(entry)).as_bytes(),
-                ),
-                parent_span_id: Some(root),
-                name: "scheduler queue".to_owned(),
-                kind: SpanKind::Internal,
-                start_unix_ns: self.clock.unix_ns(queued),
-                end_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
-                attributes,
-                status: SpanStatus::Unset,
-            });
+            spans.push(self.wait_span(
+                &pod,
+                queued,
+                entry,
+                root,
+                "scheduler queue",
+                attributes.clone(),
+            ));
         }
-        let mut attributes = pod.attributes();
-        attributes.push(string_attribute("k8s.component", "kube-scheduler"));
         if let Some((evaluated, feasible)) = ret.nodes {
             attributes.push(int_attribute(
                 "podtrace.k8s.scheduling.evaluated_nodes",
@@ -107,6 +98,30 @@ impl ComponentSpans {
         }
     }
 
+    /// The span of a Pod waiting from `since_ns` (the scheduler queued it,
+    /// the kubelet was handed it) until the call `entry` took it up.
+    fn wait_span(
+        &self,
+        pod: &Pod,
+        since_ns: u64,
+        entry: &FuncMessage,
+        parent: SpanId,
+        name: &str,
+        attributes: Vec<(String, AttributeValue)>,
+    ) -> Span {
+        Span {
+            trace_id: pod.trace,
+            span_id: SpanId::for_key(pod.trace, format!("{name}/{}", call_key(entry)).as_bytes()),
+            parent_span_id: Some(parent),
+            name: name.to_owned(),
+            kind: SpanKind::Internal,
+            start_unix_ns: self.clock.unix_ns(since_ns),
+            end_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
+            attributes,
+            status: SpanStatus::Unset,
+        }
+    }
+
     /// The scheduler's bind, and the kubelet's syncs, volume waits and
     /// status updates of one Pod.
     pub(super) fn pod_call(&mut self, entry: &FuncMessage, ret: &FuncMessage) -> Vec<Span> {
@@ -138,11 +153,8 @@ impl ComponentSpans {
         } else {
             SpanId::well_known(pod.trace, "root")
         };
-        let mut attributes = pod.attributes();
-        attributes.push(string_attribute(
-            "k8s.component",
-            if kubelet { "kubelet" } else { "kube-scheduler" },
-        ));
+        let mut attributes =
+            component_attributes(&pod, if kubelet { "kubelet" } else { "kube-scheduler" });
         let name = match entry.function {
             GoFunction::SchedulerBind => {
                 if let Some(node) = &entry.text {
@@ -152,20 +164,14 @@ impl ComponentSpans {
             }
             GoFunction::KubeletSyncPod => {
                 if let Some(dispatched) = self.dispatched.remove(&pod.uid) {
-                    spans.push(Span {
-                        trace_id: pod.trace,
-                        span_id: SpanId::for_key(
-                            pod.trace,
-                            format!("kubelet/dispatch/{}", call_key(entry)).as_bytes(),
-                        ),
-                        parent_span_id: Some(parent),
-                        name: "kubelet pod dispatch".to_owned(),
-                        kind: SpanKind::Internal,
-                        start_unix_ns: self.clock.unix_ns(dispatched),
-                        end_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
-                        attributes: attributes.clone(),
-                        status: SpanStatus::Unset,
-                    });
+                    spans.push(self.wait_span(
+                        &pod,
+                        dispatched,
+                        entry,
+                        parent,
+                        "kubelet pod dispatch",
+                        attributes.clone(),
+                    ));
                 }
                 "kubelet pod sync"
             }
@@ -191,4 +197,11 @@ impl ComponentSpans {
         spans.push(self.call_span(&pod, entry, ret, parent, name, attributes, status));
         spans
     }
+}
+
+/// A Pod's attributes and the component whose span it is.
+fn component_attributes(pod: &Pod, component: &str) -> Vec<(String, AttributeValue)> {
+    let mut attributes = pod.attributes();
+    attributes.push(string_attribute("k8s.component", component));
+    attributes
 }
