@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use crate::{
     correlate::{
         Span,
-        span::{AttributeValue, SpanStatus, TraceId},
+        span::{SpanStatus, TraceId},
     },
     export::waterfall,
 };
@@ -65,9 +65,7 @@ fn section(spans: &[Span]) -> String {
     let verdict = match root {
         Some(root) => {
             let ms = root.end_unix_ns.saturating_sub(root.start_unix_ns) as f64 / 1e6;
-            let complete = root.attributes.iter().any(|(key, value)| {
-                key == "podtrace.trace.complete" && *value == AttributeValue::Bool(true)
-            });
+            let complete = root.bool_attribute("podtrace.trace.complete") == Some(true);
             match (&root.status, complete) {
                 (SpanStatus::Unset, true) => {
                     format!("status: Running {ms:.1} ms after its create request")
@@ -109,7 +107,7 @@ fn section(spans: &[Span]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::correlate::span::{SpanId, SpanKind};
+    use crate::correlate::span::{AttributeValue, SpanId, SpanKind};
 
     fn span(trace: TraceId, name: &str, parent: Option<&str>, status: SpanStatus) -> Span {
         Span {

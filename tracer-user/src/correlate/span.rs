@@ -144,6 +144,26 @@ impl Span {
                 _ => None,
             })
     }
+
+    /// The value of an integer attribute.
+    pub fn int_attribute(&self, key: &str) -> Option<i64> {
+        self.attributes
+            .iter()
+            .find_map(|(name, value)| match value {
+                AttributeValue::Int(value) if name == key => Some(*value),
+                _ => None,
+            })
+    }
+
+    /// The value of a boolean attribute.
+    pub fn bool_attribute(&self, key: &str) -> Option<bool> {
+        self.attributes
+            .iter()
+            .find_map(|(name, value)| match value {
+                AttributeValue::Bool(value) if name == key => Some(*value),
+                _ => None,
+            })
+    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use crate::{
     capture::DropCounts,
     correlate::{
         Span,
-        span::{AttributeValue, SpanKind, SpanStatus},
+        span::{SpanKind, SpanStatus},
     },
 };
 
@@ -113,21 +113,11 @@ impl Phase {
         let seconds = |ns: u64| ns as f64 / 1e9;
         let duration = seconds(span.end_unix_ns.saturating_sub(span.start_unix_ns));
         if span.parent_span_id.is_none() {
-            let complete = span.attributes.iter().any(|(key, value)| {
-                key == "podtrace.trace.complete" && *value == AttributeValue::Bool(true)
-            });
+            let complete = span.bool_attribute("podtrace.trace.complete") == Some(true);
             return complete.then_some((Phase::EndToEnd, duration));
         }
         if span.name == "etcd WAL append + fdatasync" {
-            let fsync = span
-                .attributes
-                .iter()
-                .find_map(|(key, value)| match value {
-                    AttributeValue::Int(ns) if key == "podtrace.etcd.wal.fsync_ns" => {
-                        u64::try_from(*ns).ok()
-                    }
-                    _ => None,
-                })?;
+            let fsync = u64::try_from(span.int_attribute("podtrace.etcd.wal.fsync_ns")?).ok()?;
             return Some((Phase::WalFsync, seconds(fsync)));
         }
         // A failed call's duration is not the phase's latency.
@@ -423,7 +413,7 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::correlate::span::{SpanId, TraceId};
+    use crate::correlate::span::{AttributeValue, SpanId, TraceId};
 
     fn span(
         name: &str,

@@ -192,12 +192,7 @@ pub fn facts(spans: &[Span]) -> Vec<String> {
         let image = attribute("container.image.name");
         let fact = match attribute("rpc.method") {
             Some("ImageStatus") => {
-                let present = span.attributes.iter().find_map(|(key, value)| match value {
-                    AttributeValue::Bool(present) if key == "podtrace.container.image.present" => {
-                        Some(*present)
-                    }
-                    _ => None,
-                });
+                let present = span.bool_attribute("podtrace.container.image.present");
                 image.zip(present).map(|(image, present)| {
                     images.push(image);
                     let found = if present { "present" } else { "absent" };
@@ -264,10 +259,7 @@ fn control_plane_facts(ordered: &[&Span]) -> Vec<String> {
             (None, Some(agent)) => lines.push(format!("asked with {agent}")),
             (None, None) => {}
         }
-        let dry_run = create.attributes.iter().any(|(key, value)| {
-            key == "podtrace.k8s.dry_run" && *value == AttributeValue::Bool(true)
-        });
-        if dry_run {
+        if create.bool_attribute("podtrace.k8s.dry_run") == Some(true) {
             lines.push("dry run: admission ran, nothing was stored".to_owned());
         }
         if let Some(warnings) = create.string_attribute("podtrace.k8s.warnings") {
@@ -280,18 +272,9 @@ fn control_plane_facts(ordered: &[&Span]) -> Vec<String> {
         .rev()
         .find(|span| span.name == "scheduler scheduling cycle" && span.status == SpanStatus::Unset);
     if let Some(cycle) = cycle {
-        let int = |key: &str| {
-            cycle
-                .attributes
-                .iter()
-                .find_map(|(name, value)| match value {
-                    AttributeValue::Int(n) if name == key => Some(*n),
-                    _ => None,
-                })
-        };
         let counts = match (
-            int("podtrace.k8s.scheduling.feasible_nodes"),
-            int("podtrace.k8s.scheduling.evaluated_nodes"),
+            cycle.int_attribute("podtrace.k8s.scheduling.feasible_nodes"),
+            cycle.int_attribute("podtrace.k8s.scheduling.evaluated_nodes"),
         ) {
             (Some(feasible), Some(evaluated)) => format!(" ({feasible} of {evaluated} nodes fit)"),
             _ => String::new(),
@@ -329,10 +312,7 @@ fn push_once(lines: &mut Vec<String>, line: String) {
 /// +NET_ADMIN,+SYS_TIME -ALL, runAsUser 0, seccomp RuntimeDefault`.
 fn security(span: &Span) -> Option<String> {
     let mut parts = Vec::new();
-    let privileged = span.attributes.iter().any(|(key, value)| {
-        key == "container.security.privileged" && *value == AttributeValue::Bool(true)
-    });
-    if privileged {
+    if span.bool_attribute("container.security.privileged") == Some(true) {
         parts.push("privileged".to_owned());
     }
     let signed = |key: &str, sign: char| {
@@ -353,11 +333,7 @@ fn security(span: &Span) -> Option<String> {
     if !caps.is_empty() {
         parts.push(format!("caps {}", caps.join(" ")));
     }
-    let user = span.attributes.iter().find_map(|(key, value)| match value {
-        AttributeValue::Int(user) if key == "container.security.run_as_user" => Some(*user),
-        _ => None,
-    });
-    if let Some(user) = user {
+    if let Some(user) = span.int_attribute("container.security.run_as_user") {
         parts.push(format!("runAsUser {user}"));
     }
     for (key, label) in [
