@@ -454,16 +454,7 @@ impl Probes {
         if slot >= MAX_GO_FUNC_PROBES {
             return Err(GoAttachError::TooManyFunctionProbes);
         }
-        let map_error = |source| CaptureError::Map {
-            name: MAP_GO_FUNCS,
-            source,
-        };
-        let map = self
-            .ebpf
-            .map_mut(MAP_GO_FUNCS)
-            .ok_or(CaptureError::MissingMap(MAP_GO_FUNCS))?;
-        let mut specs: Array<_, GoFuncSpec> = Array::try_from(map).map_err(map_error)?;
-        specs.set(slot, spec, 0).map_err(map_error)?;
+        array_set(&mut self.ebpf, MAP_GO_FUNCS, slot, spec)?;
         self.go_func_slots += 1;
         Ok(slot)
     }
@@ -487,16 +478,7 @@ impl Probes {
             net_fd_sysfd: offsets.net_fd_sysfd as u32,
             _pad: 0,
         };
-        let map_error = |source| CaptureError::Map {
-            name: MAP_GO_BINARIES,
-            source,
-        };
-        let map = self
-            .ebpf
-            .map_mut(MAP_GO_BINARIES)
-            .ok_or(CaptureError::MissingMap(MAP_GO_BINARIES))?;
-        let mut binaries: Array<_, GoTlsOffsets> = Array::try_from(map).map_err(map_error)?;
-        binaries.set(index, value, 0).map_err(map_error)?;
+        array_set(&mut self.ebpf, MAP_GO_BINARIES, index, value)?;
         Ok(index)
     }
 
@@ -717,6 +699,19 @@ fn map_mut<'a, K: aya::Pod, V: aya::Pod>(
 ) -> Result<BpfHashMap<&'a mut MapData, K, V>, CaptureError> {
     let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
     BpfHashMap::try_from(map).map_err(|source| CaptureError::Map { name, source })
+}
+
+/// Sets slot `index` of the array map `name`.
+fn array_set<V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    index: u32,
+    value: V,
+) -> Result<(), CaptureError> {
+    let map_error = |source| CaptureError::Map { name, source };
+    let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
+    let mut array: Array<_, V> = Array::try_from(map).map_err(map_error)?;
+    array.set(index, value, 0).map_err(map_error)
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK. Raising it may be
