@@ -10,6 +10,7 @@
     reason = "test harness: a failed step fails the test that called it"
 )]
 
+pub mod agent;
 pub mod components;
 pub mod otlp_json;
 

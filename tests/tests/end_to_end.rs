@@ -15,14 +15,14 @@
 use std::{
     collections::HashSet,
     io::{BufRead as _, BufReader},
-    path::Path,
-    process::{Child, Command, Stdio},
-    sync::{Mutex, MutexGuard, PoisonError, mpsc},
+    process::{Command, Stdio},
+    sync::{Mutex, MutexGuard, PoisonError},
     thread,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use podtrace_tests::{
+    agent::Agent,
     components::{
         cri::{CAPABILITIES_ADDED, CAPABILITIES_DROPPED, RUN_AS_USER},
         images::WORKLOAD_IMAGE,
@@ -36,6 +36,17 @@ use tracer_user::correlate::span::TraceId;
 
 const CLUSTER: &str = "e2e-test";
 const NODE: &str = "e2e-node";
+/// What the agent follows and how it names the cluster and node.
+const AGENT_ARGS: [&str; 8] = [
+    "--target",
+    "podtrace-demo",
+    "--target",
+    "demo-apiserver",
+    "--cluster-id",
+    CLUSTER,
+    "--node-name",
+    NODE,
+];
 const SPAN_KIND_SERVER: u64 = 2;
 const SPAN_KIND_CLIENT: u64 = 3;
 
@@ -47,86 +58,6 @@ static LIVE: Mutex<()> = Mutex::new(());
 
 fn one_live_test_at_a_time() -> MutexGuard<'static, ()> {
     LIVE.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The agent, stopped with SIGINT (as Ctrl-C) by [`Agent::stop`] or on drop.
-struct Agent {
-    child: Child,
-    /// Where it serves its metrics (`host:port`).
-    metrics: String,
-}
-
-impl Agent {
-    fn start(out: &Path) -> Self {
-        let mut child = Command::new(podtrace_binary())
-            .args(["run", "--quiet", "--target", "podtrace-demo"])
-            .args(["--target", "demo-apiserver", "--cluster-id", CLUSTER])
-            .args(["--metrics-addr", "127.0.0.1:0"])
-            .args(["--node-name", NODE, "--out"])
-            .arg(out)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (attached_tx, attached_rx) = mpsc::channel();
-        let (metrics_tx, metrics_rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(at) = line.split("metrics at http://").nth(1) {
-                    let _ = metrics_tx.send(at.trim_end_matches("/metrics").to_owned());
-                }
-                if line.contains("attached; following") {
-                    let _ = attached_tx.send(());
-                }
-                eprintln!("podtrace: {line}");
-            }
-        });
-        let metrics = metrics_rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("podtrace serves metrics");
-        attached_rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("podtrace attached");
-        Self { child, metrics }
-    }
-
-    /// The metrics exposition, as a scrape sees it.
-    fn scrape(&self) -> String {
-        use std::io::{Read as _, Write as _};
-        let mut stream = std::net::TcpStream::connect(&self.metrics).unwrap();
-        write!(
-            stream,
-            "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n",
-            self.metrics
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        assert!(
-            response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
-            "{response}"
-        );
-        response
-    }
-
-    fn stop(mut self) {
-        // Spans wait up to 2 s for their parents, CNI runs 1 s to settle.
-        thread::sleep(Duration::from_secs(4));
-        // SAFETY: kill has no memory preconditions; the pid is our child's.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "podtrace exited with {status}");
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 struct DemoPod {
@@ -299,7 +230,7 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
     let _live = one_live_test_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("traces.jsonl");
-    let agent = Agent::start(&out);
+    let agent = Agent::start(&AGENT_ARGS, &out);
     let before = unix_now_ns();
     let (pods, broken) = run_demo(2, 1);
     let after = unix_now_ns();
@@ -570,7 +501,7 @@ fn podtrace_started_after_the_connections_are_open_still_traces_every_pod() {
             "demo ended before ready"
         );
     }
-    let agent = Agent::start(&out);
+    let agent = Agent::start(&AGENT_ARGS, &out);
     std::fs::write(&go, b"").unwrap();
     let pods: Vec<Value> = stdout
         .lines()

@@ -26,18 +26,14 @@
 
 use std::{
     collections::HashSet,
-    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::mpsc,
-    thread,
-    time::Duration,
+    process::{Command, Stdio},
 };
 
 use podtrace_tests::{
+    agent::Agent,
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
-    podtrace_binary,
 };
 use serde_json::Value;
 use tracer_user::correlate::span::TraceId;
@@ -81,63 +77,6 @@ fn hostname() -> String {
         .unwrap()
         .trim()
         .to_lowercase()
-}
-
-/// The agent, following the default Kubernetes components; stopped with
-/// SIGINT (as Ctrl-C) by [`Agent::stop`], killed on drop.
-struct Agent {
-    child: Child,
-}
-
-impl Agent {
-    fn start(out: &Path, node: &str) -> Self {
-        let mut child = Command::new(podtrace_binary())
-            .args(["run", "--quiet", "--cluster-id", CLUSTER])
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--node-name",
-                node,
-                "--out",
-            ])
-            .arg(out)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (attached_tx, attached_rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("attached; following") {
-                    let _ = attached_tx.send(());
-                }
-                eprintln!("podtrace: {line}");
-            }
-        });
-        attached_rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("podtrace attached");
-        Self { child }
-    }
-
-    fn stop(mut self) {
-        // Spans wait up to 2 s for their parents, CNI runs 1 s to settle.
-        thread::sleep(Duration::from_secs(4));
-        // SAFETY: kill has no memory preconditions; the pid is our child's.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "podtrace exited with {status}");
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 /// One JSON line of `podtrace-demo`: a Pod of a scenario and its outcome.
@@ -535,7 +474,8 @@ fn real_control_plane_scenarios_get_their_traces() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("traces.jsonl");
     let node = hostname();
-    let agent = Agent::start(&out, &node);
+    // The agent follows the default Kubernetes components.
+    let agent = Agent::start(&["--cluster-id", CLUSTER, "--node-name", &node], &out);
     let pods = run_demo(&bin_dir, &dir.path().join("state"));
     agent.stop();
     let all = read_spans(&out).unwrap();

@@ -1,0 +1,108 @@
+//! The podtrace agent as the live tests run it: `podtrace run --quiet` with
+//! metrics on an ephemeral port, its log echoed to stderr, ready once it
+//! says it is attached; stopped with SIGINT (as Ctrl-C) by [`Agent::stop`],
+//! killed on drop.
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::TcpStream,
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::Duration,
+};
+
+use crate::podtrace_binary;
+
+/// A running agent.
+#[derive(Debug)]
+pub struct Agent {
+    child: Child,
+    /// Where it serves its metrics and recent traces (`host:port`).
+    pub metrics: String,
+}
+
+impl Agent {
+    /// Starts `podtrace run --quiet ARGS --metrics-addr 127.0.0.1:0 --out OUT`
+    /// and waits until it has attached (at most a minute).
+    pub fn start(args: &[&str], out: &Path) -> Self {
+        let mut child = Command::new(podtrace_binary())
+            .args(["run", "--quiet"])
+            .args(args)
+            .args(["--metrics-addr", "127.0.0.1:0", "--out"])
+            .arg(out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|err| panic!("starting podtrace: {err}"));
+        let stderr = child
+            .stderr
+            .take()
+            .unwrap_or_else(|| panic!("piped stderr"));
+        let (attached_tx, attached_rx) = mpsc::channel();
+        let (metrics_tx, metrics_rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(at) = line.split("metrics at http://").nth(1) {
+                    let _ = metrics_tx.send(at.trim_end_matches("/metrics").to_owned());
+                }
+                if line.contains("attached; following") {
+                    let _ = attached_tx.send(());
+                }
+                eprintln!("podtrace: {line}");
+            }
+        });
+        let metrics = metrics_rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("podtrace serves metrics"));
+        attached_rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("podtrace attached"));
+        Self { child, metrics }
+    }
+
+    /// The metrics exposition, as a scrape sees it.
+    pub fn scrape(&self) -> String {
+        let mut stream =
+            TcpStream::connect(&self.metrics).unwrap_or_else(|_| panic!("connect to the metrics"));
+        write!(
+            stream,
+            "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n",
+            self.metrics
+        )
+        .unwrap_or_else(|_| panic!("send the scrape"));
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .unwrap_or_else(|_| panic!("read the scrape"));
+        assert!(
+            response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+            "{response}"
+        );
+        response
+    }
+
+    /// Lets waiting spans settle, then stops it as Ctrl-C would; it must
+    /// exit cleanly.
+    pub fn stop(mut self) {
+        // Spans wait up to 2 s for their parents, CNI runs 1 s to settle.
+        thread::sleep(Duration::from_secs(4));
+        // SAFETY: kill has no memory preconditions; the pid is our child's.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        let status = self
+            .child
+            .wait()
+            .unwrap_or_else(|_| panic!("wait for podtrace"));
+        assert!(status.success(), "podtrace exited with {status}");
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
