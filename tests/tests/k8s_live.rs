@@ -10,10 +10,13 @@
 //! admission rejected.
 //!
 //! Gated by `PODTRACE_K8S_BIN`, a directory holding kube-apiserver,
-//! kube-scheduler, kubelet and kubectl (v1.28 tried). Unset, the test says
-//! why it did not run and passes — also under `CI`: this is the one kind of
-//! live test allowed to skip on CI, because this project never builds or
-//! ships Kubernetes binaries and CI has none. CI covers the same path with
+//! kube-scheduler, kubelet and kubectl (v1.28 tried): the test is
+//! `#[ignore]`d with that reason, which the test harness prints, and
+//! `cargo xtask test` includes it when the variable is set (run alone:
+//! `cargo test --test k8s_live -- --include-ignored`). Run without the
+//! variable, it says why and returns. This is the one kind of live test
+//! allowed not to run on CI, because this project never builds or ships
+//! Kubernetes binaries and CI has none. CI covers the same path with
 //! the replay of recorded runs (`replay_traces.rs`,
 //! `tests/fixtures/recordings/k8s-1.28-*.ptrace*`).
 
@@ -463,6 +466,7 @@ fn assert_incomplete_pod_trace(trace: &Trace<'_>, pod: &DemoPod, phase: &str) {
 }
 
 #[test]
+#[ignore = "needs PODTRACE_K8S_BIN, a directory of Kubernetes binaries (none ship with podtrace); cargo xtask test runs it when set"]
 fn real_control_plane_scenarios_get_their_traces() {
     let test = "real_control_plane_scenarios_get_their_traces";
     let Some(bin_dir) = k8s_bin(test) else {
