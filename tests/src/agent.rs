@@ -19,6 +19,8 @@ use crate::podtrace_binary;
 #[derive(Debug)]
 pub struct Agent {
     child: Child,
+    /// Its last log line, once it has stopped.
+    stopped: mpsc::Receiver<String>,
     /// Where it serves its metrics and recent traces (`host:port`).
     pub metrics: String,
 }
@@ -42,6 +44,7 @@ impl Agent {
             .unwrap_or_else(|| panic!("piped stderr"));
         let (attached_tx, attached_rx) = mpsc::channel();
         let (metrics_tx, metrics_rx) = mpsc::channel();
+        let (stopped_tx, stopped) = mpsc::channel();
         thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(at) = line.split("metrics at http://").nth(1) {
@@ -49,6 +52,9 @@ impl Agent {
                 }
                 if line.contains("attached; following") {
                     let _ = attached_tx.send(());
+                }
+                if line.contains("stopped; programs detached") {
+                    let _ = stopped_tx.send(line.clone());
                 }
                 eprintln!("podtrace: {line}");
             }
@@ -59,7 +65,16 @@ impl Agent {
         attached_rx
             .recv_timeout(Duration::from_secs(60))
             .unwrap_or_else(|_| panic!("podtrace attached"));
-        Self { child, metrics }
+        Self {
+            child,
+            stopped,
+            metrics,
+        }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The metrics exposition, as a scrape sees it.
@@ -84,8 +99,8 @@ impl Agent {
     }
 
     /// Lets waiting spans settle, then stops it as Ctrl-C would; it must
-    /// exit cleanly.
-    pub fn stop(mut self) {
+    /// exit cleanly. Returns its last log line (what it saw: events, drops).
+    pub fn stop(mut self) -> String {
         // Spans wait up to 2 s for their parents, CNI runs 1 s to settle.
         thread::sleep(Duration::from_secs(4));
         // SAFETY: kill has no memory preconditions; the pid is our child's.
@@ -95,6 +110,9 @@ impl Agent {
             .wait()
             .unwrap_or_else(|_| panic!("wait for podtrace"));
         assert!(status.success(), "podtrace exited with {status}");
+        self.stopped
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("podtrace said it stopped"))
     }
 }
 

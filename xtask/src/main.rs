@@ -52,8 +52,17 @@ enum Task {
         #[arg(long, value_name = "DIR")]
         kube: Option<PathBuf>,
     },
-    /// Run the benchmarks (each reports a ratio against a baseline measured in the same run).
-    Bench,
+    /// Run the benchmarks (each reports a ratio against a baseline measured
+    /// in the same run): `overhead` (podtrace's cost on etcd under load,
+    /// root), `micro` (Go symbol resolution, decoder throughput), or both.
+    Bench {
+        /// Which benchmarks [default: both].
+        #[arg(value_enum)]
+        suite: Option<BenchSuite>,
+        /// Arguments for the overhead benchmark (`-- --help` lists them).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
     /// Fuzz every parser with libFuzzer (cargo-fuzz, nightly) for a while each.
     /// `cargo xtask test` runs only the bounded stable fuzz smoke tests.
     Fuzz {
@@ -61,6 +70,12 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum BenchSuite {
+    Overhead,
+    Micro,
 }
 
 /// The cargo-fuzz workspaces and their targets.
@@ -167,34 +182,15 @@ fn run(task: Task) -> anyhow::Result<()> {
                 ],
             )
         }
-        Task::Bench => {
+        Task::Bench { suite, args } => {
             setup::setup(&root)?;
-            let mut binaries = vec![setup::bench_dockerd(&root)?];
-            binaries.extend(["/usr/bin/containerd", "/usr/bin/etcd"].map(PathBuf::from));
-            let joined =
-                std::env::join_paths(&binaries).context("joining benchmark binary paths")?;
-            let mut command = cargo_command(
-                &root,
-                &[
-                    "bench",
-                    "-p",
-                    "tracer-user",
-                    "--bench",
-                    "resolve_go_functions",
-                ],
-            );
-            command.env("PODTRACE_BENCH_BINARIES", joined);
-            run_command(command)?;
-            cargo(
-                &root,
-                &[
-                    "bench",
-                    "-p",
-                    "tracer-decode",
-                    "--bench",
-                    "decode_throughput",
-                ],
-            )
+            if suite != Some(BenchSuite::Overhead) {
+                micro_benches(&root)?;
+            }
+            if suite != Some(BenchSuite::Micro) {
+                overhead_bench(&root, &args)?;
+            }
+            Ok(())
         }
         Task::Fuzz { seconds } => {
             setup::cargo_fuzz()?;
@@ -209,6 +205,46 @@ fn run(task: Task) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Go symbol resolution and decoder throughput, each against its baseline.
+fn micro_benches(root: &Path) -> anyhow::Result<()> {
+    let mut binaries = vec![setup::bench_dockerd(root)?];
+    binaries.extend(["/usr/bin/containerd", "/usr/bin/etcd"].map(PathBuf::from));
+    let joined = std::env::join_paths(&binaries).context("joining benchmark binary paths")?;
+    let mut command = cargo_command(
+        root,
+        &[
+            "bench",
+            "-p",
+            "tracer-user",
+            "--bench",
+            "resolve_go_functions",
+        ],
+    );
+    command.env("PODTRACE_BENCH_BINARIES", joined);
+    run_command(command)?;
+    cargo(
+        root,
+        &[
+            "bench",
+            "-p",
+            "tracer-decode",
+            "--bench",
+            "decode_throughput",
+        ],
+    )
+}
+
+/// podtrace's cost on etcd under load: legs without / with / without the
+/// agent (release build) in one run (tests/benches/overhead.rs).
+fn overhead_bench(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    let binary = build_podtrace(root, &[])?;
+    let mut bench_args = vec!["bench", "-p", "podtrace-tests", "--bench", "overhead", "--"];
+    bench_args.extend(args.iter().map(String::as_str));
+    let mut command = cargo_command(root, &bench_args);
+    command.env("PODTRACE_BIN", binary);
+    run_command(command)
 }
 
 fn lint(root: &Path) -> anyhow::Result<()> {

@@ -27,12 +27,8 @@ use std::{
 
 use anyhow::{Context as _, anyhow, bail};
 use tempfile::TempDir;
-use tracer_gobin::{
-    GoRelease,
-    fixture::{self, Variant},
-};
 
-use super::{certs::CertFiles, process::Supervised};
+use super::{certs::CertFiles, go_program, process::Supervised};
 
 /// The relay's executable name, by which tracers follow it.
 pub const BINARY_NAME: &str = "demo-apiserver";
@@ -57,56 +53,13 @@ pub struct DemoApiserverBinary {
 }
 
 impl DemoApiserverBinary {
-    /// Builds the relay with the newest Go toolchain of release 1.24 or
-    /// newer (see [`fixture::toolchains`]) into `cache_dir/demo-apiserver`,
-    /// with Go's build cache in `cache_dir/gocache`: with that cache warm a
-    /// build takes well under a second, a first build tens of seconds.
-    /// Builds into one directory may run at once: each builds apart and
-    /// renames its binary into place.
+    /// Builds the relay with a Go toolchain of release 1.24 or newer into
+    /// `cache_dir/demo-apiserver` (see [`go_program::build`]).
     pub fn build(cache_dir: &Path) -> anyhow::Result<Self> {
-        let toolchain = fixture::toolchains()
-            .into_iter()
-            .rfind(|toolchain| {
-                GoRelease::parse(&toolchain.version)
-                    .is_some_and(|release| (release.major, release.minor) >= MIN_GO_RELEASE)
-            })
-            .with_context(|| {
-                let (major, minor) = MIN_GO_RELEASE;
-                let place = match std::env::var_os("PODTRACE_GO_ROOTS") {
-                    Some(roots) => format!("PODTRACE_GO_ROOTS ({})", roots.to_string_lossy()),
-                    None => fixture::workspace_root()
-                        .join(".tools/go")
-                        .display()
-                        .to_string(),
-                };
-                format!(
-                    "no Go toolchain of release {major}.{minor} or newer in {place} to build \
-                     {BINARY_NAME}: run `cargo xtask setup`"
-                )
-            })?;
-        // Go wants absolute GOCACHE and GOPATH.
-        let cache_dir = &std::path::absolute(cache_dir)
-            .with_context(|| format!("the absolute path of {}", cache_dir.display()))?;
-        std::fs::create_dir_all(cache_dir)
-            .with_context(|| format!("creating {}", cache_dir.display()))?;
-        let staging = tempfile::Builder::new()
-            .prefix(".build-")
-            .tempdir_in(cache_dir)
-            .with_context(|| format!("creating a build directory in {}", cache_dir.display()))?;
-        let built = fixture::build_source(
-            &toolchain,
-            Variant::Plain,
-            &source_dir(),
-            staging.path(),
-            &cache_dir.join("gocache"),
-        )
-        .with_context(|| format!("building {BINARY_NAME} with {}", toolchain.version))?;
-        let path = cache_dir.join(BINARY_NAME);
-        std::fs::rename(&built, &path)
-            .with_context(|| format!("moving {} to {}", built.display(), path.display()))?;
+        let built = go_program::build(cache_dir, BINARY_NAME, &source_dir(), MIN_GO_RELEASE)?;
         Ok(Self {
-            path,
-            go_version: toolchain.version,
+            path: built.path,
+            go_version: built.go_version,
         })
     }
 
@@ -282,7 +235,7 @@ fn parse_reply(reply: &str) -> anyhow::Result<Vec<u8>> {
     bail!("{BINARY_NAME} answered neither `ok HEXBYTES` nor `err CODE MESSAGE`")
 }
 
-fn hex_encode(bytes: &[u8]) -> String {
+pub(crate) fn hex_encode(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut text = String::with_capacity(bytes.len() * 2);
     for byte in bytes {

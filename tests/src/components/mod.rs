@@ -19,6 +19,8 @@ pub mod control_plane;
 pub mod cri;
 pub mod demo_apiserver;
 pub mod etcd;
+pub mod etcd_load;
+pub mod go_program;
 pub mod images;
 pub mod leftovers;
 mod process;

@@ -1,0 +1,317 @@
+//! `cargo xtask bench overhead`: what podtrace costs the components it
+//! watches, measured on real etcd (mTLS) under a closed-loop write load from
+//! a Go client (`etcd-load`, whose TLS and HTTP/2 podtrace traces as it
+//! traces kube-apiserver's).
+//!
+//! For each key mix (Pod writes; lease and event writes) the same load client
+//! — its connections opened before any agent, as the apiserver's are — runs
+//! three legs in one invocation: without podtrace, with `podtrace run`, and
+//! without again. Throughput and latency are reported as ratios to the mean
+//! of the two legs without; the agent's CPU per 1000 writes/s, each BPF
+//! program's runs and ns per run (`kernel.bpf_stats_enabled`) and every drop
+//! counter of the leg with podtrace are printed beside them. Nothing here is
+//! asserted: the figures are the result (see README's table).
+//!
+//! Root. Flags: `--seconds N` per leg, `--workers N`, `--conns N`,
+//! `--mix pods|not-pods` (repeatable; default both).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::print_stdout,
+    reason = "a benchmark program: a failed step ends it with its reason"
+)]
+
+use std::{
+    collections::BTreeMap,
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use podtrace_tests::{
+    agent::Agent,
+    components::{
+        Etcd, EtcdOptions,
+        etcd_load::{EtcdLoadBinary, KeyMix, LegResult, VALUE_BYTES},
+    },
+};
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Seconds per leg.
+    #[arg(long, default_value_t = 20)]
+    seconds: u64,
+    /// Closed-loop writers.
+    #[arg(long, default_value_t = 16)]
+    workers: usize,
+    /// TLS connections the writers share.
+    #[arg(long, default_value_t = 4)]
+    conns: usize,
+    /// Key mixes to run (default: both).
+    #[arg(long = "mix", value_enum)]
+    mixes: Vec<Mix>,
+    /// cargo bench passes `--bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Mix {
+    Pods,
+    NotPods,
+}
+
+impl From<Mix> for KeyMix {
+    fn from(mix: Mix) -> Self {
+        match mix {
+            Mix::Pods => KeyMix::Pods,
+            Mix::NotPods => KeyMix::NotPods,
+        }
+    }
+}
+
+/// Seconds the load runs before the first leg (etcd's and Go's caches warm).
+const WARM_UP: Duration = Duration::from_secs(3);
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the overhead benchmark loads eBPF programs: run it as root");
+    }
+    let mixes: Vec<KeyMix> = if args.mixes.is_empty() {
+        vec![KeyMix::NotPods, KeyMix::Pods]
+    } else {
+        args.mixes.iter().copied().map(KeyMix::from).collect()
+    };
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("etcd-load");
+    let load_binary = EtcdLoadBinary::build(&cache)?;
+    let leg = Duration::from_secs(args.seconds);
+    println!(
+        "podtrace overhead on etcd {} (mTLS): {} closed-loop writers on {} HTTP/2 connections \
+         (Go crypto/tls, gRPC Txns as kube-apiserver makes them, {VALUE_BYTES}-byte values), \
+         {}-s legs without / with / without podtrace, {} CPUs",
+        etcd_version(),
+        args.workers,
+        args.conns,
+        args.seconds,
+        std::thread::available_parallelism().map_or(0, usize::from),
+    );
+    let mut reports = Vec::new();
+    for mix in mixes {
+        let etcd = Etcd::start(EtcdOptions {
+            tls: true,
+            auth: false,
+        })?;
+        let mut load = load_binary.start(&etcd, mix, args.workers, args.conns)?;
+        load.leg(WARM_UP)?;
+        let before = load.leg(leg)?;
+        let with = leg_with_agent(&mut load, leg)?;
+        let after = load.leg(leg)?;
+        for result in [&before, &with.load, &after] {
+            if result.errors > 0 {
+                bail!(
+                    "{} of {} writes failed in a leg, the first: {}",
+                    result.errors,
+                    result.writes + result.errors,
+                    result.first_error.as_deref().unwrap_or("?")
+                );
+            }
+        }
+        reports.push(Report {
+            mix,
+            before,
+            with,
+            after,
+        });
+    }
+    println!();
+    for report in &reports {
+        report.print();
+    }
+    Ok(())
+}
+
+fn etcd_version() -> String {
+    Command::new("/usr/bin/etcd")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .find_map(|line| line.strip_prefix("etcd Version: ").map(str::to_owned))
+        })
+        .unwrap_or_else(|| "(version unknown)".to_owned())
+}
+
+/// What the leg with podtrace measured besides the load's own figures.
+struct WithAgent {
+    load: LegResult,
+    /// Agent CPU seconds (user + system) during the leg.
+    agent_cpu_s: f64,
+    /// Per BPF program: runs and total ns during the leg.
+    programs: BTreeMap<String, (u64, u64)>,
+    /// The agent's final drop counters (`reason=count`).
+    drops: String,
+}
+
+fn leg_with_agent(
+    load: &mut podtrace_tests::components::etcd_load::EtcdLoad,
+    leg: Duration,
+) -> anyhow::Result<WithAgent> {
+    let out = tempfile::NamedTempFile::new()?;
+    let agent = Agent::start(&["--target", "etcd-load"], out.path());
+    let stats = BpfStats::enable()?;
+    let programs_before = stats.snapshot()?;
+    let cpu_before = process_cpu_s(agent.pid())?;
+    let started = Instant::now();
+    let result = load.leg(leg)?;
+    let cpu = process_cpu_s(agent.pid())? - cpu_before;
+    let programs_after = stats.snapshot()?;
+    let elapsed = started.elapsed().as_secs_f64();
+    drop(stats);
+    let drops = agent
+        .stop()
+        .split_once("drops=")
+        .map(|(_, rest)| rest.trim().to_owned())
+        .unwrap_or_default();
+    let programs = programs_after
+        .into_iter()
+        .filter_map(|(name, (runs, ns))| {
+            let (runs0, ns0) = programs_before.get(&name).copied().unwrap_or((0, 0));
+            let runs = runs.saturating_sub(runs0);
+            (runs > 0).then(|| (name, (runs, ns.saturating_sub(ns0))))
+        })
+        .collect();
+    Ok(WithAgent {
+        load: result,
+        agent_cpu_s: cpu * result_seconds_ratio(elapsed, leg),
+        programs,
+        drops,
+    })
+}
+
+/// The leg's measured length over the CPU sample's, to put the agent's CPU
+/// on the same time base as the load's rate.
+fn result_seconds_ratio(sampled: f64, leg: Duration) -> f64 {
+    leg.as_secs_f64() / sampled.max(f64::EPSILON)
+}
+
+/// User + system CPU seconds of a process so far (/proc/PID/stat).
+fn process_cpu_s(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the parenthesised comm: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').context("malformed stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    // SAFETY: sysconf has no memory preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok(ticks as f64 / hz)
+}
+
+/// `kernel.bpf_stats_enabled` on for as long as this lives (restored on drop).
+struct BpfStats {
+    previous: String,
+}
+
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    fn enable() -> anyhow::Result<Self> {
+        let previous = std::fs::read_to_string(BPF_STATS)?.trim().to_owned();
+        std::fs::write(BPF_STATS, "1")?;
+        Ok(Self { previous })
+    }
+
+    /// Runs and run time of every loaded program, by name (bpftool).
+    fn snapshot(&self) -> anyhow::Result<BTreeMap<String, (u64, u64)>> {
+        let out = Command::new("bpftool")
+            .args(["prog", "show", "--json"])
+            .output()
+            .context("running bpftool prog show")?;
+        let programs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+        let mut by_name = BTreeMap::new();
+        for program in programs {
+            let name = program["name"].as_str().unwrap_or("?").to_owned();
+            let runs = program["run_cnt"].as_u64().unwrap_or(0);
+            let ns = program["run_time_ns"].as_u64().unwrap_or(0);
+            let entry: &mut (u64, u64) = by_name.entry(name).or_default();
+            entry.0 += runs;
+            entry.1 += ns;
+        }
+        Ok(by_name)
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = std::fs::write(BPF_STATS, &self.previous);
+    }
+}
+
+struct Report {
+    mix: KeyMix,
+    before: LegResult,
+    with: WithAgent,
+    after: LegResult,
+}
+
+impl Report {
+    fn print(&self) {
+        let base_rate = (self.before.rate() + self.after.rate()) / 2.0;
+        let base = |f: fn(&LegResult) -> u64| (f(&self.before) + f(&self.after)) as f64 / 2.0;
+        let (base_p50, base_p99) = (base(|r| r.p50_us), base(|r| r.p99_us));
+        let with = &self.with.load;
+        println!("{}", self.mix.label());
+        println!(
+            "  {:<10} {:>10} {:>9} {:>9}",
+            "leg", "writes/s", "p50 ms", "p99 ms"
+        );
+        for (leg, result) in [
+            ("without", &self.before),
+            ("with", with),
+            ("without", &self.after),
+        ] {
+            println!(
+                "  {:<10} {:>10.0} {:>9.2} {:>9.2}",
+                leg,
+                result.rate(),
+                result.p50_us as f64 / 1000.0,
+                result.p99_us as f64 / 1000.0
+            );
+        }
+        let cpu_share = self.with.agent_cpu_s / with.seconds.max(f64::EPSILON);
+        println!(
+            "  with / without: throughput {:.3}, p50 {:.3}, p99 {:.3}",
+            with.rate() / base_rate.max(f64::EPSILON),
+            with.p50_us as f64 / base_p50.max(1.0),
+            with.p99_us as f64 / base_p99.max(1.0),
+        );
+        println!(
+            "  agent CPU: {:.1} % of a core; {:.2} % of a core per 1000 writes/s",
+            100.0 * cpu_share,
+            100.0 * cpu_share / (with.rate() / 1000.0).max(f64::EPSILON)
+        );
+        let total_ns: u64 = self.with.programs.values().map(|(_, ns)| ns).sum();
+        println!(
+            "  BPF programs: {:.1} % of a core in all",
+            100.0 * total_ns as f64 / 1e9 / with.seconds.max(f64::EPSILON)
+        );
+        let mut programs: Vec<_> = self.with.programs.iter().collect();
+        programs.sort_by_key(|(_, (_, ns))| std::cmp::Reverse(*ns));
+        for (name, (runs, ns)) in programs {
+            println!(
+                "    {:<20} {:>9.0} runs/s {:>7.0} ns/run {:>6.2} runs/write",
+                name,
+                *runs as f64 / with.seconds.max(f64::EPSILON),
+                *ns as f64 / (*runs).max(1) as f64,
+                *runs as f64 / with.writes.max(1) as f64,
+            );
+        }
+        println!("  drops: {}", self.with.drops);
+        println!();
+    }
+}

@@ -1,0 +1,250 @@
+//! `etcd-load`, the closed-loop etcd write load of the overhead benchmark
+//! (source: `tests/fixtures/go/etcd-load`).
+//!
+//! kube-apiserver writes to etcd from Go, through crypto/tls, as gRPC over
+//! HTTP/2 on connections older than any tracer; etcd-load writes the same
+//! way (Txns shaped as kube-apiserver's store.Create and GuaranteedUpdate),
+//! so the cost a tracer puts on it is the cost it would put on the apiserver
+//! and etcd.
+//!
+//! In: an etcd with TLS, a [`KeyMix`] and the number of writers and
+//! connections. Out: [`EtcdLoad`], a running client whose connections are
+//! open and whose keys exist, and [`EtcdLoad::leg`], which runs the writers
+//! flat out for a while and returns what they achieved ([`LegResult`]).
+
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    path::{Path, PathBuf},
+    process::{ChildStdin, ChildStdout, Command},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use serde::Deserialize;
+use tempfile::TempDir;
+
+use super::{
+    Etcd, PodTemplate,
+    apiserver_role::{self, encode_pod, new_pod, pod_key},
+    demo_apiserver::hex_encode,
+    etcd::APISERVER_USER,
+    go_program,
+    process::Supervised,
+};
+
+/// The load client's executable name.
+pub const BINARY_NAME: &str = "etcd-load";
+/// `http.Transport` with `ForceAttemptHTTP2` over TLS and Go's current
+/// crypto/tls: the demo relay's release floor, kept the same.
+const MIN_GO_RELEASE: (u32, u32) = (1, 24);
+/// Bytes of every value written, about a Pod as kube-apiserver stores it.
+pub const VALUE_BYTES: usize = 2048;
+
+/// Which keys the writers write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyMix {
+    /// Pods under `/registry/pods/`, each a `k8s\0` v1.Pod as the apiserver
+    /// stores it (status updates of existing Pods).
+    Pods,
+    /// What a control plane writes far more often and podtrace must not pay
+    /// for: node leases (`/registry/leases/`) and events (`/registry/events/`).
+    NotPods,
+}
+
+impl KeyMix {
+    /// Its name in the benchmark's table.
+    pub fn label(self) -> &'static str {
+        match self {
+            KeyMix::Pods => "Pod writes",
+            KeyMix::NotPods => "lease/event writes",
+        }
+    }
+
+    /// `count` keys and their values, as `etcd-load -keys` reads them.
+    fn keys_file(self, count: usize) -> anyhow::Result<String> {
+        let mut file = String::new();
+        for index in 0..count {
+            let (key, value) = match self {
+                KeyMix::Pods => {
+                    let name = format!("load-{index}");
+                    let template = PodTemplate {
+                        log_root: PathBuf::from("/var/log/pods"),
+                        cgroup_root: String::new(),
+                        image: "docker.io/library/busybox:bench".to_owned(),
+                        command: vec!["sleep".to_owned(), "3600".to_owned()],
+                    };
+                    let mut pod = new_pod("bench", &name, None, &[("app", "load")], &template)?;
+                    apiserver_role::bind(&mut pod, "bench-node");
+                    // Real Pods carry annotations and managed fields that
+                    // bring them to a few KiB; one annotation stands for them.
+                    let size = encode_pod(&pod).len();
+                    if let Some(metadata) = pod.metadata.as_mut() {
+                        metadata.annotations.insert(
+                            "bench.podtrace.dev/filler".to_owned(),
+                            "x".repeat(VALUE_BYTES.saturating_sub(size + 40)),
+                        );
+                    }
+                    (pod_key("bench", &name), encode_pod(&pod))
+                }
+                KeyMix::NotPods => {
+                    let key = if index % 2 == 0 {
+                        format!("/registry/leases/kube-node-lease/node-{index}")
+                    } else {
+                        format!("/registry/events/default/load-{index}.17f3a2b4c5d6e7f8")
+                    };
+                    let mut value = tracer_decode::kube::PROTOBUF_MAGIC.to_vec();
+                    value.resize(VALUE_BYTES, b'l');
+                    (key, value)
+                }
+            };
+            file.push_str(&format!("{key} {}\n", hex_encode(&value)));
+        }
+        Ok(file)
+    }
+}
+
+/// What one leg achieved, as etcd-load measured it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct LegResult {
+    /// Writes answered successfully.
+    pub writes: u64,
+    /// Writes that failed (none expected).
+    pub errors: u64,
+    /// The leg's length, measured.
+    pub seconds: f64,
+    /// Median latency of a write, microseconds.
+    pub p50_us: u64,
+    /// 99th percentile latency, microseconds.
+    pub p99_us: u64,
+    /// The first failure's message, if any.
+    #[serde(default)]
+    pub first_error: Option<String>,
+}
+
+impl LegResult {
+    /// Writes per second.
+    pub fn rate(&self) -> f64 {
+        self.writes as f64 / self.seconds.max(f64::EPSILON)
+    }
+}
+
+/// A built etcd-load.
+#[derive(Debug, Clone)]
+pub struct EtcdLoadBinary {
+    path: PathBuf,
+}
+
+impl EtcdLoadBinary {
+    /// Builds etcd-load into `cache_dir/etcd-load` (see [`go_program::build`]).
+    pub fn build(cache_dir: &Path) -> anyhow::Result<Self> {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/go/etcd-load");
+        let built = go_program::build(cache_dir, BINARY_NAME, &source, MIN_GO_RELEASE)?;
+        Ok(Self { path: built.path })
+    }
+
+    /// Starts `workers` writers of `mix` sharing `conns` connections to
+    /// `etcd` (which must have TLS), as the apiserver's user, and waits until
+    /// its connections are open and its keys created. Call it from a thread
+    /// that outlives the returned value (the kernel kills the process when
+    /// the starting thread exits).
+    pub fn start(
+        &self,
+        etcd: &Etcd,
+        mix: KeyMix,
+        workers: usize,
+        conns: usize,
+    ) -> anyhow::Result<EtcdLoad> {
+        let pki = etcd
+            .pki()
+            .context("the load client talks TLS: start etcd with tls")?;
+        let client = pki.client(APISERVER_USER)?;
+        let dir = tempfile::Builder::new()
+            .prefix("etcd-load-")
+            .tempdir()
+            .context("creating the load client's directory")?;
+        let keys = dir.path().join("keys");
+        // Four keys per writer: a Pod's status is rewritten every few writes.
+        std::fs::write(&keys, mix.keys_file(workers * 4)?)
+            .with_context(|| format!("writing {}", keys.display()))?;
+        let mut command = Command::new(&self.path);
+        command
+            .arg("-endpoint")
+            .arg(etcd.endpoint())
+            .arg("-cacert")
+            .arg(pki.ca_cert())
+            .arg("-cert")
+            .arg(&client.cert)
+            .arg("-key")
+            .arg(&client.key)
+            .arg("-keys")
+            .arg(&keys)
+            .arg("-workers")
+            .arg(workers.to_string())
+            .arg("-conns")
+            .arg(conns.to_string());
+        let (process, stdin, stdout) =
+            Supervised::spawn_with_pipes(BINARY_NAME, &mut command, &dir.path().join("log"))?;
+        let mut load = EtcdLoad {
+            process,
+            stdin,
+            stdout: BufReader::new(stdout),
+            _dir: dir,
+        };
+        let line = load.read_line()?;
+        if line != "ready" {
+            bail!(
+                "{BINARY_NAME} said {line:?} instead of ready; its log ends with:\n{}",
+                load.process.log_tail()
+            );
+        }
+        Ok(load)
+    }
+}
+
+/// A running etcd-load; stopped when dropped.
+#[derive(Debug)]
+pub struct EtcdLoad {
+    process: Supervised,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    _dir: TempDir,
+}
+
+impl EtcdLoad {
+    /// The client's process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// Runs every writer flat out for `duration` and returns what they did.
+    /// Blocks for the duration.
+    pub fn leg(&mut self, duration: Duration) -> anyhow::Result<LegResult> {
+        writeln!(self.stdin, "leg {}", duration.as_secs_f64())
+            .and_then(|()| self.stdin.flush())
+            .with_context(|| format!("asking {BINARY_NAME} for a leg"))?;
+        let line = self.read_line()?;
+        let json = line.strip_prefix("result ").with_context(|| {
+            format!(
+                "{BINARY_NAME} answered {line:?}; its log ends with:\n{}",
+                self.process.log_tail()
+            )
+        })?;
+        serde_json::from_str(json).with_context(|| format!("{BINARY_NAME}'s result {json}"))
+    }
+
+    /// One line of the client's stdout, without its newline. The wait is
+    /// bounded by the client: each of its calls times out (30 s).
+    fn read_line(&mut self) -> anyhow::Result<String> {
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .with_context(|| format!("reading {BINARY_NAME}'s stdout"))?;
+        if line.is_empty() {
+            bail!(
+                "{BINARY_NAME} exited; its log ends with:\n{}",
+                self.process.log_tail()
+            );
+        }
+        Ok(line.trim_end().to_owned())
+    }
+}
