@@ -74,7 +74,9 @@ pub fn copy_executable(source: &Path, dir: &Path, name: &str) -> PathBuf {
 #[derive(Debug)]
 pub struct LiveCapture {
     probes: Probes,
-    events: mpsc::Receiver<RawEvent>,
+    /// Batches from the reader, and what is left of the last one.
+    events: mpsc::Receiver<Vec<RawEvent>>,
+    pending: std::collections::VecDeque<RawEvent>,
     new_components: mpsc::UnboundedReceiver<u32>,
     shutdown: CancellationToken,
     reader: JoinHandle<std::io::Result<Option<RecordingWriter>>>,
@@ -102,11 +104,13 @@ impl LiveCapture {
             Probes::load(&options).unwrap_or_else(|err| panic!("loading the eBPF object: {err}"));
         let ring = probes.take_ring_buffer().unwrap();
         let initial = probes.initial_records();
-        let (tx, events) = mpsc::channel(1024 + initial.len());
+        let (tx, events) = mpsc::channel(1024);
         // What was open at start comes first, as in the agent's pipeline.
-        for record in initial {
-            tx.try_send(parse_record(&record).unwrap()).unwrap();
-        }
+        let initial = initial
+            .iter()
+            .map(|record| parse_record(record).unwrap())
+            .collect();
+        tx.try_send(initial).unwrap();
         let shutdown = CancellationToken::new();
         let (components_tx, new_components) = mpsc::unbounded_channel();
         let reader = tokio::spawn(read_ring_buffer(
@@ -121,6 +125,7 @@ impl LiveCapture {
             probes,
             new_components,
             events,
+            pending: Default::default(),
             shutdown,
             reader,
         }
@@ -137,7 +142,7 @@ impl LiveCapture {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let next = tokio::select! {
-                event = tokio::time::timeout_at(deadline, self.events.recv()) => event,
+                event = tokio::time::timeout_at(deadline, Self::next(&mut self.pending, &mut self.events)) => event,
                 Some(tgid) = self.new_components.recv() => {
                     // As the agent does: a component that execs gets its Go TLS probes.
                     self.probes.attach_go_probes(tgid);
@@ -172,10 +177,23 @@ impl LiveCapture {
     pub async fn collect_for(&mut self, duration: Duration) -> Vec<RawEvent> {
         let deadline = tokio::time::Instant::now() + duration;
         let mut collected = Vec::new();
-        while let Ok(Some(event)) = tokio::time::timeout_at(deadline, self.events.recv()).await {
+        while let Ok(Some(event)) =
+            tokio::time::timeout_at(deadline, Self::next(&mut self.pending, &mut self.events)).await
+        {
             collected.push(event);
         }
         collected
+    }
+
+    /// The next event: the rest of the last batch, else the next batch's first.
+    async fn next(
+        pending: &mut std::collections::VecDeque<RawEvent>,
+        events: &mut mpsc::Receiver<Vec<RawEvent>>,
+    ) -> Option<RawEvent> {
+        while pending.is_empty() {
+            pending.extend(events.recv().await?);
+        }
+        pending.pop_front()
     }
 
     /// Kernel-side drop counters now.

@@ -47,8 +47,11 @@ pub struct Config {
     pub agent_tgid: u32,
     /// Payload bytes copied per syscall, at most `io::DATA_BYTES_MAX`.
     pub data_bytes: u32,
-    /// Explicit padding, zero.
-    pub _pad: u32,
+    /// Bytes waiting in the ring buffer before a record wakes the reader.
+    /// Below it records are written without a wakeup (the wakeup is an
+    /// irq_work on the traced thread's CPU, paid per record otherwise) and
+    /// user space drains on a timer as well ([`RING_DRAIN_INTERVAL_MS`]).
+    pub wakeup_bytes: u32,
 }
 
 impl Config {
@@ -69,7 +72,7 @@ impl Config {
         max_descendant_depth: 0,
         agent_tgid: 0,
         data_bytes: 0,
-        _pad: 0,
+        wakeup_bytes: 0,
     };
 }
 
@@ -131,6 +134,12 @@ pub const MAX_PROBE_SLOTS: u32 = 4096;
 pub const COMM_BYTES: usize = 16;
 /// Default ring buffer size; must be a power of two and a multiple of the page size.
 pub const DEFAULT_RING_BUFFER_BYTES: u32 = 4 << 20;
+/// How often user space drains the ring buffer without a wakeup, in ms: the
+/// most a record waits when fewer than [`Config::wakeup_bytes`] are pending.
+pub const RING_DRAIN_INTERVAL_MS: u64 = 20;
+/// [`Config::wakeup_bytes`] as a fraction of the ring buffer: a wakeup once
+/// 1/16 of it is pending, leaving room for what arrives before the reader runs.
+pub const WAKEUP_FRACTION: u32 = 16;
 /// Default for [`Config::max_descendant_depth`].
 pub const DEFAULT_MAX_DESCENDANT_DEPTH: u32 = 4;
 

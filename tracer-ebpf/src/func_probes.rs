@@ -19,7 +19,7 @@ use tracer_common::{
 use crate::{
     go_probes::{attach_cookie, component_ids, go_abi},
     kernel_read::{read_user, read_user_bytes},
-    maps::{EVENTS, GO_FUNCS, count_drop},
+    maps::{EVENTS, GO_FUNCS, count_drop, submit_flags},
     record::{header, now_ns},
 };
 
@@ -94,7 +94,7 @@ fn try_go_func(ctx: &ProbeContext) -> Result<(), DropReason> {
         (*event).goid = goid;
         (*event).parent_goid = parent_goid;
     }
-    entry.submit(0);
+    entry.submit(submit_flags());
     Ok(())
 }
 

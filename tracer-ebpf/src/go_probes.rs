@@ -31,7 +31,10 @@ use tracer_common::{
 use crate::{
     io::{Buffers, data_event},
     kernel_read::{read_user, read_user_bytes},
-    maps::{EVENTS, FDS, GO_BINARIES, GO_TLS_READS, PROBE_HITS, count_drop, target_of},
+    maps::{
+        BPF_RB_NO_WAKEUP, EVENTS, FDS, GO_BINARIES, GO_TLS_READS, PROBE_HITS, count_drop,
+        submit_flags, target_of,
+    },
     record::{Ids, header, now_ns},
 };
 
@@ -321,7 +324,7 @@ fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
             && wanted_header(&(*event).name, name_size)
     };
     if !wanted {
-        entry.discard(0);
+        entry.discard(BPF_RB_NO_WAKEUP);
         return Ok(());
     }
     let mut flags = 0;
@@ -354,7 +357,7 @@ fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
         (*event).value_len = copied as u16;
         (*event)._pad2 = [0; 2];
     }
-    entry.submit(0);
+    entry.submit(submit_flags());
     Ok(())
 }
 

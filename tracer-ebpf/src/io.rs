@@ -29,7 +29,10 @@ use tracer_common::{
 
 use crate::{
     kernel_read::{Space, read_str, read_user, read_user_bytes},
-    maps::{ACTIVE_CALLS, EVENTS, FDS, SCRATCH, SCRATCH_BYTES, config, count_drop, target_of},
+    maps::{
+        ACTIVE_CALLS, BPF_RB_NO_WAKEUP, EVENTS, FDS, SCRATCH, SCRATCH_BYTES, config, count_drop,
+        submit_flags, target_of,
+    },
     record::{Ids, header, now_ns},
 };
 
@@ -284,7 +287,7 @@ pub(crate) fn data_event(
     // SAFETY: len <= SCRATCH_BYTES, all of it initialised above or by the copy.
     let record = unsafe { core::slice::from_raw_parts(scratch.cast::<u8>(), len) };
     EVENTS
-        .output::<[u8]>(record, 0)
+        .output::<[u8]>(record, submit_flags())
         .map_err(|_| DropReason::RingBufFull)
 }
 
@@ -395,7 +398,7 @@ fn socket_opened(
             _ => {}
         }
     }
-    entry.submit(0);
+    entry.submit(submit_flags());
     Ok(())
 }
 
@@ -422,7 +425,7 @@ fn fd_closed(ids: Ids, call: &ActiveCall, ret: i64) -> Result<(), DropReason> {
         unix_path: [0; UNIX_PATH_BYTES],
         _tail: [0; 4],
     });
-    entry.submit(0);
+    entry.submit(submit_flags());
     Ok(())
 }
 
@@ -446,7 +449,7 @@ fn fsync_event(
         _pad: [0; 3],
         header,
     });
-    entry.submit(0);
+    entry.submit(submit_flags());
     Ok(())
 }
 
@@ -463,7 +466,7 @@ fn file_opened(ids: Ids, call: &ActiveCall, fd: u32) -> Result<(), DropReason> {
     let copied =
         read_str(Space::User, unsafe { &raw mut (*event).path }, call.args[1]).unwrap_or(0);
     if copied < 5 {
-        entry.discard(0);
+        entry.discard(BPF_RB_NO_WAKEUP);
         return Ok(());
     }
     let end = (copied - 1) & (FILENAME_BYTES - 1);
@@ -478,7 +481,7 @@ fn file_opened(ids: Ids, call: &ActiveCall, fd: u32) -> Result<(), DropReason> {
         ]
     };
     if &suffix != b".wal" && &suffix != b".tmp" {
-        entry.discard(0);
+        entry.discard(BPF_RB_NO_WAKEUP);
         return Ok(());
     }
     let conn_id = new_conn_id();
@@ -489,7 +492,7 @@ fn file_opened(ids: Ids, call: &ActiveCall, fd: u32) -> Result<(), DropReason> {
         _pad: [0; 6],
     };
     if FDS.insert(FdKey { tgid: ids.tgid, fd }, info, 0).is_err() {
-        entry.discard(0);
+        entry.discard(BPF_RB_NO_WAKEUP);
         return Err(DropReason::FdMapFull);
     }
     // SAFETY: as above; the remaining fields are written here.
@@ -501,6 +504,6 @@ fn file_opened(ids: Ids, call: &ActiveCall, fd: u32) -> Result<(), DropReason> {
         (*event).fd_kind = FdKind::WalFile as u8;
         (*event)._pad = 0;
     }
-    entry.submit(0);
+    entry.submit(submit_flags());
     Ok(())
 }

@@ -30,7 +30,7 @@ use tracer_common::{
 
 use crate::{
     kernel_read::{Space, Task, binprm_filename, read_str, read_user_args},
-    maps::{EVENTS, TARGET_COMMS, TARGETS, config, count_drop, target_of},
+    maps::{EVENTS, TARGET_COMMS, TARGETS, config, count_drop, submit_flags, target_of},
     record::{Ids, header, now_ns},
 };
 
@@ -112,7 +112,7 @@ fn try_fork(ctx: &RawTracePointContext) -> Result<(), DropReason> {
         _pad: [0; 7],
         comm: current_comm(),
     });
-    entry.submit(0);
+    entry.submit(submit_flags());
     Ok(())
 }
 
@@ -176,7 +176,7 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
         (*event).args_len = args_len;
         (*event).flags = flags;
     }
-    entry.submit(0);
+    entry.submit(submit_flags());
     Ok(())
 }
 
@@ -283,6 +283,6 @@ fn try_exit() -> Result<(), DropReason> {
         _pad: 0,
         comm: current_comm(),
     });
-    entry.submit(0);
+    entry.submit(submit_flags());
     Ok(())
 }

@@ -92,6 +92,26 @@ pub(crate) fn target_of(tgid: u32) -> Option<TargetInfo> {
     unsafe { TARGETS.get(tgid).copied() }
 }
 
+/// `bpf_ringbuf_*` flags: `BPF_RB_AVAIL_DATA` (query), `BPF_RB_NO_WAKEUP`,
+/// `BPF_RB_FORCE_WAKEUP` (include/uapi/linux/bpf.h, v6.18).
+const BPF_RB_AVAIL_DATA: u64 = 0;
+/// Also what a discarded reservation is given: nothing new to read.
+pub(crate) const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+
+/// The flags to submit a record to `EVENTS` with: a wakeup of the reader only
+/// once `CONFIG.wakeup_bytes` are waiting. Each wakeup is an irq_work on the
+/// traced thread's CPU; batching them makes a record cost its copy alone.
+/// User space drains on a timer besides, so a record waits at most that long.
+#[inline(always)]
+pub(crate) fn submit_flags() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= u64::from(config().wakeup_bytes) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
+
 /// Adds one to the per-CPU counter of `reason`.
 #[inline(always)]
 pub(crate) fn count_drop(reason: DropReason) {

@@ -39,8 +39,12 @@ use crate::{
     },
 };
 
-/// Capacity of each inter-stage channel, in items.
-const CHANNEL_CAPACITY: usize = 4096;
+/// Capacity of each inter-stage channel, in batches (a ring buffer drain, the
+/// messages of one); a batch per item keeps the tasks' wakeups per drain, not
+/// per event.
+const CHANNEL_CAPACITY: usize = 256;
+/// Recorded events per batch in a replay.
+const REPLAY_BATCH: usize = 256;
 /// How often correlation looks at the clock when no event comes.
 const CORRELATE_TICK: Duration = Duration::from_secs(1);
 /// How often the drop counters are checked.
@@ -64,7 +68,7 @@ pub struct RunSummary {
 /// The decode → correlate → export stages, running as tasks. Feed them
 /// through [`Stages::input`]; drop it (and every clone) to let them drain.
 struct Stages {
-    input: mpsc::Sender<RawEvent>,
+    input: mpsc::Sender<Vec<RawEvent>>,
     decode: JoinHandle<()>,
     correlate: JoinHandle<u64>,
     export: JoinHandle<anyhow::Result<()>>,
@@ -150,16 +154,18 @@ impl Stages {
         export: ExportOptions,
         live: bool,
     ) -> Self {
-        let (input, mut raw_rx) = mpsc::channel::<RawEvent>(CHANNEL_CAPACITY);
-        let (msg_tx, mut msg_rx) = mpsc::channel::<Message>(CHANNEL_CAPACITY);
+        let (input, mut raw_rx) = mpsc::channel::<Vec<RawEvent>>(CHANNEL_CAPACITY);
+        let (msg_tx, mut msg_rx) = mpsc::channel::<Vec<Message>>(CHANNEL_CAPACITY);
         let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
         let decode = tokio::spawn(async move {
             let mut decoder = Decoder::default();
-            while let Some(event) = raw_rx.recv().await {
-                for message in decoder.decode(event) {
-                    if msg_tx.send(message).await.is_err() {
-                        return;
-                    }
+            while let Some(events) = raw_rx.recv().await {
+                let messages: Vec<Message> = events
+                    .into_iter()
+                    .flat_map(|event| decoder.decode(event))
+                    .collect();
+                if !messages.is_empty() && msg_tx.send(messages).await.is_err() {
+                    return;
                 }
             }
             if decoder.grpc.skipped_connections + decoder.wal.skipped_files > 0 {
@@ -186,8 +192,11 @@ impl Stages {
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 let activities = tokio::select! {
-                    message = msg_rx.recv() => match message {
-                        Some(message) => correlator.observe(message),
+                    messages = msg_rx.recv() => match messages {
+                        Some(messages) => messages
+                            .into_iter()
+                            .flat_map(|message| correlator.observe(message))
+                            .collect(),
                         None => break,
                     },
                     _ = ticks.tick(), if live => correlator.tick(WallClock::monotonic_now_ns()),
@@ -292,7 +301,7 @@ pub async fn run(
         if let Some(recorder) = recorder.as_mut() {
             recorder.write_record(&record)?;
         }
-        stages.input.send(parse_record(&record)?).await?;
+        stages.input.send(vec![parse_record(&record)?]).await?;
     }
     let (components_tx, mut new_components) = mpsc::unbounded_channel();
     let capture = tokio::spawn(read_ring_buffer(
@@ -362,6 +371,8 @@ pub async fn replay<R: io::Read>(
     // holding its lock while feeding the stages would deadlock them once
     // the channels fill.
     let mut out = io::BufWriter::new(io::stdout());
+    // Fed in batches, as the ring buffer reader feeds live events.
+    let mut batch = Vec::new();
     while let Some(record) = reader.next_record()? {
         let event = match parse_record(&record) {
             Ok(event) => event,
@@ -372,7 +383,12 @@ pub async fn replay<R: io::Read>(
             }
         };
         match &stages {
-            Some(stages) => stages.input.send(event).await?,
+            Some(stages) => {
+                batch.push(event);
+                if batch.len() >= REPLAY_BATCH {
+                    stages.input.send(std::mem::take(&mut batch)).await?;
+                }
+            }
             None => {
                 if let Err(err) = writeln!(out, "{}", dump::format_event(&event, &clock)) {
                     if err.kind() == io::ErrorKind::BrokenPipe {
@@ -390,6 +406,9 @@ pub async fn replay<R: io::Read>(
     }
     drop(out);
     if let Some(stages) = stages {
+        if !batch.is_empty() {
+            stages.input.send(batch).await?;
+        }
         stages.join().await?;
     }
     Ok(ReplaySummary {

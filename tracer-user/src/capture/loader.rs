@@ -17,7 +17,7 @@ use aya::{
     },
 };
 use tracer_common::{
-    config::{COMM_BYTES, Config, TARGET_WAL, TargetInfo},
+    config::{COMM_BYTES, Config, TARGET_WAL, TargetInfo, WAKEUP_FRACTION},
     drop_reason::DropReason,
     event::{EventHeader, EventKind, FILENAME_BYTES},
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
@@ -176,7 +176,7 @@ impl Probes {
             max_descendant_depth: options.max_descendant_depth,
             agent_tgid: std::process::id(),
             data_bytes: options.data_bytes.min(DATA_BYTES_MAX as u32),
-            _pad: 0,
+            wakeup_bytes: size / WAKEUP_FRACTION,
         };
         let mut ebpf = load_object(
             EbpfLoader::new()

@@ -1,13 +1,17 @@
-//! The ring buffer reader task: waits for the ring buffer's fd with tokio,
-//! parses each record into a [`RawEvent`] and sends it downstream.
+//! The ring buffer reader task: waits for the ring buffer's fd with tokio (or
+//! its drain timer), parses each record into a [`RawEvent`] and sends them
+//! downstream in batches.
 //!
 //! Back-pressure is deliberate: when downstream is slow this task waits, the
 //! ring buffer fills, and the kernel counts `ring_buffer_full` drops — the
 //! one place where loss is both bounded and counted.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicU64, Ordering},
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
 };
 
 use aya::maps::{MapData, RingBuf};
@@ -16,6 +20,7 @@ use tokio::{
     sync::mpsc,
 };
 use tokio_util::sync::CancellationToken;
+use tracer_common::config::RING_DRAIN_INTERVAL_MS;
 
 use super::{
     recording::RecordingWriter,
@@ -51,9 +56,13 @@ pub struct ReaderStats {
 /// writing every record to `recorder` first when there is one (which is
 /// handed back at the end, for the caller to finish), and telling
 /// `new_components` the pid of every component that execs.
+///
+/// Records go downstream in batches, one per drain: the kernel wakes this
+/// task only once `Config::wakeup_bytes` are pending, and a timer
+/// (`RING_DRAIN_INTERVAL_MS`) drains what a quiet moment left below that.
 pub async fn read_ring_buffer(
     ring: RingBuf<MapData>,
-    events: mpsc::Sender<RawEvent>,
+    events: mpsc::Sender<Vec<RawEvent>>,
     stats: Arc<ReaderStats>,
     shutdown: CancellationToken,
     mut recorder: Option<RecordingWriter>,
@@ -63,44 +72,58 @@ pub async fn read_ring_buffer(
     // AsyncFd owns until it drops; RingBuf::as_raw_fd always returns that fd.
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
         .map_err(std::io::Error::from)?;
+    let mut drain_timer = tokio::time::interval(Duration::from_millis(RING_DRAIN_INTERVAL_MS));
+    drain_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let mut guard = tokio::select! {
-            guard = ring.readable_mut() => guard?,
+        let batch = tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard?;
+                let batch = drain(guard.get_inner_mut(), &stats, recorder.as_mut(), &new_components)?;
+                guard.clear_ready();
+                batch
+            }
+            _ = drain_timer.tick() => {
+                drain(ring.get_mut(), &stats, recorder.as_mut(), &new_components)?
+            }
             () = shutdown.cancelled() => return Ok(recorder),
         };
-        loop {
-            // Parse into an owned event first: the record's memory is handed
-            // back to the kernel when `item` drops, before we await the send.
-            let parsed = match guard.get_inner_mut().next() {
-                Some(item) => {
-                    if let Some(recorder) = recorder.as_mut() {
-                        recorder.write_record(&item)?;
+        if !batch.is_empty() && events.send(batch).await.is_err() {
+            return Ok(recorder);
+        }
+    }
+}
+
+/// Every record now in the ring buffer, parsed. Parsing makes owned events:
+/// each record's memory is handed back to the kernel as soon as it is read.
+fn drain(
+    ring: &mut RingBuf<MapData>,
+    stats: &ReaderStats,
+    mut recorder: Option<&mut RecordingWriter>,
+    new_components: &mpsc::UnboundedSender<u32>,
+) -> std::io::Result<Vec<RawEvent>> {
+    let mut batch = Vec::new();
+    while let Some(item) = ring.next() {
+        if let Some(recorder) = recorder.as_mut() {
+            recorder.write_record(&item)?;
+        }
+        match parse_record(&item) {
+            Ok(mut event) => {
+                stats.events.fetch_add(1, Ordering::Relaxed);
+                if let RawEvent::Exec(exec) = &mut event {
+                    exec.cgroup_path = cgroup_path(exec.ids.tgid);
+                    if exec.depth == 0 {
+                        // A component started (or re-exec'd): it may need
+                        // its own Go TLS probes. Nobody listening is fine.
+                        let _ = new_components.send(exec.ids.tgid);
                     }
-                    parse_record(&item)
                 }
-                None => break,
-            };
-            match parsed {
-                Ok(mut event) => {
-                    stats.events.fetch_add(1, Ordering::Relaxed);
-                    if let RawEvent::Exec(exec) = &mut event {
-                        exec.cgroup_path = cgroup_path(exec.ids.tgid);
-                        if exec.depth == 0 {
-                            // A component started (or re-exec'd): it may need
-                            // its own Go TLS probes. Nobody listening is fine.
-                            let _ = new_components.send(exec.ids.tgid);
-                        }
-                    }
-                    if events.send(event).await.is_err() {
-                        return Ok(recorder);
-                    }
-                }
-                Err(error) => {
-                    stats.malformed.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(%error, "dropping malformed ring buffer record");
-                }
+                batch.push(event);
+            }
+            Err(error) => {
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%error, "dropping malformed ring buffer record");
             }
         }
-        guard.clear_ready();
     }
+    Ok(batch)
 }
