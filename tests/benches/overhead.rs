@@ -34,7 +34,7 @@ use podtrace_tests::{
     agent::Agent,
     components::{
         Etcd, EtcdOptions,
-        etcd_load::{EtcdLoadBinary, KeyMix, LegResult, VALUE_BYTES},
+        etcd_load::{EtcdLoadBinary, KeyMix, LegResult, VALUE_BYTES, apiserver_tls},
     },
 };
 
@@ -105,7 +105,8 @@ fn main() -> anyhow::Result<()> {
             tls: true,
             auth: false,
         })?;
-        let mut load = load_binary.start(&etcd, mix, args.workers, args.conns)?;
+        let tls = apiserver_tls(&etcd)?;
+        let mut load = load_binary.start(etcd.endpoint(), &tls, mix, args.workers, args.conns)?;
         load.leg(WARM_UP)?;
         let before = load.leg(leg)?;
         let with = leg_with_agent(&mut load, leg)?;

@@ -55,6 +55,7 @@ use podtrace_tests::components::{
     control_plane::PodCreation,
     cri::api,
     demo_apiserver,
+    etcd_load::{BackgroundLoad, EtcdLoadBinary, KeyMix, apiserver_tls},
 };
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -139,6 +140,16 @@ struct Args {
     /// Pods (so that a tracer can attach first).
     #[arg(long, value_name = "FILE")]
     wait_for: Option<PathBuf>,
+    /// While the Pods are created, this many closed-loop writers of lease
+    /// and event keys (`etcd-load`, a Go client on TLS as kube-apiserver's
+    /// storage is) keep etcd busy, as a control plane's other traffic does.
+    #[arg(
+        long,
+        value_name = "WRITERS",
+        default_value_t = 0,
+        conflicts_with = "plain_etcd"
+    )]
+    etcd_load: usize,
     /// Where the built images and demo-apiserver are cached and etcd's and
     /// containerd's directories are made (those are removed on exit).
     #[arg(long, value_name = "DIR", default_value = "/var/tmp/podtrace-demo")]
@@ -448,6 +459,10 @@ async fn drive(
         wait_for_file(file, shutdown).await?;
     }
 
+    let load = match args.etcd_load {
+        0 => None,
+        writers => Some(start_etcd_load(args, etcd, writers)?),
+    };
     // The image and command in the Pod spec are the ones the CRI calls run.
     let template = containerd.pod_template();
     let mut created = Vec::new();
@@ -472,8 +487,37 @@ async fn drive(
         () = shutdown.token.cancelled() => Err(anyhow::anyhow!("stopped by a signal")),
     };
     let cleanup = remove_pods(&cri, &created).await;
+    if let Some(load) = load {
+        let done = load.stop().context("the etcd load")?;
+        say!(
+            "podtrace-demo: etcd-load wrote {} lease and event keys ({:.0}/s, worst p99 {:.1} ms) \
+             while the Pods were created; {} writes failed",
+            done.writes,
+            done.rate(),
+            done.p99_us as f64 / 1000.0,
+            done.errors
+        );
+    }
     outcome?;
     cleanup
+}
+
+/// Starts `--etcd-load` writers on `etcd`, built next to demo-apiserver.
+fn start_etcd_load(args: &Args, etcd: &Etcd, writers: usize) -> anyhow::Result<BackgroundLoad> {
+    let dir = match &args.build_dir {
+        Some(dir) => dir.clone(),
+        None => args.state_dir.join("podtrace-demo-apiserver"),
+    };
+    let binary = EtcdLoadBinary::build(&dir).context("building etcd-load")?;
+    let load = BackgroundLoad::start(
+        binary,
+        etcd.endpoint().to_owned(),
+        apiserver_tls(etcd)?,
+        KeyMix::NotPods,
+        writers,
+    )?;
+    say!("podtrace-demo: etcd-load: {writers} writers of lease and event keys started");
+    Ok(load)
 }
 
 async fn wait_for_file(file: &Path, shutdown: &Shutdown) -> anyhow::Result<()> {

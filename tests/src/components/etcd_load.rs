@@ -16,6 +16,11 @@ use std::{
     io::{BufRead as _, BufReader, Write as _},
     path::{Path, PathBuf},
     process::{ChildStdin, ChildStdout, Command},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
     time::Duration,
 };
 
@@ -26,7 +31,7 @@ use tempfile::TempDir;
 use super::{
     Etcd, PodTemplate,
     apiserver_role::{self, encode_pod, new_pod, pod_key},
-    demo_apiserver::hex_encode,
+    demo_apiserver::{ClientTls, hex_encode},
     etcd::APISERVER_USER,
     go_program,
     process::Supervised,
@@ -128,6 +133,19 @@ impl LegResult {
     }
 }
 
+/// What the load presents to `etcd`: kube-apiserver's client certificate
+/// (with etcd authentication on, that makes it the apiserver's user, whose
+/// role may write every key under `/registry/`).
+pub fn apiserver_tls(etcd: &Etcd) -> anyhow::Result<ClientTls> {
+    let pki = etcd
+        .pki()
+        .context("the load client talks TLS: start etcd with tls")?;
+    Ok(ClientTls {
+        ca_cert: pki.ca_cert().to_owned(),
+        client: pki.client(APISERVER_USER)?.clone(),
+    })
+}
+
 /// A built etcd-load.
 #[derive(Debug, Clone)]
 pub struct EtcdLoadBinary {
@@ -142,22 +160,19 @@ impl EtcdLoadBinary {
         Ok(Self { path: built.path })
     }
 
-    /// Starts `workers` writers of `mix` sharing `conns` connections to
-    /// `etcd` (which must have TLS), as the apiserver's user, and waits until
-    /// its connections are open and its keys created. Call it from a thread
-    /// that outlives the returned value (the kernel kills the process when
-    /// the starting thread exits).
+    /// Starts `workers` writers of `mix` sharing `conns` connections to the
+    /// etcd at `endpoint`, presenting `tls` (see [`apiserver_tls`]), and
+    /// waits until its connections are open and its keys created. Call it
+    /// from a thread that outlives the returned value (the kernel kills the
+    /// process when the starting thread exits).
     pub fn start(
         &self,
-        etcd: &Etcd,
+        endpoint: &str,
+        tls: &ClientTls,
         mix: KeyMix,
         workers: usize,
         conns: usize,
     ) -> anyhow::Result<EtcdLoad> {
-        let pki = etcd
-            .pki()
-            .context("the load client talks TLS: start etcd with tls")?;
-        let client = pki.client(APISERVER_USER)?;
         let dir = tempfile::Builder::new()
             .prefix("etcd-load-")
             .tempdir()
@@ -169,13 +184,13 @@ impl EtcdLoadBinary {
         let mut command = Command::new(&self.path);
         command
             .arg("-endpoint")
-            .arg(etcd.endpoint())
+            .arg(endpoint)
             .arg("-cacert")
-            .arg(pki.ca_cert())
+            .arg(&tls.ca_cert)
             .arg("-cert")
-            .arg(&client.cert)
+            .arg(&tls.client.cert)
             .arg("-key")
-            .arg(&client.key)
+            .arg(&tls.client.key)
             .arg("-keys")
             .arg(&keys)
             .arg("-workers")
@@ -246,5 +261,76 @@ impl EtcdLoad {
             );
         }
         Ok(line.trim_end().to_owned())
+    }
+}
+
+/// etcd-load writing in the background, in legs of [`BACKGROUND_LEG`], on a
+/// thread of its own (which owns the process) until [`BackgroundLoad::stop`].
+#[derive(Debug)]
+pub struct BackgroundLoad {
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<anyhow::Result<LegResult>>,
+}
+
+/// One leg of a [`BackgroundLoad`]: the longest it runs on after a stop.
+const BACKGROUND_LEG: Duration = Duration::from_secs(1);
+
+impl BackgroundLoad {
+    /// Starts the load as [`EtcdLoadBinary::start`] does and returns once it
+    /// writes.
+    pub fn start(
+        binary: EtcdLoadBinary,
+        endpoint: String,
+        tls: ClientTls,
+        mix: KeyMix,
+        workers: usize,
+    ) -> anyhow::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let stopping = Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            let conns = workers.clamp(1, 4);
+            let mut load = match binary.start(&endpoint, &tls, mix, workers, conns) {
+                Ok(load) => load,
+                Err(err) => {
+                    let _ = ready_tx.send(Err(format!("{err:#}")));
+                    return Err(err);
+                }
+            };
+            let _ = ready_tx.send(Ok(load.pid()));
+            let mut total = LegResult {
+                writes: 0,
+                errors: 0,
+                seconds: 0.0,
+                p50_us: 0,
+                p99_us: 0,
+                first_error: None,
+            };
+            while !stopping.load(Ordering::Relaxed) {
+                let leg = load.leg(BACKGROUND_LEG)?;
+                total.writes += leg.writes;
+                total.errors += leg.errors;
+                total.seconds += leg.seconds;
+                // The worst leg's percentiles: a load's tail is its worst moment.
+                total.p50_us = total.p50_us.max(leg.p50_us);
+                total.p99_us = total.p99_us.max(leg.p99_us);
+                total.first_error = total.first_error.or(leg.first_error);
+            }
+            Ok(total)
+        });
+        match ready.recv() {
+            Ok(Ok(_)) => Ok(Self { stop, thread }),
+            Ok(Err(err)) => bail!("starting {BINARY_NAME}: {err}"),
+            Err(_) => bail!("{BINARY_NAME}'s thread ended before it started"),
+        }
+    }
+
+    /// Stops the load after its current leg; what it did in all (p50 and p99
+    /// are the worst leg's).
+    pub fn stop(self) -> anyhow::Result<LegResult> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("{BINARY_NAME}'s thread panicked"))?
     }
 }
