@@ -12,8 +12,12 @@
 //! counter of the leg with podtrace are printed beside them. Nothing here is
 //! asserted: the figures are the result (see README's table).
 //!
+//! Then Pod start: `podtrace-demo` creates `--pod-start N` Pods at once
+//! (real etcd, containerd and runc), without, with and without podtrace;
+//! each Pod's time from create to Running stored, median and max.
+//!
 //! Root. Flags: `--seconds N` per leg, `--workers N`, `--conns N`,
-//! `--mix pods|not-pods` (repeatable; default both).
+//! `--mix pods|not-pods` (repeatable; default both), `--pod-start N`.
 
 #![allow(
     clippy::unwrap_used,
@@ -52,6 +56,10 @@ struct Args {
     /// Key mixes to run (default: both).
     #[arg(long = "mix", value_enum)]
     mixes: Vec<Mix>,
+    /// Pods that `podtrace-demo` creates at once in each leg of the Pod
+    /// start benchmark (0: skip it).
+    #[arg(long, default_value_t = 10)]
+    pod_start: u32,
     /// cargo bench passes `--bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -128,11 +136,75 @@ fn main() -> anyhow::Result<()> {
             after,
         });
     }
+    let pod_start = (args.pod_start > 0)
+        .then(|| pod_start_legs(args.pod_start))
+        .transpose()?;
     println!();
     for report in &reports {
         report.print();
     }
+    if let Some(legs) = pod_start {
+        print_pod_start(args.pod_start, &legs);
+    }
     Ok(())
+}
+
+/// Where the Pod start legs keep podtrace-demo's images and Go builds.
+const DEMO_STATE_DIR: &str = "/var/tmp/podtrace-bench-demo";
+
+/// Pod start times (ms, create to Running stored) of `pods` Pods created at
+/// once, without, with and without podtrace.
+fn pod_start_legs(pods: u32) -> anyhow::Result<[Vec<f64>; 3]> {
+    let without = run_demo_burst(pods)?;
+    let out = tempfile::NamedTempFile::new()?;
+    let agent = Agent::start(
+        &["--target", "podtrace-demo", "--target", "demo-apiserver"],
+        out.path(),
+    );
+    let with = run_demo_burst(pods)?;
+    agent.stop();
+    let again = run_demo_burst(pods)?;
+    Ok([without, with, again])
+}
+
+/// One `podtrace-demo --pods N --parallel`; each Pod's `start_ms`, sorted.
+fn run_demo_burst(pods: u32) -> anyhow::Result<Vec<f64>> {
+    let output = Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
+        .args(["--pods", &pods.to_string(), "--parallel"])
+        .args(["--node-name", "bench-node", "--state-dir", DEMO_STATE_DIR])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .context("running podtrace-demo")?;
+    if !output.status.success() {
+        bail!("podtrace-demo failed: {}", output.status);
+    }
+    let mut starts: Vec<f64> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|pod| pod["start_ms"].as_f64())
+        .collect();
+    if starts.len() != pods as usize {
+        bail!("podtrace-demo started {} of {pods} Pods", starts.len());
+    }
+    starts.sort_by(f64::total_cmp);
+    Ok(starts)
+}
+
+fn print_pod_start(pods: u32, legs: &[Vec<f64>; 3]) {
+    let median = |starts: &[f64]| starts[starts.len() / 2];
+    let max = |starts: &[f64]| starts[starts.len() - 1];
+    println!("Pod start, {pods} Pods created at once (podtrace-demo --parallel)");
+    println!("  {:<10} {:>9} {:>9}", "leg", "p50 ms", "max ms");
+    for (leg, starts) in ["without", "with", "without"].iter().zip(legs) {
+        println!("  {:<10} {:>9.1} {:>9.1}", leg, median(starts), max(starts));
+    }
+    let base = (median(&legs[0]) + median(&legs[2])) / 2.0;
+    let base_max = (max(&legs[0]) + max(&legs[2])) / 2.0;
+    println!(
+        "  with / without: p50 {:.3}, max {:.3}",
+        median(&legs[1]) / base.max(f64::EPSILON),
+        max(&legs[1]) / base_max.max(f64::EPSILON)
+    );
 }
 
 fn etcd_version() -> String {

@@ -12,7 +12,8 @@
 //! In: the command line (`--help`). Out, on stdout: `ready` once etcd and
 //! containerd run and this program's connections to them are open, then one
 //! JSON line per Pod: `{"namespace", "name", "uid", "sandbox_id",
-//! "container_id", "node"}`. On stderr: what it does and how long each step
+//! "container_id", "node", "start_ms"}` (`start_ms`: from the create to the
+//! Running status stored). On stderr: what it does and how long each step
 //! took. It removes its containers and sandboxes and stops containerd,
 //! demo-apiserver and etcd before it exits — after an error or
 //! SIGINT/SIGTERM too (exit status 1, 130 or 143). Tracers find it by its
@@ -96,6 +97,10 @@ struct Args {
     /// How many Pods to create, one after the other.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=200))]
     pods: u32,
+    /// Create the --pods Pods all at once (a Deployment scaled up, a burst)
+    /// instead of one after the other.
+    #[arg(long)]
+    parallel: bool,
     /// Run etcd without TLS and authentication (by default clients need a
     /// certificate and etcd authentication is on).
     #[arg(long)]
@@ -465,10 +470,16 @@ async fn drive(
     };
     // The image and command in the Pod spec are the ones the CRI calls run.
     let template = containerd.pod_template();
-    let mut created = Vec::new();
+    let created = std::sync::Mutex::new(Vec::new());
     let creations = async {
-        for index in 0..args.pods {
-            create_pod(args, node, index, apiserver, &cri, &template, &mut created).await?;
+        if args.parallel {
+            let all = (0..args.pods)
+                .map(|index| create_pod(args, node, index, apiserver, &cri, &template, &created));
+            futures_util::future::try_join_all(all).await?;
+        } else {
+            for index in 0..args.pods {
+                create_pod(args, node, index, apiserver, &cri, &template, &created).await?;
+            }
         }
         for index in 0..args.broken_pods {
             create_broken_pod(args, node, index, apiserver, &cri, &template).await?;
@@ -486,6 +497,9 @@ async fn drive(
         outcome = creations => outcome,
         () = shutdown.token.cancelled() => Err(anyhow::anyhow!("stopped by a signal")),
     };
+    let created = created
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let cleanup = remove_pods(&cri, &created).await;
     if let Some(load) = load {
         let done = load.stop().context("the etcd load")?;
@@ -571,11 +585,12 @@ async fn create_pod(
     apiserver: &ApiserverRole,
     cri: &CriClient,
     template: &PodTemplate,
-    created: &mut Vec<PodHandles>,
+    created: &std::sync::Mutex<Vec<PodHandles>>,
 ) -> anyhow::Result<()> {
     let namespace = &args.namespace;
     let (name, pod, uid) = new_demo_pod(args, &format!("demo-{index}-"), template)?;
     let what = || format!("Pod {namespace}/{name}");
+    let began = Instant::now();
 
     // kube-apiserver, for the create request: store.Create.
     let step = Instant::now();
@@ -600,7 +615,10 @@ async fn create_pod(
         .create_pod(&name, namespace, &uid)
         .await
         .with_context(|| format!("kubelet running {}", what()))?;
-    created.push(handles.clone());
+    created
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .push(handles.clone());
     let cri_took = step.elapsed();
     let sandbox = cri
         .pod_sandbox_status(&handles.sandbox_id)
@@ -662,6 +680,7 @@ async fn create_pod(
             "sandbox_id": handles.sandbox_id,
             "container_id": handles.container_id,
             "node": node,
+            "start_ms": began.elapsed().as_secs_f64() * 1000.0,
         })
         .to_string(),
     )
