@@ -136,9 +136,14 @@ fn parse_pod_line(line: &str) -> PodLine {
     };
     assert_eq!(
         value.as_object().unwrap().len(),
-        6,
+        7,
         "unexpected fields in {line}"
     );
+    // From the create to the Running status stored: real work, well under a minute.
+    let start_ms = value["start_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no start_ms in {line}"));
+    assert!(0.0 < start_ms && start_ms < 60_000.0, "{line}");
     PodLine {
         namespace: field("namespace"),
         name: field("name"),
