@@ -229,6 +229,8 @@ struct WithAgent {
     programs: BTreeMap<String, (u64, u64)>,
     /// The agent's final drop counters (`reason=count`).
     drops: String,
+    /// Spans the agent exported, by name and kind (server, client).
+    spans: BTreeMap<(String, &'static str), usize>,
 }
 
 fn leg_with_agent(
@@ -251,6 +253,15 @@ fn leg_with_agent(
         .split_once("drops=")
         .map(|(_, rest)| rest.trim().to_owned())
         .unwrap_or_default();
+    let mut spans = BTreeMap::new();
+    for span in podtrace_tests::otlp_json::read_spans(out.path())? {
+        let kind = match span.kind {
+            2 => "server",
+            3 => "client",
+            _ => "internal",
+        };
+        *spans.entry((span.name, kind)).or_insert(0) += 1;
+    }
     let programs = programs_after
         .into_iter()
         .filter_map(|(name, (runs, ns))| {
@@ -264,6 +275,7 @@ fn leg_with_agent(
         agent_cpu_s: cpu * result_seconds_ratio(elapsed, leg),
         programs,
         drops,
+        spans,
     })
 }
 
@@ -385,6 +397,19 @@ impl Report {
             );
         }
         println!("  drops: {}", self.with.drops);
+        if !self.with.spans.is_empty() {
+            let spans: Vec<String> = self
+                .with
+                .spans
+                .iter()
+                .map(|((name, kind), count)| format!("{name} ({kind}) {count}"))
+                .collect();
+            println!(
+                "  spans exported for the leg's {} writes: {}",
+                with.writes,
+                spans.join(", ")
+            );
+        }
         println!();
     }
 }

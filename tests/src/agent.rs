@@ -8,7 +8,7 @@ use std::{
     net::TcpStream,
     path::Path,
     process::{Child, Command, Stdio},
-    sync::mpsc,
+    sync::{Arc, Mutex, mpsc},
     thread,
     time::Duration,
 };
@@ -21,6 +21,8 @@ pub struct Agent {
     child: Child,
     /// Its last log line, once it has stopped.
     stopped: mpsc::Receiver<String>,
+    /// Every log line so far.
+    log: Arc<Mutex<Vec<String>>>,
     /// Where it serves its metrics and recent traces (`host:port`).
     pub metrics: String,
 }
@@ -45,8 +47,13 @@ impl Agent {
         let (attached_tx, attached_rx) = mpsc::channel();
         let (metrics_tx, metrics_rx) = mpsc::channel();
         let (stopped_tx, stopped) = mpsc::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let lines = Arc::clone(&log);
         thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(mut lines) = lines.lock() {
+                    lines.push(line.clone());
+                }
                 if let Some(at) = line.split("metrics at http://").nth(1) {
                     let _ = metrics_tx.send(at.trim_end_matches("/metrics").to_owned());
                 }
@@ -68,8 +75,23 @@ impl Agent {
         Self {
             child,
             stopped,
+            log,
             metrics,
         }
+    }
+
+    /// The log lines that contain `needle`, so far.
+    pub fn logged(&self, needle: &str) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|lines| {
+                lines
+                    .iter()
+                    .filter(|line| line.contains(needle))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Its process id.

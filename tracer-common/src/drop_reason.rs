@@ -32,11 +32,14 @@ pub enum DropReason {
     TlsConnUnresolved = 10,
     /// The `GO_TLS_READS` map is full: a TLS read's plaintext was lost.
     GoReadsFull = 11,
+    /// A Go HPACK table podtrace was asked to copy had more entries than
+    /// `MAX_HPACK_TABLE_ENTRIES`; the connection keeps its header probes.
+    HpackTableTooLarge = 12,
 }
 
 impl DropReason {
     /// Every reason, in index order.
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::RingBufFull,
         DropReason::TargetMapFull,
         DropReason::DescendantDepthLimit,
@@ -49,6 +52,7 @@ impl DropReason {
         DropReason::DataTruncated,
         DropReason::TlsConnUnresolved,
         DropReason::GoReadsFull,
+        DropReason::HpackTableTooLarge,
     ];
     /// Number of slots in the `DROPS` array.
     pub const COUNT: u32 = Self::ALL.len() as u32;
@@ -68,6 +72,7 @@ impl DropReason {
             DropReason::DataTruncated => "data_truncated",
             DropReason::TlsConnUnresolved => "tls_conn_unresolved",
             DropReason::GoReadsFull => "go_reads_full",
+            DropReason::HpackTableTooLarge => "hpack_table_too_large",
         }
     }
 

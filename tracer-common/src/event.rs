@@ -38,6 +38,10 @@ pub enum EventKind {
     Header = 8,
     /// [`crate::gofunc::GoFuncEvent`]
     GoFunc = 9,
+    /// [`crate::io::HpackEntryEvent`]
+    HpackEntry = 10,
+    /// [`crate::io::HpackTableEvent`]
+    HpackTable = 11,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -53,6 +57,8 @@ impl TryFrom<u32> for EventKind {
             7 => Ok(EventKind::FileOpen),
             8 => Ok(EventKind::Header),
             9 => Ok(EventKind::GoFunc),
+            10 => Ok(EventKind::HpackEntry),
+            11 => Ok(EventKind::HpackTable),
             other => Err(other),
         }
     }

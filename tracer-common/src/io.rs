@@ -450,6 +450,122 @@ pub struct HeaderEvent {
 
 const _: () = assert!(size_of::<HeaderEvent>() == 24 + 8 + HEADER_NAME_BYTES + HEADER_VALUE_BYTES);
 
+/// Entries of a Go HPACK dynamic table podtrace copies at most. A table of
+/// the default 4096 bytes holds at most 4096 / 33 = 124 (RFC 7541 §4.1: an
+/// entry's size is its name and value lengths plus 32).
+pub const MAX_HPACK_TABLE_ENTRIES: u32 = 128;
+/// Connections whose HPACK tables can be asked for at once.
+pub const MAX_HPACK_SYNCS: u32 = 1024;
+
+/// Key of `HPACK_SYNC`: a connection of a process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HpackSyncKey {
+    /// Process id.
+    pub tgid: u32,
+    /// Explicit padding, zero.
+    pub _pad: u32,
+    /// The socket's identity (`FdInfo::conn_id`).
+    pub conn_id: u64,
+}
+
+/// `HpackSync::done` bit: the decoder's table (what the process receives) was copied.
+pub const HPACK_SYNC_DECODER_DONE: u32 = 1 << 0;
+/// `HpackSync::done` bit: the encoder's table (what the process sends) was copied.
+pub const HPACK_SYNC_ENCODER_DONE: u32 = 1 << 1;
+
+/// Value of `HPACK_SYNC`: user space asks for a connection's HPACK tables
+/// (it joined the connection after they were built). The TLS probes copy
+/// them once each: the decoder's (what the process receives) at the next
+/// read, as it stands before the bytes read; the encoder's (what it sends)
+/// at the next write, as it stands after the bytes written.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HpackSync {
+    /// `HPACK_SYNC_*_DONE` bits; user space clears one to ask again.
+    pub done: u32,
+    /// Explicit padding, zero.
+    pub _pad: u32,
+}
+
+/// Value of `GO_HPACK_CODERS`: the `*hpack.Decoder` and `*hpack.Encoder` a
+/// goroutine last used. Go's HTTP/2 code reads and decodes a connection on
+/// one goroutine, and encodes and writes it on one, so at a TLS read or
+/// write these are the connection's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GoHpackCoders {
+    /// Last `*hpack.Decoder`, 0 if none.
+    pub decoder: u64,
+    /// Last `*hpack.Encoder`, 0 if none.
+    pub encoder: u64,
+}
+
+/// `HpackEntryEvent::flags` bit: the entry's name is not one podtrace keeps
+/// (see `HeaderEvent`), or its value did not fit: only its size was sent.
+pub const HPACK_ENTRY_WITHHELD: u8 = 1 << 0;
+
+/// One entry of a Go HPACK dynamic table, copied at a point where the
+/// table's state matches a known place in the connection's bytes. Entries
+/// come oldest first (`index` 0), then one [`HpackTableEvent`] closes the copy.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HpackEntryEvent {
+    /// `kind` = `EventKind::HpackEntry`.
+    pub header: EventHeader,
+    /// The connection whose table this is.
+    pub conn_id: u64,
+    /// Position in the table, 0 = oldest.
+    pub index: u32,
+    /// RFC 7541 size: real name and value lengths plus 32.
+    pub entry_size: u32,
+    /// A [`HeaderSide`]: the decoder's table or the encoder's.
+    pub side: u8,
+    /// `HPACK_ENTRY_*` bits.
+    pub flags: u8,
+    /// Valid bytes of `name` (0 when withheld).
+    pub name_len: u8,
+    /// Explicit padding, zero.
+    pub _pad: u8,
+    /// Valid bytes of `value` (0 when withheld).
+    pub value_len: u16,
+    /// Explicit padding, zero.
+    pub _pad2: [u8; 2],
+    /// The entry's name.
+    pub name: [u8; HEADER_NAME_BYTES],
+    /// The entry's value.
+    pub value: [u8; HEADER_VALUE_BYTES],
+}
+
+/// The end of a copy of a Go HPACK dynamic table: how many
+/// [`HpackEntryEvent`]s it had and what Go says the table's size is, so that
+/// user space can tell a complete copy from one that lost entries.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HpackTableEvent {
+    /// `kind` = `EventKind::HpackTable`.
+    pub header: EventHeader,
+    /// The connection whose table this is.
+    pub conn_id: u64,
+    /// Entries in the table.
+    pub count: u32,
+    /// Sum of the entries' sizes (Go's `dynamicTable.size`).
+    pub size: u32,
+    /// The table's size limit (Go's `dynamicTable.maxSize`).
+    pub max_size: u32,
+    /// A [`HeaderSide`].
+    pub side: u8,
+    /// Explicit padding, zero.
+    pub _pad: [u8; 3],
+}
+
+const _: () = assert!(size_of::<HpackSyncKey>() == 16);
+const _: () = assert!(size_of::<HpackSync>() == 8);
+const _: () = assert!(size_of::<GoHpackCoders>() == 16);
+const _: () =
+    assert!(size_of::<HpackEntryEvent>() == 24 + 24 + HEADER_NAME_BYTES + HEADER_VALUE_BYTES);
+const _: () = assert!(size_of::<HpackTableEvent>() == 24 + 8 + 16);
+
 /// Capacity of `GO_BINARIES`: Go executables with TLS probes attached.
 pub const MAX_GO_BINARIES: u32 = 256;
 /// Capacity of `GO_TLS_READS`: `crypto/tls.(*Conn).Read` calls in flight.
@@ -523,5 +639,10 @@ impl_pod!(
     GoTlsOffsets,
     GoCallKey,
     GoTlsRead,
-    HeaderEvent
+    HeaderEvent,
+    HpackSyncKey,
+    HpackSync,
+    GoHpackCoders,
+    HpackEntryEvent,
+    HpackTableEvent
 );

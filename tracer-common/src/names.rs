@@ -31,6 +31,14 @@ pub const PROGRAM_GO_TLS_READ_RET: &str = "go_tls_read_ret";
 /// Uprobe at `hpack.(*Encoder).WriteField` and `hpack.(*Decoder).callEmit`
 /// (entry; the cookie is the `io::HeaderSide`).
 pub const PROGRAM_GO_HPACK_FIELD: &str = "go_hpack_field";
+/// Hash map `io::HpackSyncKey` → `io::HpackSync`: connections whose HPACK
+/// tables user space asks for.
+pub const MAP_HPACK_SYNC: &str = "HPACK_SYNC";
+/// Array of one `u32`: entries in `HPACK_SYNC` (the TLS probes skip the
+/// lookup when it is 0).
+pub const MAP_HPACK_SYNC_COUNT: &str = "HPACK_SYNC_COUNT";
+/// LRU hash map `io::GoCallKey` → `io::GoHpackCoders`.
+pub const MAP_GO_HPACK_CODERS: &str = "GO_HPACK_CODERS";
 /// Array attach cookie → `gofunc::GoFuncSpec`: what each function probe is.
 pub const MAP_GO_FUNCS: &str = "GO_FUNCS";
 /// Uprobe at the entry and RETs of probed Kubernetes functions (the cookie

@@ -11,7 +11,10 @@
 //!   deliver plaintext as data records on the socket's connection.
 //! - the HPACK probes (`go_hpack_field`): the cookie is the side (encoder or
 //!   decoder). They deliver header fields in plaintext, which is how a
-//!   request's `:path` is known on an HTTP/2 connection older than podtrace.
+//!   request's `:path` is known on an HTTP/2 connection older than podtrace,
+//!   and note which HPACK tables a goroutine uses, so that the TLS probes
+//!   can copy a connection's tables once ([`crate::hpack_table`]) and the
+//!   HPACK probes be detached.
 
 use aya_ebpf::{
     EbpfContext as _, helpers::generated::bpf_get_attach_cookie, macros::uprobe,
@@ -24,11 +27,12 @@ use tracer_common::{
     io::{
         ActiveCall, DATA_GO_TLS, FD_TLS, FdInfo, FdKey, FdKind, GoCallKey, GoTlsOffsets, GoTlsRead,
         HEADER_NAME_BYTES, HEADER_VALUE_BYTES, HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED,
-        HeaderEvent, IoSyscall,
+        HeaderEvent, HeaderSide, IoSyscall,
     },
 };
 
 use crate::{
+    hpack_table,
     io::{Buffers, data_event},
     kernel_read::{read_user, read_user_bytes},
     maps::{
@@ -186,6 +190,12 @@ fn try_tls_write(ctx: &ProbeContext) -> Result<(), DropReason> {
         go_abi::word(ctx, 2),
     );
     let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, attach_cookie(ctx))?;
+    if hpack_table::sync_wanted() {
+        // The encoder's table now includes every block in this write and
+        // before: the copy goes ahead of the write's record.
+        let g = go_abi::current_g(ctx);
+        hpack_table::copy_if_asked(ids, info.conn_id, g, HeaderSide::Encoder);
+    }
     let call = tls_call(fd, info, buf, len, IoSyscall::Write);
     data_event(
         ids,
@@ -212,10 +222,16 @@ fn try_tls_read(ctx: &ProbeContext) -> Result<(), DropReason> {
         return Ok(());
     };
     let (fd, info) = tls_conn_socket(ids.tgid, go_abi::word(ctx, 0), attach_cookie(ctx))?;
+    let g = go_abi::current_g(ctx);
+    if hpack_table::sync_wanted() {
+        // Go's reader asks for bytes only once it has parsed every whole
+        // frame before: the decoder's table is that of the bytes so far.
+        hpack_table::copy_if_asked(ids, info.conn_id, g, HeaderSide::Decoder);
+    }
     let key = GoCallKey {
         tgid: ids.tgid,
         _pad: 0,
-        g: go_abi::current_g(ctx),
+        g,
     };
     let read = GoTlsRead {
         ts_ns: now_ns(),
@@ -304,6 +320,13 @@ fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
     let Some(ids) = component_ids() else {
         return Ok(());
     };
+    let cookie = attach_cookie(ctx) as u8;
+    if hpack_table::sync_wanted() {
+        if let Ok(side) = HeaderSide::try_from(cookie) {
+            let coder = go_abi::word(ctx, 0);
+            hpack_table::note_coder(ids.tgid, go_abi::current_g(ctx), side, coder);
+        }
+    }
     let (name_ptr, name_len) = (go_abi::word(ctx, 1), go_abi::word(ctx, 2));
     let (value_ptr, value_len) = (go_abi::word(ctx, 3), go_abi::word(ctx, 4));
     let sensitive = go_abi::word(ctx, 5) & 0xff != 0;
@@ -350,7 +373,7 @@ fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
     // SAFETY: as above.
     unsafe {
         (*event).header = header(EventKind::Header, now_ns(), ids);
-        (*event).side = attach_cookie(ctx) as u8;
+        (*event).side = cookie;
         (*event).flags = flags;
         (*event).name_len = name_size as u8;
         (*event)._pad = 0;
@@ -365,7 +388,7 @@ fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
 /// `grpc-*`, `content-type`, `user-agent`. Everything else (authorization,
 /// cookies, application headers) never leaves the kernel.
 #[inline(always)]
-fn wanted_header(name: &[u8; HEADER_NAME_BYTES], len: u32) -> bool {
+pub(crate) fn wanted_header(name: &[u8; HEADER_NAME_BYTES], len: u32) -> bool {
     let starts = |prefix: &[u8]| {
         let mut index = 0;
         while index < prefix.len() {

@@ -18,6 +18,7 @@
 
 mod func_probes;
 mod go_probes;
+mod hpack_table;
 mod io;
 mod kernel_read;
 mod lifecycle;

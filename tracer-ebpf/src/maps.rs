@@ -3,7 +3,7 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
     config::{
@@ -13,8 +13,9 @@ use tracer_common::{
     drop_reason::DropReason,
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
     io::{
-        ActiveCall, DATA_BYTES_MAX, DataEvent, FdInfo, FdKey, GoCallKey, GoTlsOffsets, GoTlsRead,
-        MAX_ACTIVE_CALLS, MAX_GO_BINARIES, MAX_GO_TLS_READS, MAX_TRACKED_FDS,
+        ActiveCall, DATA_BYTES_MAX, DataEvent, FdInfo, FdKey, GoCallKey, GoHpackCoders,
+        GoTlsOffsets, GoTlsRead, HpackSync, HpackSyncKey, MAX_ACTIVE_CALLS, MAX_GO_BINARIES,
+        MAX_GO_TLS_READS, MAX_HPACK_SYNCS, MAX_TRACKED_FDS,
     },
 };
 
@@ -70,6 +71,21 @@ pub(crate) static GO_FUNCS: Array<GoFuncSpec> = Array::with_max_entries(MAX_GO_F
 #[map]
 pub(crate) static GO_TLS_READS: HashMap<GoCallKey, GoTlsRead> =
     HashMap::with_max_entries(MAX_GO_TLS_READS, 0);
+
+/// Connections whose HPACK tables user space asks for (`hpack_table`).
+#[map]
+pub(crate) static HPACK_SYNC: HashMap<HpackSyncKey, HpackSync> =
+    HashMap::with_max_entries(MAX_HPACK_SYNCS, 0);
+
+/// Entries in `HPACK_SYNC`, kept by user space: 0 spares the TLS probes the lookup.
+#[map]
+pub(crate) static HPACK_SYNC_COUNT: Array<u32> = Array::with_max_entries(1, 0);
+
+/// The HPACK decoder and encoder each goroutine last used, while user space
+/// asks for tables. LRU: goroutines end without telling.
+#[map]
+pub(crate) static GO_HPACK_CODERS: LruHashMap<GoCallKey, GoHpackCoders> =
+    LruHashMap::with_max_entries(MAX_GO_TLS_READS, 0);
 
 /// Set by user space before load (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]

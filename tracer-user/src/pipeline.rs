@@ -19,7 +19,7 @@ use tracer_common::drop_reason::DropReason;
 
 use crate::{
     capture::{
-        DropCounts, Probes, RawEvent,
+        DropCounts, HpackControl, Probes, RawEvent,
         clock::WallClock,
         recording::{RecordingReader, RecordingWriter},
         ring::{ReaderStats, read_ring_buffer},
@@ -152,8 +152,9 @@ impl Stages {
         clock: WallClock,
         known_processes: Vec<(u32, String)>,
         export: ExportOptions,
-        live: bool,
+        control: Option<mpsc::UnboundedSender<Vec<HpackControl>>>,
     ) -> Self {
+        let live = control.is_some();
         let (input, mut raw_rx) = mpsc::channel::<Vec<RawEvent>>(CHANNEL_CAPACITY);
         let (msg_tx, mut msg_rx) = mpsc::channel::<Vec<Message>>(CHANNEL_CAPACITY);
         let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
@@ -164,6 +165,11 @@ impl Stages {
                     .into_iter()
                     .flat_map(|event| decoder.decode(event))
                     .collect();
+                let requests = decoder.take_control();
+                if let Some(control) = control.as_ref().filter(|_| !requests.is_empty()) {
+                    // The capture loop may have ended first at shutdown.
+                    let _ = control.send(requests);
+                }
                 if !messages.is_empty() && msg_tx.send(messages).await.is_err() {
                     return;
                 }
@@ -173,6 +179,14 @@ impl Stages {
                     connections = decoder.grpc.skipped_connections,
                     wal_files = decoder.wal.skipped_files,
                     "not decoded: too many at once"
+                );
+            }
+            if decoder.grpc.tables_loaded + decoder.grpc.tables_refused > 0 {
+                tracing::info!(
+                    loaded = decoder.grpc.tables_loaded,
+                    refused = decoder.grpc.tables_refused,
+                    incomplete = decoder.tables.incomplete,
+                    "copies of HPACK tables of connections older than podtrace"
                 );
             }
             if decoder.wal.bad_records > 0 {
@@ -293,7 +307,8 @@ pub async fn run(
     let ring = probes.take_ring_buffer()?;
     let stats = Arc::new(ReaderStats::default());
     let stages_metrics = export.metrics.clone();
-    let stages = Stages::spawn(clock, probes.known_processes(), export, true);
+    let (control_tx, mut control) = mpsc::unbounded_channel();
+    let stages = Stages::spawn(clock, probes.known_processes(), export, Some(control_tx));
 
     // What was open before start goes first, so the correlator knows the
     // connections and files later events refer to.
@@ -316,10 +331,21 @@ pub async fn run(
     let mut reported = DropCounts::default();
     let mut interval = tokio::time::interval(DROP_REPORT_INTERVAL);
     let metrics = stages_metrics;
+    if let Some(metrics) = &metrics {
+        let (attached, reattached) = probes.hpack_probes_attached();
+        metrics.set_hpack_probes(attached, reattached);
+    }
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
             Some(tgid) = new_components.recv() => probes.attach_go_probes(tgid),
+            Some(requests) = control.recv() => {
+                probes.hpack_control(&requests);
+                if let Some(metrics) = &metrics {
+                    let (attached, reattached) = probes.hpack_probes_attached();
+                    metrics.set_hpack_probes(attached, reattached);
+                }
+            }
             _ = interval.tick() => {
                 let now = probes.drop_counts()?;
                 report_new_drops(&reported, &now);
@@ -365,7 +391,7 @@ pub async fn replay<R: io::Read>(
 ) -> anyhow::Result<ReplaySummary> {
     let clock = reader.clock();
     let known = reader.header.known_processes.clone();
-    let stages = (!dump).then(|| Stages::spawn(clock, known, export, false));
+    let stages = (!dump).then(|| Stages::spawn(clock, known, export, None));
     let mut malformed = 0;
     // Dumps write here; without dump the export stage prints to stdout, and
     // holding its lock while feeding the stages would deadlock them once

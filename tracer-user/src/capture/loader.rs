@@ -37,6 +37,7 @@ use tracer_gobin::GoBinError;
 use super::{
     clock::monotonic_now_ns,
     go_probes::{NoGoPlan, go_plan},
+    hpack_probes::{FileId, HpackControl, HpackProbes},
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
     kube_probes,
     proc_fds::{OpenFd, open_fds},
@@ -130,6 +131,8 @@ pub struct Probes {
     go_binaries: HashMap<(u64, u64), Option<u32>>,
     /// Slots of `GO_FUNCS` in use.
     go_func_slots: u32,
+    /// The HPACK probes, attached while a process needs them.
+    hpack: HpackProbes,
 }
 
 /// What attaching the Go probes to one binary did.
@@ -276,6 +279,7 @@ impl Probes {
             open_fds,
             go_binaries: HashMap::new(),
             go_func_slots: 0,
+            hpack: HpackProbes::default(),
         };
         let components: Vec<u32> = probes
             .seeded
@@ -284,7 +288,7 @@ impl Probes {
             .map(|t| t.tgid)
             .collect();
         for tgid in components {
-            probes.attach_go_probes(tgid);
+            probes.attach_go_probes_at(tgid, true);
         }
         // Executables of the target names on PATH get their probes now, so a
         // short-lived client's first TLS write is not lost to attach latency.
@@ -300,20 +304,43 @@ impl Probes {
     /// or whose Go release podtrace has no offsets for, is still followed at
     /// the syscall level).
     pub fn attach_go_probes(&mut self, tgid: u32) {
-        self.attach_go_probes_path(Path::new(&format!("/proc/{tgid}/exe")));
+        self.attach_go_probes_at(tgid, false);
+    }
+
+    /// `at_start`: the process was running before podtrace.
+    fn attach_go_probes_at(&mut self, tgid: u32, at_start: bool) {
+        self.attach_go_probes_for(
+            Path::new(&format!("/proc/{tgid}/exe")),
+            Some((tgid, at_start)),
+        );
     }
 
     /// Attaches the Go probes to the executable at `exe` (see
     /// [`Self::attach_go_probes`]).
     pub fn attach_go_probes_path(&mut self, exe: &Path) {
+        self.attach_go_probes_for(exe, None);
+    }
+
+    fn attach_go_probes_for(&mut self, exe: &Path, process: Option<(u32, bool)>) {
         let Ok(meta) = std::fs::metadata(exe) else {
             return; // gone already
         };
         let file = (meta.dev(), meta.ino());
         if self.go_binaries.contains_key(&file) {
+            if let Some((tgid, at_start)) = process {
+                self.hpack.add_process(file, tgid, at_start);
+            }
             return;
         }
-        let outcome = self.attach_go_probes_to(exe);
+        let running: Vec<u32> = process
+            .filter(|(_, at_start)| *at_start)
+            .map(|(tgid, _)| tgid)
+            .into_iter()
+            .collect();
+        let outcome = self.attach_go_probes_to(exe, file, &running);
+        if let Some((tgid, _)) = process {
+            self.hpack.add_process(file, tgid, false);
+        }
         let exe = exe.display();
         let tls_index = match outcome {
             Ok(GoAttached {
@@ -346,16 +373,21 @@ impl Probes {
         self.go_binaries.insert(file, tls_index);
     }
 
-    fn attach_go_probes_to(&mut self, exe: &Path) -> Result<GoAttached, GoAttachError> {
+    fn attach_go_probes_to(
+        &mut self,
+        exe: &Path,
+        file: FileId,
+        running: &[u32],
+    ) -> Result<GoAttached, GoAttachError> {
         let plan = go_plan(exe)?;
         let mut points: Vec<(&'static str, u64, u64)> = Vec::new();
+        let mut hpack_points = Vec::new();
         for (functions, side) in [
             (&plan.hpack_encoders, HeaderSide::Encoder),
             (&plan.hpack_decoders, HeaderSide::Decoder),
         ] {
             for function in functions {
-                points.push((
-                    PROGRAM_GO_HPACK_FIELD,
+                hpack_points.push((
                     function.file_offset + function.entry_probe_offset,
                     side as u64,
                 ));
@@ -438,13 +470,37 @@ impl Probes {
                 .attach(point, exe, UProbeScope::AllProcesses)
                 .map_err(|source| CaptureError::Program { name, source })?;
         }
+        let hpack_points_count = hpack_points.len();
+        self.hpack.add_executable(
+            &mut self.ebpf,
+            file,
+            exe.to_path_buf(),
+            hpack_points,
+            running,
+        )?;
         Ok(GoAttached {
-            attachments: points.len(),
+            attachments: points.len() + hpack_points_count,
             tls_index,
             unknown_release,
             kube_functions,
             no_kube_probes,
         })
+    }
+
+    /// Carries out what the decode stage asked about HPACK probes and table
+    /// copies. A failure is logged: the fields keep coming from the probes.
+    pub fn hpack_control(&mut self, requests: &[HpackControl]) {
+        for request in requests {
+            if let Err(error) = self.hpack.control(&mut self.ebpf, *request) {
+                tracing::warn!(%error, ?request, "HPACK probe control failed");
+            }
+        }
+    }
+
+    /// Executables whose HPACK probes are attached now, and how many times
+    /// one was attached again after a detach.
+    pub fn hpack_probes_attached(&self) -> (usize, u64) {
+        (self.hpack.attached(), self.hpack.reattached)
     }
 
     /// Stores a function probe's spec in the next `GO_FUNCS` slot; the slot

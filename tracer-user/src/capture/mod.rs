@@ -6,6 +6,7 @@
 
 pub mod clock;
 pub mod go_probes;
+mod hpack_probes;
 pub mod kernel_btf;
 pub mod kube_probes;
 pub mod loader;
@@ -16,8 +17,10 @@ pub mod targets;
 pub mod uprobes;
 pub mod wire;
 
+pub use hpack_probes::HpackControl;
 pub use loader::{CaptureError, CaptureOptions, DropCounts, Probes};
 pub use wire::{
     ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, ExitStatus, FileOpenRecord,
-    ForkRecord, FsyncRecord, GoFuncRecord, HeaderRecord, Peer, ProcessIds, RawEvent,
+    ForkRecord, FsyncRecord, GoFuncRecord, HeaderRecord, HpackEntryRecord, HpackTableRecord, Peer,
+    ProcessIds, RawEvent,
 };

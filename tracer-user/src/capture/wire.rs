@@ -21,7 +21,8 @@ use tracer_common::{
     io::{
         AF_INET, AF_INET6, AF_UNIX, ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_GO_TLS,
         DATA_TRUNCATED, DataEvent, Direction, FdKind, FileOpenEvent, FsyncEvent,
-        HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED, HeaderEvent, HeaderSide, IoSyscall,
+        HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED, HPACK_ENTRY_WITHHELD, HeaderEvent,
+        HeaderSide, HpackEntryEvent, HpackTableEvent, IoSyscall, MAX_HPACK_TABLE_ENTRIES,
         UNIX_PATH_BYTES,
     },
 };
@@ -257,6 +258,42 @@ pub struct HeaderRecord {
     pub truncated: bool,
 }
 
+/// One entry of a copy of a connection's Go HPACK table (oldest first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HpackEntryRecord {
+    /// The process and the thread that copied it.
+    pub ids: ProcessIds,
+    /// The connection.
+    pub conn: ConnKey,
+    /// The process's decoder (what it receives) or encoder (what it sends).
+    pub side: HeaderSide,
+    /// Position, 0 = oldest.
+    pub index: u32,
+    /// RFC 7541 size of the entry (real name and value lengths plus 32).
+    pub size: u32,
+    /// Name and value, when podtrace keeps that name; `None`: only the
+    /// size was sent (a credential, an application header, a long value).
+    pub field: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The end of a copy of a connection's Go HPACK table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HpackTableRecord {
+    /// The process and the thread that copied it.
+    pub ids: ProcessIds,
+    /// The connection.
+    pub conn: ConnKey,
+    /// The process's decoder or encoder.
+    pub side: HeaderSide,
+    /// Entries the table had; `None` when the kernel could not copy them
+    /// all (more than it copies, or a lost entry).
+    pub count: Option<u32>,
+    /// Sum of the entries' sizes.
+    pub size: u32,
+    /// The table's size limit.
+    pub max_size: u32,
+}
+
 /// A hit of a function probe on a Kubernetes component.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GoFuncRecord {
@@ -300,6 +337,10 @@ pub enum RawEvent {
     Header(HeaderRecord),
     /// See [`GoFuncRecord`].
     GoFunc(GoFuncRecord),
+    /// See [`HpackEntryRecord`].
+    HpackEntry(HpackEntryRecord),
+    /// See [`HpackTableRecord`].
+    HpackTable(HpackTableRecord),
 }
 
 impl RawEvent {
@@ -315,6 +356,8 @@ impl RawEvent {
             RawEvent::FileOpen(open) => &open.ids,
             RawEvent::Header(header) => &header.ids,
             RawEvent::GoFunc(call) => &call.ids,
+            RawEvent::HpackEntry(entry) => &entry.ids,
+            RawEvent::HpackTable(table) => &table.ids,
         }
     }
 }
@@ -465,6 +508,51 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
                 value: String::from_utf8_lossy(value).into_owned(),
                 redacted: event.flags & HEADER_VALUE_REDACTED != 0,
                 truncated: event.flags & HEADER_VALUE_TRUNCATED != 0,
+            }))
+        }
+        EventKind::HpackEntry => {
+            let event: HpackEntryEvent = read_record("HPACK table entry", bytes)?;
+            let malformed = |what: String| WireError::Malformed {
+                kind: "HPACK table entry",
+                what,
+            };
+            let field = if event.flags & HPACK_ENTRY_WITHHELD != 0 {
+                None
+            } else {
+                let name = event
+                    .name
+                    .get(..usize::from(event.name_len))
+                    .ok_or_else(|| malformed(format!("name_len {}", event.name_len)))?;
+                let value = event
+                    .value
+                    .get(..usize::from(event.value_len))
+                    .ok_or_else(|| malformed(format!("value_len {}", event.value_len)))?;
+                Some((name.to_vec(), value.to_vec()))
+            };
+            Ok(RawEvent::HpackEntry(HpackEntryRecord {
+                conn: ConnKey {
+                    tgid: ids.tgid,
+                    conn_id: event.conn_id,
+                },
+                ids,
+                side: enum_field("HPACK table entry", "side", event.side)?,
+                index: event.index,
+                size: event.entry_size,
+                field,
+            }))
+        }
+        EventKind::HpackTable => {
+            let event: HpackTableEvent = read_record("HPACK table", bytes)?;
+            Ok(RawEvent::HpackTable(HpackTableRecord {
+                conn: ConnKey {
+                    tgid: ids.tgid,
+                    conn_id: event.conn_id,
+                },
+                ids,
+                side: enum_field("HPACK table", "side", event.side)?,
+                count: (event.count <= MAX_HPACK_TABLE_ENTRIES).then_some(event.count),
+                size: event.size,
+                max_size: event.max_size,
             }))
         }
         EventKind::GoFunc => {

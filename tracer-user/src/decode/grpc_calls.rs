@@ -20,20 +20,20 @@
 use std::collections::HashMap;
 
 use sha2::{Digest as _, Sha256};
-use tracer_common::io::{ConnAction, Direction, FdKind};
+use tracer_common::io::{ConnAction, Direction, FdKind, HeaderSide};
 use tracer_decode::{
     Chunk,
     cri::{ContainerFacts, CriCall},
     etcd::{KvCall, WriteKind},
     grpc::GrpcCall,
-    http2::{Exchange, Http2Connection, Limits, SeenStream},
+    http2::{Exchange, Http2Connection, Limits, SeenStream, TableCopy, TableLoadError, TablePoint},
     identity::{PodClue, PodIdentity, clues_from_kv_request},
     kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
     rest::{RestRequest, Verb},
 };
 
-use super::{HeaderMessage, Message};
-use crate::capture::{ConnKey, ConnRecord, DataRecord};
+use super::{HeaderMessage, Message, TableCopyMessage};
+use crate::capture::{ConnKey, ConnRecord, DataRecord, HpackControl};
 
 /// Connections decoded at once; past it new ones are counted and skipped.
 const MAX_CONNECTIONS: usize = 4096;
@@ -49,6 +49,15 @@ const MAX_WAITING_BLOCKS: usize = 64;
 /// bytes may be: the block is encoded just before the write, or decoded
 /// just after the read, that carries it.
 pub const PROBE_BLOCK_WINDOW_NS: u64 = 20_000_000;
+/// Copies of one table asked for before podtrace gives up on it (each can
+/// be refused when it was taken inside a header block).
+const MAX_TABLE_ATTEMPTS: u8 = 8;
+/// How long a connection older than podtrace that has carried nothing yet
+/// keeps the HPACK probes attached: its first request usually comes soon,
+/// and without the probes that request's `:path` would be lost.
+const IDLE_GRACE_NS: u64 = 1_000_000_000;
+/// How often a process whose HPACK probes are attached is looked at again.
+const FIELD_PROBES_RECHECK_NS: u64 = 250_000_000;
 
 /// Which end of the connection the process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -183,6 +192,81 @@ struct Connection {
     /// For a connection open before podtrace started: request header
     /// blocks from the HPACK probes, to be given to their streams.
     probe_headers: Option<ProbeHeaders>,
+    /// For such a connection over TLS: where copying Go's HPACK tables
+    /// stands. Once both are loaded, the wire decodes every block and the
+    /// probes' fields are no longer needed.
+    tables: Option<TableSync>,
+    /// `http2.table_resets` of (client → server, server → client) when
+    /// last looked at: a reset makes the tables unknown again.
+    resets_seen: (u64, u64),
+    /// When decoding it began (CLOCK_MONOTONIC ns).
+    joined_ts_ns: u64,
+}
+
+impl Connection {
+    /// Whether the HPACK probes' fields are still needed for this connection:
+    /// its request headers cannot all be decoded from the wire yet.
+    fn needs_fields(&self, now_ns: u64) -> bool {
+        // A connection idle since podtrace joined it needs nothing after a
+        // grace period: its first bytes bring the probes back.
+        let idle = self.fed_bytes == 0 && now_ns > self.joined_ts_ns + IDLE_GRACE_NS;
+        if self.probe_headers.is_none() || idle {
+            return false;
+        }
+        let Some(tables) = &self.tables else {
+            return true;
+        };
+        let (request, response) = match self.side {
+            Side::Server => (tables.decoder, tables.encoder),
+            Side::Client => (tables.encoder, tables.decoder),
+        };
+        request != TableLoad::Loaded || matches!(response, TableLoad::Waiting { .. })
+    }
+
+    /// The wire direction of what the process receives or sends.
+    fn wire_direction(&self, table: HeaderSide) -> tracer_decode::Direction {
+        match (self.side, table) {
+            (Side::Server, HeaderSide::Decoder) | (Side::Client, HeaderSide::Encoder) => {
+                tracer_decode::Direction::ClientToServer
+            }
+            (Side::Server, HeaderSide::Encoder) | (Side::Client, HeaderSide::Decoder) => {
+                tracer_decode::Direction::ServerToClient
+            }
+        }
+    }
+}
+
+/// Where copying a connection's two HPACK tables stands.
+#[derive(Debug, Default)]
+struct TableSync {
+    /// The process's decoder: what it receives.
+    decoder: TableLoad,
+    /// The process's encoder: what it sends.
+    encoder: TableLoad,
+    /// A copy of the encoder's table, taken at a write whose bytes come next.
+    pending_encoder: Option<Option<TableCopy>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TableLoad {
+    Waiting { attempts: u8 },
+    Loaded,
+    GaveUp,
+}
+
+impl Default for TableLoad {
+    fn default() -> Self {
+        Self::Waiting { attempts: 0 }
+    }
+}
+
+impl TableSync {
+    fn load_mut(&mut self, side: HeaderSide) -> &mut TableLoad {
+        match side {
+            HeaderSide::Decoder => &mut self.decoder,
+            HeaderSide::Encoder => &mut self.encoder,
+        }
+    }
 }
 
 /// Request header blocks reported by Go's HPACK probes on one connection.
@@ -322,6 +406,17 @@ pub struct GrpcDecoder {
     connections: HashMap<ConnKey, Connection>,
     /// Connections not decoded because the table was full.
     pub skipped_connections: u64,
+    /// What capture is asked to do, in order; the stage takes it.
+    pub control: Vec<HpackControl>,
+    /// Per process, whether its HPACK probes were last said to be needed.
+    /// Per process, whether its HPACK probes were last said to be needed,
+    /// and when that was decided.
+    field_probes: HashMap<u32, (bool, u64)>,
+    /// Copies of HPACK tables loaded into the wire decoders.
+    pub tables_loaded: u64,
+    /// Copies that could not be used (taken inside a header block, lost
+    /// entries); another was asked for, up to [`MAX_TABLE_ATTEMPTS`].
+    pub tables_refused: u64,
 }
 
 impl std::fmt::Debug for GrpcDecoder {
@@ -346,12 +441,16 @@ impl GrpcDecoder {
             ConnAction::ConnectedBeforeStart => (Side::Client, true),
             ConnAction::OpenAtStart => return Vec::new(),
             ConnAction::Closed => {
-                return match self.connections.remove(&conn.conn) {
-                    Some(connection) => {
-                        call_messages(conn.conn, connection.side, connection.http2.finish())
-                    }
-                    None => Vec::new(),
+                let Some(connection) = self.connections.remove(&conn.conn) else {
+                    return Vec::new();
                 };
+                if connection.tables.is_some() {
+                    self.control.push(HpackControl::Forget(conn.conn));
+                }
+                if connection.needs_fields(conn.ids.ts_ns) {
+                    self.update_field_probes(conn.conn.tgid, conn.ids.ts_ns);
+                }
+                return call_messages(conn.conn, connection.side, connection.http2.finish());
             }
         };
         if self.connections.len() >= MAX_CONNECTIONS {
@@ -367,6 +466,9 @@ impl GrpcDecoder {
                 client_start_seen: false,
                 tls: false,
                 probe_headers: before_start.then(ProbeHeaders::default),
+                tables: None,
+                resets_seen: (0, 0),
+                joined_ts_ns: conn.ids.ts_ns,
             },
         );
         Vec::new()
@@ -383,10 +485,12 @@ impl GrpcDecoder {
             connection.tls = true;
             if connection.fed_bytes > 0 {
                 connection.http2 = Http2Connection::new(Limits::default());
+                connection.resets_seen = (0, 0);
             }
         } else if connection.tls && !data.tls_plaintext {
             return Vec::new();
         }
+        let mut fields_changed = connection.fed_bytes == 0 && connection.probe_headers.is_some();
         connection.fed_bytes += data.data.len() as u64;
         let client_to_server = match (connection.side, data.direction) {
             (Side::Server, Direction::Ingress) | (Side::Client, Direction::Egress) => true,
@@ -400,6 +504,7 @@ impl GrpcDecoder {
             // on connections older than podtrace.
             if !data.data.starts_with(HTTP2_PREFACE) && connection.probe_headers.is_none() {
                 connection.probe_headers = Some(ProbeHeaders::default());
+                fields_changed = true;
             }
         }
         let direction = if client_to_server {
@@ -413,9 +518,138 @@ impl GrpcDecoder {
             bytes: data.data.clone(),
             truncated: data.truncated,
         });
+        if data.direction == Direction::Egress {
+            if let Some(copy) = connection
+                .tables
+                .as_mut()
+                .and_then(|tables| tables.pending_encoder.take())
+            {
+                let result = load_copy(connection, HeaderSide::Encoder, copy);
+                fields_changed |= self.loaded(data.conn, HeaderSide::Encoder, result);
+            }
+        }
+        let Some(connection) = self.connections.get_mut(&data.conn) else {
+            return Vec::new();
+        };
+        fields_changed |= tables_forgotten(connection, &mut self.control, data.conn);
+        if connection.tls && connection.probe_headers.is_some() && connection.tables.is_none() {
+            connection.tables = Some(TableSync::default());
+            tracing::debug!(conn = ?data.conn, side = ?connection.side, "HPACK tables asked for");
+            self.control.push(HpackControl::Ask(data.conn));
+        }
         pair_probe_headers(connection);
         let exchanges = connection.http2.take_exchanges();
-        call_messages(data.conn, connection.side, exchanges)
+        let side = connection.side;
+        if fields_changed {
+            self.update_field_probes(data.conn.tgid, data.ids.ts_ns);
+        }
+        call_messages(data.conn, side, exchanges)
+    }
+
+    /// A copy of one of a connection's HPACK tables: the decoder's is
+    /// loaded at once (it was taken before the bytes of the read that
+    /// follows), the encoder's after the bytes of the write that follows.
+    pub fn on_table(&mut self, message: TableCopyMessage) {
+        let Some(connection) = self.connections.get_mut(&message.conn) else {
+            tracing::debug!(conn = ?message.conn, "HPACK table copy of an unknown connection");
+            return;
+        };
+        let Some(tables) = connection.tables.as_mut() else {
+            tracing::debug!(conn = ?message.conn, "HPACK table copy not asked for");
+            return;
+        };
+        let changed = match message.side {
+            HeaderSide::Decoder => {
+                let result = load_copy(connection, HeaderSide::Decoder, message.copy);
+                self.loaded(message.conn, HeaderSide::Decoder, result)
+            }
+            HeaderSide::Encoder => {
+                tables.pending_encoder = Some(message.copy);
+                false
+            }
+        };
+        if changed {
+            self.update_field_probes(message.conn.tgid, message.ts_ns);
+        }
+    }
+
+    /// Notes a header field from process `tgid`'s HPACK probes: whether it
+    /// needs them is looked at again now and then while they fire.
+    pub fn on_field_from(&mut self, tgid: u32, ts_ns: u64) {
+        let due = self
+            .field_probes
+            .get(&tgid)
+            .is_none_or(|(_, checked)| ts_ns > checked + FIELD_PROBES_RECHECK_NS);
+        if due {
+            self.update_field_probes(tgid, ts_ns);
+        }
+    }
+
+    /// A process ended: it needs no HPACK probes any more.
+    pub fn on_exit(&mut self, tgid: u32) {
+        self.field_probes.remove(&tgid);
+        self.control.push(HpackControl::Exited(tgid));
+    }
+
+    /// Records the outcome of loading a copy; returns whether the
+    /// connection's need for header fields may have changed.
+    fn loaded(
+        &mut self,
+        conn: ConnKey,
+        side: HeaderSide,
+        result: Result<(), TableLoadError>,
+    ) -> bool {
+        let Some(tables) = self
+            .connections
+            .get_mut(&conn)
+            .and_then(|connection| connection.tables.as_mut())
+        else {
+            return false;
+        };
+        let load = tables.load_mut(side);
+        tracing::debug!(?conn, ?side, ?result, "HPACK table copy");
+        match result {
+            Ok(()) => {
+                self.tables_loaded += 1;
+                *load = TableLoad::Loaded;
+            }
+            Err(error) => {
+                self.tables_refused += 1;
+                let TableLoad::Waiting { attempts } = *load else {
+                    return false;
+                };
+                if attempts + 1 >= MAX_TABLE_ATTEMPTS {
+                    tracing::debug!(?conn, ?side, %error, "HPACK table copies refused; header fields stay with the probes");
+                    *load = TableLoad::GaveUp;
+                } else {
+                    *load = TableLoad::Waiting {
+                        attempts: attempts + 1,
+                    };
+                    self.control.push(HpackControl::Again(conn, side));
+                    return false;
+                }
+            }
+        }
+        if !matches!(tables.decoder, TableLoad::Waiting { .. })
+            && !matches!(tables.encoder, TableLoad::Waiting { .. })
+        {
+            self.control.push(HpackControl::Forget(conn));
+        }
+        true
+    }
+
+    /// Tells capture whether process `tgid` needs its HPACK probes, when
+    /// that changed.
+    fn update_field_probes(&mut self, tgid: u32, now_ns: u64) {
+        let needed = self
+            .connections
+            .iter()
+            .any(|(conn, connection)| conn.tgid == tgid && connection.needs_fields(now_ns));
+        let before = self.field_probes.insert(tgid, (needed, now_ns));
+        if before.map(|(needed, _)| needed) != Some(needed) {
+            self.control
+                .push(HpackControl::FieldProbes { tgid, needed });
+        }
     }
 
     /// A header field from Go's HPACK probes: on a connection open before
@@ -444,6 +678,67 @@ impl GrpcDecoder {
         }
         pair_probe_headers(connection);
     }
+}
+
+/// Loads a copy of the process's decoder or encoder table into the wire
+/// decoder of the direction it decodes.
+fn load_copy(
+    connection: &mut Connection,
+    side: HeaderSide,
+    copy: Option<TableCopy>,
+) -> Result<(), TableLoadError> {
+    let copy = copy.ok_or_else(|| TableLoadError::Inconsistent("entries were lost".into()))?;
+    let point = match side {
+        HeaderSide::Decoder => TablePoint::BeforeNext,
+        HeaderSide::Encoder => TablePoint::AfterPushed,
+    };
+    let direction = connection.wire_direction(side);
+    connection.http2.load_table(direction, point, &copy)?;
+    let resets = connection.http2.table_resets(direction);
+    match direction {
+        tracer_decode::Direction::ClientToServer => connection.resets_seen.0 = resets,
+        tracer_decode::Direction::ServerToClient => connection.resets_seen.1 = resets,
+    }
+    Ok(())
+}
+
+/// After lost bytes or a corrupt block a direction's table is unknown
+/// again: its request headers come from the probes until a new copy is
+/// loaded. Returns whether anything changed.
+fn tables_forgotten(
+    connection: &mut Connection,
+    control: &mut Vec<HpackControl>,
+    conn: ConnKey,
+) -> bool {
+    let resets = (
+        connection
+            .http2
+            .table_resets(tracer_decode::Direction::ClientToServer),
+        connection
+            .http2
+            .table_resets(tracer_decode::Direction::ServerToClient),
+    );
+    if resets == connection.resets_seen {
+        return false;
+    }
+    connection.resets_seen = resets;
+    connection
+        .probe_headers
+        .get_or_insert_with(ProbeHeaders::default);
+    if let Some(tables) = connection.tables.as_mut() {
+        let mut asked = false;
+        for side in [HeaderSide::Decoder, HeaderSide::Encoder] {
+            let load = tables.load_mut(side);
+            if *load == TableLoad::Loaded {
+                *load = TableLoad::default();
+                if !asked {
+                    control.push(HpackControl::Ask(conn));
+                    asked = true;
+                }
+            }
+        }
+    }
+    true
 }
 
 fn pair_probe_headers(connection: &mut Connection) {

@@ -11,18 +11,20 @@ pub mod functions;
 pub mod grpc_calls;
 pub mod headers;
 pub mod process;
+pub mod table_copies;
 pub mod wal_writes;
 
 pub use functions::FuncMessage;
 pub use grpc_calls::{CriMessage, EtcdMessage, GrpcDecoder, RestMessage};
 pub use headers::{HeaderAttributor, HeaderMessage};
+pub use table_copies::{TableAssembler, TableCopyMessage};
 pub use wal_writes::{WalDecoder, WalMessage};
 
 use tracer_common::io::{ConnAction, FdKind};
 
 use crate::capture::{
     ConnRecord, DataRecord, ExecRecord, ExitRecord, FileOpenRecord, ForkRecord, FsyncRecord,
-    RawEvent,
+    HpackControl, RawEvent,
 };
 
 /// What a component did, as far as one record tells.
@@ -86,9 +88,16 @@ pub struct Decoder {
     pub grpc: GrpcDecoder,
     /// Raft entries in etcd WAL writes.
     pub wal: WalDecoder,
+    /// Copies of Go HPACK tables being put together.
+    pub tables: TableAssembler,
 }
 
 impl Decoder {
+    /// What capture is asked to do since the last call (see [`HpackControl`]).
+    pub fn take_control(&mut self) -> Vec<HpackControl> {
+        std::mem::take(&mut self.grpc.control)
+    }
+
     /// Decodes one captured event into the messages it yields (header fields
     /// an egress write releases come before the write itself).
     pub fn decode(&mut self, event: RawEvent) -> Vec<Message> {
@@ -98,7 +107,10 @@ impl Decoder {
                 vec![Message::Exec(exec)]
             }
             RawEvent::Fork(fork) => vec![Message::Fork(fork)],
-            RawEvent::Exit(exit) => vec![Message::Exit(exit)],
+            RawEvent::Exit(exit) => {
+                self.grpc.on_exit(exit.ids.tgid);
+                vec![Message::Exit(exit)]
+            }
             RawEvent::Data(data) => {
                 let headers = self.headers.on_data(&data);
                 for header in &headers {
@@ -121,13 +133,24 @@ impl Decoder {
             RawEvent::Fsync(fsync) => vec![Message::Fsync(fsync)],
             RawEvent::FileOpen(open) => vec![Message::FileOpen(open)],
             RawEvent::GoFunc(call) => vec![Message::Func(Box::new(functions::decode(call)))],
-            RawEvent::Header(header) => match self.headers.on_header(header) {
-                Some(header) => {
-                    self.grpc.on_header(&header);
-                    vec![Message::Header(header)]
+            RawEvent::HpackEntry(entry) => {
+                self.tables.on_entry(entry);
+                Vec::new()
+            }
+            RawEvent::HpackTable(table) => {
+                self.grpc.on_table(self.tables.on_table(&table));
+                Vec::new()
+            }
+            RawEvent::Header(header) => {
+                self.grpc.on_field_from(header.ids.tgid, header.ids.ts_ns);
+                match self.headers.on_header(header) {
+                    Some(header) => {
+                        self.grpc.on_header(&header);
+                        vec![Message::Header(header)]
+                    }
+                    None => Vec::new(),
                 }
-                None => Vec::new(),
-            },
+            }
         }
     }
 }

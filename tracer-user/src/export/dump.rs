@@ -67,6 +67,31 @@ pub fn format_event(event: &RawEvent, clock: &WallClock) -> String {
             },
             if field.truncated { "…" } else { "" }
         ),
+        RawEvent::HpackEntry(entry) => format!(
+            "{head} hpack table {:?} conn {:#x} entry {} of {} B: {}",
+            entry.side,
+            entry.conn.conn_id,
+            entry.index,
+            entry.size,
+            match &entry.field {
+                Some((name, value)) => format!(
+                    "{} ({} B value)",
+                    String::from_utf8_lossy(name),
+                    value.len()
+                ),
+                None => "[withheld]".to_owned(),
+            }
+        ),
+        RawEvent::HpackTable(table) => format!(
+            "{head} hpack table {:?} conn {:#x}: {} entries, {} of {} B",
+            table.side,
+            table.conn.conn_id,
+            table
+                .count
+                .map_or_else(|| "not all".to_owned(), |count| count.to_string()),
+            table.size,
+            table.max_size
+        ),
         RawEvent::GoFunc(call) => format!(
             "{head} func {:?} {} goroutine {} (created by {}) words {:x?} strings {:?}",
             call.function,

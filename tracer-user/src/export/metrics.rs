@@ -190,6 +190,8 @@ pub struct Metrics {
     kernel_drops: Family<ReasonLabel, Gauge>,
     export_failures: Counter,
     otlp_spans_dropped: Gauge,
+    hpack_probes_attached: Gauge,
+    hpack_probes_reattached: Gauge,
     cpu_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     resident_bytes: Gauge,
 }
@@ -248,6 +250,18 @@ impl Default for Metrics {
             "Spans the OTLP exporter dropped (queue full or export failed; a total since start)",
             otlp_spans_dropped.clone(),
         );
+        let hpack_probes_attached = Gauge::default();
+        registry.register(
+            "hpack_probes_attached",
+            "Executables whose HPACK header-field probes are attached (only while a connection older than podtrace needs them)",
+            hpack_probes_attached.clone(),
+        );
+        let hpack_probes_reattached = Gauge::default();
+        registry.register(
+            "hpack_probes_reattached",
+            "Times an executable's HPACK probes were attached again after a detach (a total since start)",
+            hpack_probes_reattached.clone(),
+        );
         let cpu_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register(
             "process_cpu_seconds",
@@ -268,6 +282,8 @@ impl Default for Metrics {
             kernel_drops,
             export_failures,
             otlp_spans_dropped,
+            hpack_probes_attached,
+            hpack_probes_reattached,
             cpu_seconds,
             resident_bytes,
         }
@@ -309,6 +325,15 @@ impl Metrics {
                 })
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
+    }
+
+    /// How many executables have their HPACK probes attached, and how many
+    /// times they were attached again.
+    pub fn set_hpack_probes(&self, attached: usize, reattached: u64) {
+        self.hpack_probes_attached
+            .set(i64::try_from(attached).unwrap_or(i64::MAX));
+        self.hpack_probes_reattached
+            .set(i64::try_from(reattached).unwrap_or(i64::MAX));
     }
 
     /// A batch of spans the OTLP-JSON file could not take.

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::frame::{self, CLIENT_PREFACE, Frame, FrameError};
-use super::hpack::{HeaderBlockDecoder, HeaderBlockError, HeaderList};
+use super::hpack::{HeaderBlockDecoder, HeaderBlockError, HeaderList, TableCopy, TableLoadError};
 use crate::{Chunk, Decoded, Direction};
 
 /// Memory bounds for one connection.
@@ -215,6 +215,22 @@ enum Sync {
     InFrames,
 }
 
+/// Where in a direction's bytes a [`TableCopy`] was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TablePoint {
+    /// Before the next bytes pushed: the receiver's table as it was when it
+    /// asked for more (every whole frame before parsed).
+    BeforeNext,
+    /// After the bytes pushed so far: the sender's table as it was when it
+    /// wrote them (every block in them encoded).
+    AfterPushed,
+}
+
+/// HTTP/2 frame types that carry header block fragments (RFC 9113 §6).
+const FRAME_HEADERS: u8 = 0x1;
+const FRAME_PUSH_PROMISE: u8 = 0x5;
+const FRAME_CONTINUATION: u8 = 0x9;
+
 #[derive(Debug)]
 struct PendingBlock {
     stream_id: u32,
@@ -340,6 +356,50 @@ impl Http2Connection {
             None => self.stream(stream_id),
         };
         exchange.half_mut(direction).external_headers.extend(fields);
+    }
+
+    /// How many times `direction`'s HPACK table was forgotten (lost bytes,
+    /// a corrupt block): each time, the entries its sender inserted before
+    /// are unknown again until a [`Self::load_table`].
+    pub fn table_resets(&self, direction: Direction) -> u64 {
+        match direction {
+            Direction::ClientToServer => self.client.hpack.resets(),
+            Direction::ServerToClient => self.server.hpack.resets(),
+        }
+    }
+
+    /// Replaces `direction`'s HPACK table with a copy of the peer's, taken
+    /// at `point` in this direction's bytes. Refused (and nothing changed)
+    /// when that point cannot be placed exactly: inside a header block, or
+    /// before the frames are in step.
+    pub fn load_table(
+        &mut self,
+        direction: Direction,
+        point: TablePoint,
+        copy: &TableCopy,
+    ) -> Result<(), TableLoadError> {
+        let state = self.state_mut(direction);
+        // Go decodes a block's HEADERS fragment before it reads the
+        // CONTINUATION, and encodes a whole block before it writes any.
+        if state.pending.is_some() {
+            return Err(TableLoadError::MidBlock);
+        }
+        if point == TablePoint::AfterPushed {
+            if state.sync != Sync::InFrames {
+                return Err(TableLoadError::Unsynchronised);
+            }
+            // A part-written frame of a header block was encoded whole.
+            let carries_block = |kind: &u8| {
+                matches!(
+                    *kind,
+                    FRAME_HEADERS | FRAME_PUSH_PROMISE | FRAME_CONTINUATION
+                )
+            };
+            if !state.buf.is_empty() && state.buf.get(3).is_none_or(carries_block) {
+                return Err(TableLoadError::MidBlock);
+            }
+        }
+        state.hpack.load(copy)
     }
 
     /// The streams whose `direction` half has sent anything (a header block

@@ -24,6 +24,11 @@ use loona_hpack::decoder::DecoderError;
 /// Name put in the table in place of a name we could not resolve. NUL cannot
 /// occur in an HTTP header name, so it never collides with a real one.
 const UNKNOWN_NAME: &[u8] = b"\0podtrace-unknown-name";
+/// Name of a table entry loaded from a copy that held only its size; the
+/// value is NUL padding to the entry's real size, so eviction stays in step.
+const WITHHELD_NAME: &[u8] = b"\0";
+/// RFC 7541 §4.1: what an entry costs beyond its name and value.
+const ENTRY_OVERHEAD: usize = 32;
 
 /// A field of a header block that could not be fully recovered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +43,45 @@ pub enum UnresolvedField {
         /// The value, lossily decoded as UTF-8.
         value: String,
     },
+    /// A field whose dynamic entry came from a [`TableCopy`] that held only
+    /// its size (a name podtrace does not keep, such as a credential).
+    Withheld,
+}
+
+/// A copy of a peer's HPACK dynamic table (from the process's memory),
+/// oldest entry first, taken where its state is known relative to the
+/// connection's bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableCopy {
+    /// The table's size limit.
+    pub max_size: usize,
+    /// The entries, oldest first.
+    pub entries: Vec<TableEntry>,
+}
+
+/// One entry of a [`TableCopy`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableEntry {
+    /// Name and value; `None` when only the size was copied.
+    pub field: Option<(Vec<u8>, Vec<u8>)>,
+    /// RFC 7541 size: name and value lengths plus 32.
+    pub size: usize,
+}
+
+/// A [`TableCopy`] that cannot be loaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TableLoadError {
+    /// An entry's size is below the 32 bytes every entry costs, or the
+    /// entries exceed the table's limit.
+    #[error("table copy is inconsistent: {0}")]
+    Inconsistent(String),
+    /// The copy was taken while a header block was part-way through, so its
+    /// place in the bytes is not known.
+    #[error("a header block was part-way through where the copy was taken")]
+    MidBlock,
+    /// The bytes of this direction are not being read frame by frame yet.
+    #[error("the connection's frames are not in step yet")]
+    Unsynchronised,
 }
 
 /// A decoded header block.
@@ -96,6 +140,8 @@ pub(crate) const CREDENTIAL_HEADERS: [&str; 4] = [
 /// The HPACK state of one direction of a connection.
 pub struct HeaderBlockDecoder {
     decoder: loona_hpack::Decoder<'static>,
+    /// Times the table was forgotten (a corrupt block, lost bytes).
+    resets: u64,
 }
 
 impl std::fmt::Debug for HeaderBlockDecoder {
@@ -108,6 +154,7 @@ impl Default for HeaderBlockDecoder {
     fn default() -> Self {
         Self {
             decoder: loona_hpack::Decoder::new(),
+            resets: 0,
         }
     }
 }
@@ -205,6 +252,61 @@ impl HeaderBlockDecoder {
     /// points at an entry inserted before this call is unresolved.
     pub fn reset(&mut self) {
         self.decoder = loona_hpack::Decoder::new();
+        self.resets += 1;
+    }
+
+    /// How many times the table was forgotten: from then on, entries the
+    /// peer inserted before are unknown again.
+    pub fn resets(&self) -> u64 {
+        self.resets
+    }
+
+    /// Replaces the table with `copy`. Each entry is fed to the decoder as
+    /// the literal-with-incremental-indexing representation that would have
+    /// inserted it, oldest first, so that indices and eviction follow the
+    /// peer's from here on.
+    pub fn load(&mut self, copy: &TableCopy) -> Result<(), TableLoadError> {
+        let total: usize = copy.entries.iter().map(|entry| entry.size).sum();
+        if total > copy.max_size {
+            return Err(TableLoadError::Inconsistent(format!(
+                "{total} bytes of entries in a table of {}",
+                copy.max_size
+            )));
+        }
+        let mut decoder = loona_hpack::Decoder::new();
+        decoder.set_max_table_size(copy.max_size);
+        for entry in &copy.entries {
+            let padding;
+            let (name, value) = match &entry.field {
+                Some((name, value)) if name.len() + value.len() + ENTRY_OVERHEAD == entry.size => {
+                    (name.as_slice(), value.as_slice())
+                }
+                Some(_) => {
+                    return Err(TableLoadError::Inconsistent(
+                        "an entry's size does not match its name and value".into(),
+                    ));
+                }
+                None => {
+                    let Some(len) = entry.size.checked_sub(ENTRY_OVERHEAD + WITHHELD_NAME.len())
+                    else {
+                        return Err(TableLoadError::Inconsistent(format!(
+                            "entry of {} bytes",
+                            entry.size
+                        )));
+                    };
+                    padding = vec![0; len];
+                    (WITHHELD_NAME, padding.as_slice())
+                }
+            };
+            let mut rep = vec![0x40];
+            encode_string(&mut rep, name);
+            encode_string(&mut rep, value);
+            decoder
+                .decode_with_cb(&rep, |_, _| {})
+                .map_err(|error| TableLoadError::Inconsistent(format!("{error:?}")))?;
+        }
+        self.decoder = decoder;
+        Ok(())
     }
 
     /// Decodes one complete header block (HEADERS plus CONTINUATION fragments).
@@ -286,7 +388,29 @@ fn prefix_bits(kind: Representation) -> u8 {
     }
 }
 
+/// Appends an HPACK string literal (RFC 7541 §5.2, not Huffman-coded).
+fn encode_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    // §5.1 integer with a 7-bit prefix.
+    let mut len = bytes.len();
+    if len < 0x7f {
+        out.push(len as u8);
+    } else {
+        out.push(0x7f);
+        len -= 0x7f;
+        while len >= 0x80 {
+            out.push((len % 0x80) as u8 | 0x80);
+            len /= 0x80;
+        }
+        out.push(len as u8);
+    }
+    out.extend_from_slice(bytes);
+}
+
 fn push_field(list: &mut HeaderList, name: &[u8], value: &[u8]) {
+    if name == WITHHELD_NAME {
+        list.unresolved.push(UnresolvedField::Withheld);
+        return;
+    }
     let value = String::from_utf8_lossy(value).into_owned();
     if name == UNKNOWN_NAME {
         list.unresolved.push(UnresolvedField::NameUnknown { value });

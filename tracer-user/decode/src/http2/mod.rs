@@ -11,8 +11,9 @@ pub mod frame;
 pub mod hpack;
 
 pub use connection::{
-    Exchange, HalfStream, HeaderSource, Http2Connection, Http2Error, Limits, SeenStream,
+    Exchange, HalfStream, HeaderSource, Http2Connection, Http2Error, Limits, SeenStream, TablePoint,
 };
+pub use hpack::{TableCopy, TableEntry, TableLoadError};
 
 #[cfg(test)]
 mod tests;

@@ -180,3 +180,140 @@ fn truncated_chunk_marks_streams_lossy_and_recovers() {
     assert!(put.request.lossy);
     assert_eq!(put.response.trailer("grpc-status"), Some("0"));
 }
+
+/// One HEADERS frame (END_HEADERS | END_STREAM) carrying `block`.
+fn headers_frame(stream_id: u32, block: &[u8]) -> Vec<u8> {
+    let len = block.len() as u32;
+    let mut frame = vec![
+        (len >> 16) as u8,
+        (len >> 8) as u8,
+        len as u8,
+        0x1,
+        0x4 | 0x1,
+    ];
+    frame.extend_from_slice(&stream_id.to_be_bytes());
+    frame.extend_from_slice(block);
+    frame
+}
+
+/// A block that refers to three dynamic entries only (indices 62–64,
+/// newest first) after `:method POST` from the static table.
+const INDEXED_BLOCK: [u8; 4] = [0x83, 0xbe, 0xbf, 0xc0];
+
+/// The table a sender has after inserting `:path`, `authorization` and
+/// `content-type`, as podtrace copies it: the credential by size only.
+fn copied_table() -> TableCopy {
+    let entry = |name: &str, value: &str| TableEntry {
+        field: Some((name.as_bytes().to_vec(), value.as_bytes().to_vec())),
+        size: name.len() + value.len() + 32,
+    };
+    TableCopy {
+        max_size: 4096,
+        entries: vec![
+            entry(":path", "/etcdserverpb.KV/Txn"),
+            TableEntry {
+                field: None,
+                size: "authorization".len() + "Bearer secret".len() + 32,
+            },
+            entry("content-type", "application/grpc"),
+        ],
+    }
+}
+
+fn chunk(bytes: Vec<u8>) -> Chunk {
+    Chunk {
+        direction: Direction::ClientToServer,
+        ts_ns: 1,
+        bytes,
+        truncated: false,
+    }
+}
+
+#[test]
+fn a_table_copy_lets_a_connection_joined_late_decode_from_the_wire() {
+    // Without the copy, every dynamic reference is unknown.
+    let mut blind = Http2Connection::default();
+    blind.push(&chunk(headers_frame(3, &INDEXED_BLOCK)));
+    let exchanges = blind.finish();
+    assert_eq!(exchanges[0].path(), None);
+
+    let mut connection = Http2Connection::default();
+    connection
+        .load_table(
+            Direction::ClientToServer,
+            TablePoint::BeforeNext,
+            &copied_table(),
+        )
+        .expect("loads");
+    connection.push(&chunk(headers_frame(3, &INDEXED_BLOCK)));
+    let exchanges = connection.finish();
+    let request = &exchanges[0].request;
+    assert_eq!(exchanges[0].path(), Some("/etcdserverpb.KV/Txn"));
+    assert_eq!(
+        request.header("content-type"),
+        Some(("application/grpc", HeaderSource::Wire))
+    );
+    let headers = request.headers.as_ref().expect("decoded");
+    // The credential was never copied: it is unresolved, not invented.
+    assert_eq!(headers.unresolved, [hpack::UnresolvedField::Withheld]);
+    assert!(
+        headers
+            .fields
+            .iter()
+            .all(|(name, _)| name != "authorization")
+    );
+}
+
+#[test]
+fn a_table_copy_taken_inside_a_header_block_is_refused() {
+    let mut connection = Http2Connection::default();
+    // In step first: one whole frame.
+    connection.push(&chunk(headers_frame(1, &[0x83])));
+    let frame = headers_frame(3, &INDEXED_BLOCK);
+    // The sender wrote only part of a HEADERS frame it had encoded whole.
+    connection.push(&chunk(frame[..6].to_vec()));
+    assert_eq!(
+        connection.load_table(
+            Direction::ClientToServer,
+            TablePoint::AfterPushed,
+            &copied_table()
+        ),
+        Err(TableLoadError::MidBlock)
+    );
+    // The receiver's copy before the rest of the frame is fine: it has not
+    // decoded that block yet.
+    connection
+        .load_table(
+            Direction::ClientToServer,
+            TablePoint::BeforeNext,
+            &copied_table(),
+        )
+        .expect("loads");
+    connection.push(&chunk(frame[6..].to_vec()));
+    let paths: Vec<_> = connection
+        .finish()
+        .iter()
+        .map(|e| e.path().map(str::to_owned))
+        .collect();
+    assert!(
+        paths.contains(&Some("/etcdserverpb.KV/Txn".to_owned())),
+        "{paths:?}"
+    );
+}
+
+#[test]
+fn a_table_copy_whose_sizes_do_not_add_up_is_refused() {
+    let mut copy = copied_table();
+    copy.entries[0].size += 1;
+    let mut connection = Http2Connection::default();
+    assert!(matches!(
+        connection.load_table(Direction::ClientToServer, TablePoint::BeforeNext, &copy),
+        Err(TableLoadError::Inconsistent(_))
+    ));
+    copy.max_size = 10;
+    copy.entries[0].size -= 1;
+    assert!(matches!(
+        connection.load_table(Direction::ClientToServer, TablePoint::BeforeNext, &copy),
+        Err(TableLoadError::Inconsistent(_))
+    ));
+}

@@ -1,0 +1,80 @@
+//! Live, over mTLS: a podtrace started after its components' HTTP/2
+//! connections were established (as on every node of a running cluster)
+//! copies the connections' HPACK tables from the processes, decodes every
+//! later request from the wire, and detaches the HPACK probes — whose trap
+//! on every header field is most of what podtrace would otherwise cost etcd.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers: a failed step fails the test"
+)]
+
+use std::{path::Path, time::Duration};
+
+use podtrace_tests::{
+    agent::Agent,
+    components::{
+        Etcd, EtcdOptions,
+        etcd_load::{EtcdLoadBinary, KeyMix, apiserver_tls},
+    },
+    live_test_can_run,
+    otlp_json::read_spans,
+};
+
+#[test]
+fn pod_writes_on_tls_connections_older_than_podtrace_are_all_traced_with_the_header_probes_detached()
+ {
+    if !live_test_can_run(
+        "pod_writes_on_tls_connections_older_than_podtrace_are_all_traced_with_the_header_probes_detached",
+    ) {
+        return;
+    }
+    let etcd = Etcd::start(EtcdOptions {
+        tls: true,
+        auth: false,
+    })
+    .unwrap();
+    let tls = apiserver_tls(&etcd).unwrap();
+    let binary =
+        EtcdLoadBinary::build(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("etcd-load")).unwrap();
+    let mut load = binary
+        .start(etcd.endpoint(), &tls, KeyMix::Pods, 4, 2)
+        .unwrap();
+    // The connections' HPACK tables fill before podtrace starts.
+    load.leg(Duration::from_secs(1)).unwrap();
+
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let agent = Agent::start(&["--target", "etcd-load"], out.path());
+    let leg = load.leg(Duration::from_secs(4)).unwrap();
+    assert_eq!(leg.errors, 0, "{:?}", leg.first_error);
+    assert!(leg.writes > 100, "{} writes", leg.writes);
+    let detached = agent.logged("HPACK probes detached");
+    let attached_again = agent.logged("HPACK probes attached again");
+    let last = agent.stop();
+
+    for pid in [etcd.pid(), load.pid()] {
+        assert!(
+            detached
+                .iter()
+                .any(|line| line.contains(&format!("/proc/{pid}/exe"))),
+            "HPACK probes of {pid} stay attached: {detached:#?}"
+        );
+    }
+    assert!(attached_again.is_empty(), "{attached_again:#?}");
+    assert!(last.contains("ring_buffer_full=0"), "{last}");
+
+    // Every write of the leg: the client's call and etcd's, each with its
+    // method from the wire — with the probes gone, only a loaded table
+    // tells `/etcdserverpb.KV/Txn` from an index into the table.
+    let spans = read_spans(out.path()).unwrap();
+    let count = |kind| {
+        spans
+            .iter()
+            .filter(|span| span.name == "etcdserverpb.KV/Txn" && span.kind == kind)
+            .count() as u64
+    };
+    assert_eq!(count(2), leg.writes, "server spans");
+    assert_eq!(count(3), leg.writes, "client spans");
+}
