@@ -116,9 +116,10 @@ fn main() -> anyhow::Result<()> {
         let tls = apiserver_tls(&etcd)?;
         let mut load = load_binary.start(etcd.endpoint(), &tls, mix, args.workers, args.conns)?;
         load.leg(WARM_UP)?;
-        let before = load.leg(leg)?;
-        let with = leg_with_agent(&mut load, leg)?;
-        let after = load.leg(leg)?;
+        let traced = [etcd.pid(), load.pid()];
+        let (before, before_cpu) = leg_with_cpu(&traced, || load.leg(leg))?;
+        let (with, with_cpu) = leg_with_cpu(&traced, || leg_with_agent(&mut load, leg))?;
+        let (after, after_cpu) = leg_with_cpu(&traced, || load.leg(leg))?;
         for result in [&before, &with.load, &after] {
             if result.errors > 0 {
                 bail!(
@@ -134,6 +135,7 @@ fn main() -> anyhow::Result<()> {
             before,
             with,
             after,
+            traced_cpu_s: [before_cpu, with_cpu, after_cpu],
         });
     }
     let pod_start = (args.pod_start > 0)
@@ -286,6 +288,17 @@ fn result_seconds_ratio(sampled: f64, leg: Duration) -> f64 {
 }
 
 /// User + system CPU seconds of a process so far (/proc/PID/stat).
+/// Runs a leg; returns its result and the CPU seconds each of `pids` used.
+fn leg_with_cpu<T>(
+    pids: &[u32; 2],
+    leg: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<(T, [f64; 2])> {
+    let before = [process_cpu_s(pids[0])?, process_cpu_s(pids[1])?];
+    let result = leg()?;
+    let after = [process_cpu_s(pids[0])?, process_cpu_s(pids[1])?];
+    Ok((result, [after[0] - before[0], after[1] - before[1]]))
+}
+
 fn process_cpu_s(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // The fields after the parenthesised comm: state is field 3, utime 14, stime 15.
@@ -342,6 +355,8 @@ struct Report {
     before: LegResult,
     with: WithAgent,
     after: LegResult,
+    /// CPU seconds of etcd and of the load client in each leg.
+    traced_cpu_s: [[f64; 2]; 3],
 }
 
 impl Report {
@@ -380,6 +395,23 @@ impl Report {
             100.0 * cpu_share,
             100.0 * cpu_share / (with.rate() / 1000.0).max(f64::EPSILON)
         );
+        // What the traced processes themselves spend per write: uprobe
+        // traps and BPF programs run on their threads.
+        let writes = [self.before.writes, with.writes, self.after.writes];
+        for (index, process) in ["etcd", "etcd-load"].iter().enumerate() {
+            let per_write: Vec<String> = (0..3)
+                .map(|leg| {
+                    format!(
+                        "{:.0}",
+                        1e6 * self.traced_cpu_s[leg][index] / writes[leg].max(1) as f64
+                    )
+                })
+                .collect();
+            println!(
+                "  {process} CPU per write (µs, without / with / without): {}",
+                per_write.join(" / ")
+            );
+        }
         let total_ns: u64 = self.with.programs.values().map(|(_, ns)| ns).sum();
         println!(
             "  BPF programs: {:.1} % of a core in all",

@@ -566,6 +566,12 @@ const _: () =
     assert!(size_of::<HpackEntryEvent>() == 24 + 24 + HEADER_NAME_BYTES + HEADER_VALUE_BYTES);
 const _: () = assert!(size_of::<HpackTableEvent>() == 24 + 8 + 16);
 
+/// Attach-cookie bit of `go_tls_read_ret`: the binary's `(*tls.Conn).Read`
+/// keeps its receiver and buffer in the caller's spill slots, so the RET
+/// probe reads them there and no entry probe is attached. The low 32 bits
+/// stay the `GO_BINARIES` index.
+pub const GO_TLS_READ_ARGS_AT_RET: u64 = 1 << 32;
+
 /// Capacity of `GO_BINARIES`: Go executables with TLS probes attached.
 pub const MAX_GO_BINARIES: u32 = 256;
 /// Capacity of `GO_TLS_READS`: `crypto/tls.(*Conn).Read` calls in flight.

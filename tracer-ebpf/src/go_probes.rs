@@ -25,9 +25,9 @@ use tracer_common::{
     drop_reason::DropReason,
     event::EventKind,
     io::{
-        ActiveCall, DATA_GO_TLS, FD_TLS, FdInfo, FdKey, FdKind, GoCallKey, GoTlsOffsets, GoTlsRead,
-        HEADER_NAME_BYTES, HEADER_VALUE_BYTES, HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED,
-        HeaderEvent, HeaderSide, IoSyscall,
+        ActiveCall, DATA_GO_TLS, FD_TLS, FdInfo, FdKey, FdKind, GO_TLS_READ_ARGS_AT_RET, GoCallKey,
+        GoTlsOffsets, GoTlsRead, HEADER_NAME_BYTES, HEADER_VALUE_BYTES, HEADER_VALUE_REDACTED,
+        HEADER_VALUE_TRUNCATED, HeaderEvent, HeaderSide, IoSyscall,
     },
 };
 
@@ -260,6 +260,10 @@ fn try_tls_read_ret(ctx: &ProbeContext) -> Result<(), DropReason> {
     let Some(ids) = component_ids() else {
         return Ok(());
     };
+    let cookie = attach_cookie(ctx);
+    if cookie & GO_TLS_READ_ARGS_AT_RET != 0 {
+        return tls_read_ret_from_spill_slots(ctx, ids, cookie);
+    }
     let key = GoCallKey {
         tgid: ids.tgid,
         _pad: 0,
@@ -285,6 +289,39 @@ fn try_tls_read_ret(ctx: &ProbeContext) -> Result<(), DropReason> {
         IoSyscall::Read,
         n,
         Buffers::Single { addr: read.buf },
+        DATA_GO_TLS,
+    )
+}
+
+/// A RET of a `Read` whose receiver and buffer stay in the caller's spill
+/// slots (user space checked its machine code): `[RSP+8]` is `c`,
+/// `[RSP+16]` `b`'s pointer — one probe per read instead of two.
+#[inline(always)]
+fn tls_read_ret_from_spill_slots(
+    ctx: &ProbeContext,
+    ids: Ids,
+    cookie: u64,
+) -> Result<(), DropReason> {
+    // SAFETY: `regs` is the pt_regs the kernel passed to the uprobe.
+    let sp = unsafe { (*ctx.regs).rsp };
+    let unresolved = |_| DropReason::TlsConnUnresolved;
+    let tls_conn = read_user::<u64>(sp + 8).map_err(unresolved)?;
+    let buf = read_user::<u64>(sp + 16).map_err(unresolved)?;
+    let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, cookie)?;
+    if hpack_table::sync_wanted() {
+        // Go has not parsed these bytes yet: its decoder's table is that of
+        // the bytes before them, as at the read's entry.
+        let g = go_abi::current_g(ctx);
+        hpack_table::copy_if_asked(ids, info.conn_id, g, HeaderSide::Decoder);
+    }
+    let n = go_abi::word(ctx, 0) as i64;
+    let call = tls_call(fd, info, buf, n as u64, IoSyscall::Read);
+    data_event(
+        ids,
+        &call,
+        IoSyscall::Read,
+        n,
+        Buffers::Single { addr: buf },
         DATA_GO_TLS,
     )
 }

@@ -259,6 +259,17 @@ impl GoBinary {
         Ok(ret::ret_offsets(self.function_code(f)?, f.entry))
     }
 
+    /// Whether `f`'s first `words` integer arguments can be read at its
+    /// RETs from the caller's spill area (see `ret::args_homed_at_ret`):
+    /// then a RET probe alone sees what an entry probe would have saved.
+    pub fn args_readable_at_ret(&self, f: &Function, words: usize) -> Result<bool> {
+        Ok(ret::args_homed_at_ret(
+            self.function_code(f)?,
+            f.entry,
+            words,
+        ))
+    }
+
     /// The machine code of `f` (amd64 only).
     fn function_code(&self, f: &Function) -> Result<&[u8]> {
         if self.layout.machine != object::elf::EM_X86_64 {

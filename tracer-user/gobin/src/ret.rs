@@ -9,7 +9,7 @@
 //! immediate or displacement for a RET. Every near return counts: `C3`,
 //! `C2 iw` and the `F3 C3` "REP RET" form.
 
-use iced_x86::{Decoder, DecoderOptions, Mnemonic, Register};
+use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
 
 /// Offset of `stackguard0` in `runtime.g`; Go's stack check compares with it.
 const G_STACKGUARD0: u64 = 0x10;
@@ -60,6 +60,113 @@ pub(crate) fn after_stack_check(code: &[u8], entry: u64) -> u64 {
     0
 }
 
+/// Go's integer argument registers on amd64, in order (ABIInternal).
+const ARGUMENT_REGISTERS: [Register; 9] = [
+    Register::RAX,
+    Register::RBX,
+    Register::RCX,
+    Register::RDI,
+    Register::RSI,
+    Register::R8,
+    Register::R9,
+    Register::R10,
+    Register::R11,
+];
+
+/// Whether the first `words` integer arguments of the function can be read
+/// at any of its RETs from the caller's spill area, `[RSP + 8 + 8·i]` (the
+/// return address is at `[RSP]` then).
+///
+/// Go's caller reserves a spill slot for each register argument; a callee
+/// that keeps an argument live across calls stores it there, in its
+/// prologue, and that slot is the argument's home. This holds for a function
+/// when its prologue (`PUSH RBP; MOV RBP, RSP; SUB RSP, F`) is followed,
+/// before any call, by `MOV [RSP + F + 16 + 8·i], <register i>` for each
+/// word, and nothing else in it writes those slots. Anything else — no
+/// frame, a store missing, another write — is `false`, and the caller
+/// keeps its entry probe. (Go before 1.21 stores RBP inside the frame,
+/// `SUB RSP, F; MOV [RSP + F − 8], RBP`, and the slots are at `F + 8 + 8·i`.)
+pub(crate) fn args_homed_at_ret(code: &[u8], entry: u64, words: usize) -> bool {
+    if words == 0 || words > ARGUMENT_REGISTERS.len() {
+        return false;
+    }
+    let instructions: Vec<Instruction> = Decoder::with_ip(64, code, entry, DecoderOptions::NONE)
+        .into_iter()
+        .collect();
+    let mut frame = None;
+    let mut pushed_rbp = false;
+    for instruction in &instructions {
+        match instruction.mnemonic() {
+            Mnemonic::Call => break,
+            Mnemonic::Push if instruction.op0_register() == Register::RBP => pushed_rbp = true,
+            Mnemonic::Sub
+                if instruction.op0_register() == Register::RSP
+                    && matches!(
+                        instruction.op1_kind(),
+                        OpKind::Immediate8to64 | OpKind::Immediate32to64
+                    ) =>
+            {
+                // Since Go 1.21 the frame pointer is pushed first; before,
+                // it was stored inside the frame.
+                let saved_rbp = if pushed_rbp { 8 } else { 0 };
+                frame = Some(instruction.immediate64() + saved_rbp);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let Some(frame) = frame else {
+        return false;
+    };
+    // The slots, as offsets from RSP after the prologue (past the frame,
+    // the saved RBP and the return address) and from RBP.
+    let slot = |word: usize| (frame + 8 + 8 * word as u64, 16 + 8 * word as u64);
+    let mut homed = vec![false; words];
+    let mut before_call = true;
+    for instruction in &instructions {
+        if instruction.mnemonic() == Mnemonic::Call {
+            before_call = false;
+        }
+        if instruction.op_count() == 0 || instruction.op0_kind() != OpKind::Memory {
+            continue;
+        }
+        if matches!(instruction.mnemonic(), Mnemonic::Cmp | Mnemonic::Test) {
+            continue;
+        }
+        let base = instruction.memory_base();
+        if instruction.memory_index() != Register::None
+            || !matches!(base, Register::RSP | Register::RBP)
+        {
+            continue;
+        }
+        let start = instruction.memory_displacement64();
+        let end = start.wrapping_add(instruction.memory_size().size() as u64);
+        for (word, home) in homed.iter_mut().enumerate() {
+            let (from_rsp, from_rbp) = slot(word);
+            let at = if base == Register::RSP {
+                from_rsp
+            } else {
+                from_rbp
+            };
+            if start >= at + 8 || end <= at {
+                continue;
+            }
+            let stores_argument = instruction.mnemonic() == Mnemonic::Mov
+                && base == Register::RSP
+                && start == at
+                && instruction.op1_kind() == OpKind::Register
+                && instruction.op1_register() == ARGUMENT_REGISTERS[word];
+            if stores_argument && before_call && !*home {
+                *home = true;
+            } else {
+                // Written again, or with something else: not the argument.
+                return false;
+            }
+        }
+    }
+    homed.iter().all(|home| *home)
+}
+
 fn is_conditional_jump(mnemonic: Mnemonic) -> bool {
     use Mnemonic::{Ja, Jae, Jb, Jbe, Je, Jg, Jge, Jl, Jle, Jne, Jno, Jnp, Jns, Jo, Jp, Js};
     matches!(
@@ -107,6 +214,58 @@ mod tests {
             0xcc, 0xcc, // int3 padding
         ];
         assert_eq!(ret_offsets(&code, 0x401000), vec![7, 8, 11]);
+    }
+
+    /// The prologue of `crypto/tls.(*Conn).Read` as Go 1.26 compiles it
+    /// (etcd-load fixture), then a call and a RET.
+    const TLS_READ_PROLOGUE: [u8; 41] = [
+        0x49, 0x3b, 0x66, 0x10, // cmp rsp, [r14+0x10]
+        0x0f, 0x86, 0x00, 0x01, 0x00, 0x00, // jbe (morestack)
+        0x55, // push rbp
+        0x48, 0x89, 0xe5, // mov rbp, rsp
+        0x48, 0x83, 0xec, 0x58, // sub rsp, 0x58
+        0x48, 0x89, 0x44, 0x24, 0x68, // mov [rsp+0x68], rax
+        0x48, 0x89, 0x4c, 0x24, 0x78, // mov [rsp+0x78], rcx
+        0x48, 0x89, 0x5c, 0x24, 0x70, // mov [rsp+0x70], rbx
+        0xe8, 0x00, 0x00, 0x00, 0x00, // call
+        0xc6, 0x44, 0x24, // (start of a byte store, cut)
+    ];
+
+    #[test]
+    fn arguments_homed_in_their_spill_slots_are_readable_at_ret() {
+        let mut code = TLS_READ_PROLOGUE[..38].to_vec();
+        code.extend_from_slice(&[0x48, 0x83, 0xc4, 0x58, 0x5d, 0xc3]); // add rsp; pop rbp; ret
+        assert!(args_homed_at_ret(&code, 0x1000, 3));
+        // A fourth word (RDI) is never stored: not readable.
+        assert!(!args_homed_at_ret(&code, 0x1000, 4));
+    }
+
+    #[test]
+    fn go_1_19_prologue_keeps_the_frame_pointer_inside_the_frame() {
+        let code = [
+            0x49, 0x3b, 0x66, 0x10, // cmp rsp, [r14+0x10]
+            0x0f, 0x86, 0x00, 0x01, 0x00, 0x00, // jbe
+            0x48, 0x83, 0xec, 0x68, // sub rsp, 0x68
+            0x48, 0x89, 0x6c, 0x24, 0x60, // mov [rsp+0x60], rbp
+            0x48, 0x8d, 0x6c, 0x24, 0x60, // lea rbp, [rsp+0x60]
+            0x48, 0x89, 0x8c, 0x24, 0x80, 0x00, 0x00, 0x00, // mov [rsp+0x80], rcx
+            0x48, 0x89, 0x5c, 0x24, 0x78, // mov [rsp+0x78], rbx
+            0x48, 0x89, 0x44, 0x24, 0x70, // mov [rsp+0x70], rax
+            0xe8, 0x00, 0x00, 0x00, 0x00, // call
+            0xc3,
+        ];
+        assert!(args_homed_at_ret(&code, 0x1000, 3));
+    }
+
+    #[test]
+    fn an_argument_slot_written_again_or_missing_a_frame_is_refused() {
+        let mut code = TLS_READ_PROLOGUE[..38].to_vec();
+        // mov [rsp+0x70], rdx: b's pointer replaced after the call.
+        code.extend_from_slice(&[0x48, 0x89, 0x54, 0x24, 0x70, 0xc3]);
+        assert!(!args_homed_at_ret(&code, 0x1000, 3));
+        // No frame at all.
+        assert!(!args_homed_at_ret(&[0x48, 0x89, 0xc3, 0xc3], 0x1000, 1));
+        assert!(!args_homed_at_ret(&TLS_READ_PROLOGUE, 0x1000, 0));
     }
 
     #[test]

@@ -86,7 +86,15 @@ pub struct ResolvedFunction {
     pub entry_probe_offset: u64,
     /// RET instructions, relative to the entry.
     pub ret_offsets: Vec<u64>,
+    /// How many leading integer argument words (at most
+    /// [`ARGS_AT_RET_CHECKED`]) a RET probe can read from the caller's spill
+    /// area, so that no entry probe is needed to remember them.
+    pub args_at_ret: u8,
 }
+
+/// Argument words [`ResolvedFunction::args_at_ret`] looks for: a receiver
+/// and a slice's pointer and length (`(*tls.Conn).Read(b []byte)`).
+pub const ARGS_AT_RET_CHECKED: u8 = 3;
 
 /// What podtrace knows of a Go binary.
 #[derive(Clone, Debug, Serialize)]
@@ -175,9 +183,14 @@ fn resolve(
     binary: &GoBinary,
     function: tracer_gobin::Function,
 ) -> Result<ResolvedFunction, GoBinError> {
+    let mut args_at_ret = ARGS_AT_RET_CHECKED;
+    while args_at_ret > 0 && !binary.args_readable_at_ret(&function, usize::from(args_at_ret))? {
+        args_at_ret -= 1;
+    }
     Ok(ResolvedFunction {
         entry_probe_offset: binary.entry_probe_offset(&function)?,
         ret_offsets: binary.ret_offsets(&function)?,
+        args_at_ret,
         name: function.name,
         entry: function.entry,
         end: function.end,

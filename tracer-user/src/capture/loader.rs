@@ -23,7 +23,8 @@ use tracer_common::{
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
     io::{
         AF_INET, AF_INET6, AF_UNIX, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FileOpenEvent,
-        GoTlsOffsets, HeaderSide, IoSyscall, MAX_GO_BINARIES, UNIX_PATH_BYTES, USER_CONN_ID_BIT,
+        GO_TLS_READ_ARGS_AT_RET, GoTlsOffsets, HeaderSide, IoSyscall, MAX_GO_BINARIES,
+        UNIX_PATH_BYTES, USER_CONN_ID_BIT,
     },
     names::{
         GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_GO_BINARIES,
@@ -36,7 +37,7 @@ use tracer_gobin::GoBinError;
 
 use super::{
     clock::monotonic_now_ns,
-    go_probes::{NoGoPlan, go_plan},
+    go_probes::{ARGS_AT_RET_CHECKED, NoGoPlan, go_plan},
     hpack_probes::{FileId, HpackControl, HpackProbes},
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
     kube_probes,
@@ -393,37 +394,43 @@ impl Probes {
                 ));
             }
         }
-        let (tls_index, unknown_release) = match &plan.offsets {
-            Ok(offsets) if !plan.tls_writes.is_empty() || !plan.tls_reads.is_empty() => {
-                let index = self.register_tls_offsets(offsets)?;
-                let cookie = u64::from(index);
-                for write in &plan.tls_writes {
-                    points.push((
-                        PROGRAM_GO_TLS_WRITE,
-                        write.file_offset + write.entry_probe_offset,
-                        cookie,
-                    ));
+        let (tls_index, unknown_release) =
+            match &plan.offsets {
+                Ok(offsets) if !plan.tls_writes.is_empty() || !plan.tls_reads.is_empty() => {
+                    let index = self.register_tls_offsets(offsets)?;
+                    let cookie = u64::from(index);
+                    for write in &plan.tls_writes {
+                        points.push((
+                            PROGRAM_GO_TLS_WRITE,
+                            write.file_offset + write.entry_probe_offset,
+                            cookie,
+                        ));
+                    }
+                    for read in &plan.tls_reads {
+                        // `Read(b)` homes `c` and `b` in its spill slots: the RET
+                        // probe alone sees them, and every read costs one trap.
+                        let ret_cookie = if read.args_at_ret >= ARGS_AT_RET_CHECKED {
+                            cookie | GO_TLS_READ_ARGS_AT_RET
+                        } else {
+                            points.push((
+                                PROGRAM_GO_TLS_READ,
+                                read.file_offset + read.entry_probe_offset,
+                                cookie,
+                            ));
+                            cookie
+                        };
+                        points.extend(read.ret_offsets.iter().map(|ret| {
+                            (PROGRAM_GO_TLS_READ_RET, read.file_offset + ret, ret_cookie)
+                        }));
+                    }
+                    (Some(index), None)
                 }
-                for read in &plan.tls_reads {
-                    points.push((
-                        PROGRAM_GO_TLS_READ,
-                        read.file_offset + read.entry_probe_offset,
-                        cookie,
-                    ));
-                    points.extend(
-                        read.ret_offsets
-                            .iter()
-                            .map(|ret| (PROGRAM_GO_TLS_READ_RET, read.file_offset + ret, cookie)),
-                    );
-                }
-                (Some(index), None)
-            }
-            Ok(_) => (None, None),
-            Err(error) => (
-                None,
-                (!plan.tls_writes.is_empty()).then(|| error.to_string()),
-            ),
-        };
+                Ok(_) => (None, None),
+                Err(error) => (
+                    None,
+                    (!plan.tls_writes.is_empty()).then(|| error.to_string()),
+                ),
+            };
         let (kube_functions, no_kube_probes) = match &plan.kube_offsets {
             Some(Ok(kube)) => match &plan.offsets {
                 Ok(go) => {
