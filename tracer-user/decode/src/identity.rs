@@ -59,7 +59,7 @@ pub enum PodClue {
 /// The namespace and name in an etcd Pod key, for the default `/registry`
 /// prefix (`--etcd-prefix` of kube-apiserver).
 pub fn pod_from_storage_key(key: &[u8]) -> Option<PodClue> {
-    let rest = key.strip_prefix(b"/registry/pods/")?;
+    let rest = key.strip_prefix(POD_KEY_PREFIX)?;
     let rest = std::str::from_utf8(rest).ok()?;
     let (namespace, name) = rest.split_once('/')?;
     (!namespace.is_empty() && !name.is_empty() && !name.contains('/')).then(|| {
@@ -68,6 +68,17 @@ pub fn pod_from_storage_key(key: &[u8]) -> Option<PodClue> {
             name: name.into(),
         }
     })
+}
+
+/// Where kube-apiserver stores Pods in etcd.
+const POD_KEY_PREFIX: &[u8] = b"/registry/pods/";
+
+/// Whether an uncompressed etcd KV request body can hold a Pod clue at all:
+/// every clue comes from a key under [`POD_KEY_PREFIX`], whose bytes appear
+/// verbatim in the protobuf. Most of a control plane's writes (leases,
+/// events, endpoints) fail this scan and are never decoded.
+pub fn may_hold_pod_clue(request_body: &[u8]) -> bool {
+    memchr::memmem::find(request_body, POD_KEY_PREFIX).is_some()
 }
 
 /// Every Pod clue in an etcd KV request: Pod keys, and Pods in written values.
@@ -93,6 +104,16 @@ pub fn clues_from_kv_request(request: &crate::etcd::KvRequest) -> Vec<PodClue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_bodies_that_mention_a_pod_key_pass_the_pre_filter() {
+        // A TxnRequest's compare key, as protobuf bytes: field 1, then the key.
+        let lease = b"\x0a\x1e\x12\x1c/registry/leases/kube-node-lease/n1";
+        let pod = b"\x0a\x1e\x12\x1c/registry/pods/default/web-0";
+        assert!(!may_hold_pod_clue(lease));
+        assert!(may_hold_pod_clue(pod));
+        assert!(!may_hold_pod_clue(b""));
+    }
 
     #[test]
     fn recorded_txn_create_yields_key_and_uid() {

@@ -22,12 +22,11 @@ use std::collections::HashMap;
 use sha2::{Digest as _, Sha256};
 use tracer_common::io::{ConnAction, Direction, FdKind, HeaderSide};
 use tracer_decode::{
-    Chunk,
     cri::{ContainerFacts, CriCall},
     etcd::{KvCall, WriteKind},
     grpc::GrpcCall,
     http2::{Exchange, Http2Connection, Limits, SeenStream, TableCopy, TableLoadError, TablePoint},
-    identity::{PodClue, PodIdentity, clues_from_kv_request},
+    identity::{PodClue, PodIdentity, clues_from_kv_request, may_hold_pod_clue},
     kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
     rest::{RestRequest, Verb},
 };
@@ -512,12 +511,9 @@ impl GrpcDecoder {
         } else {
             tracer_decode::Direction::ServerToClient
         };
-        connection.http2.push(&Chunk {
-            direction,
-            ts_ns: data.ids.ts_ns,
-            bytes: data.data.clone(),
-            truncated: data.truncated,
-        });
+        connection
+            .http2
+            .push_bytes(direction, data.ids.ts_ns, &data.data, data.truncated);
         if data.direction == Direction::Egress {
             if let Some(copy) = connection
                 .tables
@@ -634,6 +630,14 @@ impl GrpcDecoder {
             && !matches!(tables.encoder, TableLoad::Waiting { .. })
         {
             self.control.push(HpackControl::Forget(conn));
+            if let Some(connection) = self.connections.get_mut(&conn) {
+                if !connection.needs_fields(u64::MAX) {
+                    // The wire decodes every block from here on: the blocks
+                    // the probes reported go to their streams one last time.
+                    pair_probe_headers(connection);
+                    connection.probe_headers = None;
+                }
+            }
         }
         true
     }
@@ -751,7 +755,9 @@ fn pair_probe_headers(connection: &mut Connection) {
     }
 }
 
-fn call_messages(conn: ConnKey, side: Side, exchanges: Vec<Exchange>) -> Vec<Message> {
+fn call_messages(conn: ConnKey, side: Side, mut exchanges: Vec<Exchange>) -> Vec<Message> {
+    // Not decoded at all: etcd KV calls that cannot name a Pod.
+    exchanges.retain(|exchange| !kv_call_without_pod(exchange));
     let mut messages: Vec<Message> = exchanges
         .iter()
         .filter_map(|exchange| rest_message(conn, side, exchange))
@@ -781,6 +787,16 @@ fn call_messages(conn: ConnKey, side: Side, exchanges: Vec<Exchange>) -> Vec<Mes
             }),
     );
     messages
+}
+
+/// An etcd KV call whose uncompressed request never mentions a Pod key:
+/// no span comes of it, so it is dropped before any decoding.
+fn kv_call_without_pod(exchange: &Exchange) -> bool {
+    exchange
+        .path()
+        .is_some_and(|path| path.starts_with("/etcdserverpb.KV/"))
+        && exchange.request.header("grpc-encoding").is_none()
+        && !may_hold_pod_clue(&exchange.request.body)
 }
 
 /// Most `warning` headers kept per response.

@@ -296,15 +296,20 @@ impl Http2Connection {
 
     /// Feeds one captured chunk.
     pub fn push(&mut self, chunk: &Chunk) {
-        let state = match chunk.direction {
+        self.push_bytes(chunk.direction, chunk.ts_ns, &chunk.bytes, chunk.truncated);
+    }
+
+    /// Feeds the bytes of one captured chunk without owning them (see [`Chunk`]).
+    pub fn push_bytes(&mut self, direction: Direction, ts_ns: u64, bytes: &[u8], truncated: bool) {
+        let state = match direction {
             Direction::ClientToServer => &mut self.client,
             Direction::ServerToClient => &mut self.server,
         };
-        state.buf.extend_from_slice(&chunk.bytes);
+        state.buf.extend_from_slice(bytes);
         let mut frames = Vec::new();
         let mut errors = Vec::new();
         drain_frames(state, &mut frames, &mut errors);
-        if chunk.truncated {
+        if truncated {
             // The rest of this write was never captured: whatever frame is
             // partially buffered cannot be completed, and a lost header block
             // would make every later HPACK index wrong.
@@ -317,11 +322,10 @@ impl Http2Connection {
             state.pending = None;
             state.hpack.reset();
         }
-        let direction = chunk.direction;
         for frame in frames {
-            self.apply(direction, chunk.ts_ns, frame, &mut errors);
+            self.apply(direction, ts_ns, frame, &mut errors);
         }
-        if chunk.truncated {
+        if truncated {
             // Streams with data in flight in this direction may have lost bytes.
             for exchange in self.streams.values_mut() {
                 let half = exchange.half_mut(direction);

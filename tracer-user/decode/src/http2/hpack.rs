@@ -326,12 +326,16 @@ impl HeaderBlockDecoder {
                 at += span.len;
                 continue;
             }
-            let mut input = Vec::with_capacity(span.len + 8);
-            if let Some((start, len)) = pending_size_update.take() {
-                input.extend_from_slice(&block[start..start + len]);
-            }
-            input.extend_from_slice(rep);
-            match self.decode_one(&input, &mut list) {
+            // Only a size update, rare, needs the bytes put together.
+            let joined;
+            let input = match pending_size_update.take() {
+                Some((start, len)) => {
+                    joined = [&block[start..start + len], rep].concat();
+                    joined.as_slice()
+                }
+                None => rep,
+            };
+            match self.decode_one(input, &mut list) {
                 Ok(()) => {}
                 Err(DecoderError::HeaderIndexOutOfBounds) => {
                     self.recover_unknown_index(&span, rep, &mut list);
