@@ -381,7 +381,7 @@ fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
     let wanted = unsafe {
         let name = (&raw mut (*event).name).cast::<u8>();
         read_user_bytes(name, name_size, name_ptr).is_ok()
-            && wanted_header(&(*event).name, name_size)
+            && hpack_table::wanted_header(&(*event).name, name_size)
     };
     if !wanted {
         entry.discard(BPF_RB_NO_WAKEUP);
@@ -419,25 +419,4 @@ fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
     }
     entry.submit(submit_flags());
     Ok(())
-}
-
-/// Whether podtrace keeps a header field of this name: pseudo-headers,
-/// `grpc-*`, `content-type`, `user-agent`. Everything else (authorization,
-/// cookies, application headers) never leaves the kernel.
-#[inline(always)]
-pub(crate) fn wanted_header(name: &[u8; HEADER_NAME_BYTES], len: u32) -> bool {
-    let starts = |prefix: &[u8]| {
-        let mut index = 0;
-        while index < prefix.len() {
-            if name[index] != prefix[index] {
-                return false;
-            }
-            index += 1;
-        }
-        true
-    };
-    name[0] == b':'
-        || starts(b"grpc-")
-        || (len == 12 && starts(b"content-type"))
-        || (len == 10 && starts(b"user-agent"))
 }

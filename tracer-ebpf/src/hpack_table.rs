@@ -29,7 +29,6 @@ use tracer_common::{
 };
 
 use crate::{
-    go_probes::wanted_header,
     kernel_read::{read_user, read_user_bytes},
     maps::{
         BPF_RB_NO_WAKEUP, EVENTS, GO_HPACK_CODERS, HPACK_SYNC, HPACK_SYNC_COUNT, count_drop,
@@ -258,4 +257,25 @@ fn copy_one(context: &CopyContext, index: u64) -> Result<(), DropReason> {
     }
     entry.submit(BPF_RB_NO_WAKEUP);
     Ok(())
+}
+
+/// Whether podtrace keeps a header field of this name: pseudo-headers,
+/// `grpc-*`, `content-type`, `user-agent`. Everything else (authorization,
+/// cookies, application headers) never leaves the kernel.
+#[inline(always)]
+pub(crate) fn wanted_header(name: &[u8; HEADER_NAME_BYTES], len: u32) -> bool {
+    let starts = |prefix: &[u8]| {
+        let mut index = 0;
+        while index < prefix.len() {
+            if name[index] != prefix[index] {
+                return false;
+            }
+            index += 1;
+        }
+        true
+    };
+    name[0] == b':'
+        || starts(b"grpc-")
+        || (len == 12 && starts(b"content-type"))
+        || (len == 10 && starts(b"user-agent"))
 }
