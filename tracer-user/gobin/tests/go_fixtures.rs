@@ -108,6 +108,18 @@ fn check_against_symtab(minor: u32, variant: Variant, test: &str) {
         );
     }
 
+    // `Read(b)` homes its receiver and buffer in the caller's spill slots, so
+    // podtrace's RET probe reads them there and attaches no entry probe (a
+    // release where this stopped holding would fall back to both, and fail here).
+    let read = bin
+        .function("crypto/tls.(*Conn).Read")
+        .unwrap()
+        .unwrap_or_else(|| panic!("{test}: no crypto/tls.(*Conn).Read"));
+    assert!(
+        bin.args_readable_at_ret(&read, 3).unwrap(),
+        "{test}: crypto/tls.(*Conn).Read's arguments are not in their spill slots at RET"
+    );
+
     // Build info, as `go version -m` prints it.
     let info = bin.build_info();
     assert_eq!(info.go_version, toolchain.version, "{test}");
