@@ -157,6 +157,21 @@ impl HpackProbes {
             HpackControl::Exited(tgid) => {
                 self.set_needed(ebpf, tgid, false)?;
                 self.process_file.remove(&tgid);
+                // Its sockets closed with it, without close(2): no Forget comes.
+                let gone: Vec<ConnKey> = self
+                    .syncs
+                    .iter()
+                    .filter(|conn| conn.tgid == tgid)
+                    .copied()
+                    .collect();
+                if !gone.is_empty() {
+                    let mut syncs: BpfHashMap<_, HpackSyncKey, HpackSync> = sync_map(ebpf)?;
+                    for conn in gone {
+                        let _ = syncs.remove(&key(conn));
+                        self.syncs.remove(&conn);
+                    }
+                    self.write_count(ebpf)?;
+                }
             }
             HpackControl::FieldProbes { tgid, needed } => self.set_needed(ebpf, tgid, needed)?,
         }
