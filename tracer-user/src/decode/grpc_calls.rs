@@ -57,6 +57,12 @@ const MAX_TABLE_ATTEMPTS: u8 = 8;
 const IDLE_GRACE_NS: u64 = 1_000_000_000;
 /// How often a process whose HPACK probes are attached is looked at again.
 const FIELD_PROBES_RECHECK_NS: u64 = 250_000_000;
+/// How long the table of what a connection answers (responses' headers:
+/// statuses) may keep the HPACK probes attached once asked for. The
+/// request side holds them until loaded; a response side whose copy never
+/// comes (its encoder used by another goroutine than the writer) does not
+/// hold them for the process's lifetime.
+const RESPONSE_TABLE_WAIT_NS: u64 = 10_000_000_000;
 
 /// Which end of the connection the process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -219,7 +225,9 @@ impl Connection {
             Side::Server => (tables.decoder, tables.encoder),
             Side::Client => (tables.encoder, tables.decoder),
         };
-        request != TableLoad::Loaded || matches!(response, TableLoad::Waiting { .. })
+        let response_waits = matches!(response, TableLoad::Waiting { .. })
+            && now_ns < tables.asked_ts_ns.saturating_add(RESPONSE_TABLE_WAIT_NS);
+        request != TableLoad::Loaded || response_waits
     }
 
     /// The wire direction of what the process receives or sends.
@@ -244,6 +252,8 @@ struct TableSync {
     encoder: TableLoad,
     /// A copy of the encoder's table, taken at a write whose bytes come next.
     pending_encoder: Option<Option<TableCopy>>,
+    /// When the copies were last asked for (CLOCK_MONOTONIC ns).
+    asked_ts_ns: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -527,9 +537,13 @@ impl GrpcDecoder {
         let Some(connection) = self.connections.get_mut(&data.conn) else {
             return Vec::new();
         };
-        fields_changed |= tables_forgotten(connection, &mut self.control, data.conn);
+        fields_changed |=
+            tables_forgotten(connection, &mut self.control, data.conn, data.ids.ts_ns);
         if connection.tls && connection.probe_headers.is_some() && connection.tables.is_none() {
-            connection.tables = Some(TableSync::default());
+            connection.tables = Some(TableSync {
+                asked_ts_ns: data.ids.ts_ns,
+                ..TableSync::default()
+            });
             tracing::debug!(conn = ?data.conn, side = ?connection.side, "HPACK tables asked for");
             self.control.push(HpackControl::Ask(data.conn));
         }
@@ -713,6 +727,7 @@ fn tables_forgotten(
     connection: &mut Connection,
     control: &mut Vec<HpackControl>,
     conn: ConnKey,
+    now_ns: u64,
 ) -> bool {
     let resets = (
         connection
@@ -737,6 +752,7 @@ fn tables_forgotten(
                 *load = TableLoad::default();
                 if !asked {
                     control.push(HpackControl::Ask(conn));
+                    tables.asked_ts_ns = now_ns;
                     asked = true;
                 }
             }
