@@ -389,6 +389,23 @@ pub enum WireError {
 }
 
 /// Reinterprets the start of `bytes` as a `T`.
+/// The valid bytes of a header field's fixed name and value arrays (a
+/// `HeaderEvent` or an `HpackEntryEvent`): lengths past the arrays are malformed.
+fn field_bytes<'a>(
+    kind: &'static str,
+    (name, name_len): (&'a [u8], u8),
+    (value, value_len): (&'a [u8], u16),
+) -> Result<(&'a [u8], &'a [u8]), WireError> {
+    let malformed = |what: String| WireError::Malformed { kind, what };
+    let name = name
+        .get(..usize::from(name_len))
+        .ok_or_else(|| malformed(format!("name_len {name_len}")))?;
+    let value = value
+        .get(..usize::from(value_len))
+        .ok_or_else(|| malformed(format!("value_len {value_len}")))?;
+    Ok((name, value))
+}
+
 fn read_record<T: aya::Pod>(kind: &'static str, bytes: &[u8]) -> Result<T, WireError> {
     let need = size_of::<T>();
     if bytes.len() < need {
@@ -489,18 +506,11 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
         }
         EventKind::Header => {
             let event: HeaderEvent = read_record("header field", bytes)?;
-            let malformed = |what: String| WireError::Malformed {
-                kind: "header field",
-                what,
-            };
-            let name = event
-                .name
-                .get(..usize::from(event.name_len))
-                .ok_or_else(|| malformed(format!("name_len {}", event.name_len)))?;
-            let value = event
-                .value
-                .get(..usize::from(event.value_len))
-                .ok_or_else(|| malformed(format!("value_len {}", event.value_len)))?;
+            let (name, value) = field_bytes(
+                "header field",
+                (&event.name, event.name_len),
+                (&event.value, event.value_len),
+            )?;
             Ok(RawEvent::Header(HeaderRecord {
                 ids,
                 side: enum_field("header field", "side", event.side)?,
@@ -512,21 +522,14 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
         }
         EventKind::HpackEntry => {
             let event: HpackEntryEvent = read_record("HPACK table entry", bytes)?;
-            let malformed = |what: String| WireError::Malformed {
-                kind: "HPACK table entry",
-                what,
-            };
             let field = if event.flags & HPACK_ENTRY_WITHHELD != 0 {
                 None
             } else {
-                let name = event
-                    .name
-                    .get(..usize::from(event.name_len))
-                    .ok_or_else(|| malformed(format!("name_len {}", event.name_len)))?;
-                let value = event
-                    .value
-                    .get(..usize::from(event.value_len))
-                    .ok_or_else(|| malformed(format!("value_len {}", event.value_len)))?;
+                let (name, value) = field_bytes(
+                    "HPACK table entry",
+                    (&event.name, event.name_len),
+                    (&event.value, event.value_len),
+                )?;
                 Some((name.to_vec(), value.to_vec()))
             };
             Ok(RawEvent::HpackEntry(HpackEntryRecord {
