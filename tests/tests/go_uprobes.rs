@@ -1,6 +1,7 @@
 //! Live: uprobes attached by the file offsets podtrace resolves — at a
 //! function's entry and at each of its RETs — in stripped PIE Go binaries
-//! built at test time, fire exactly once per call and once per return.
+//! built at test time, fire exactly once per call and once per return, calls
+//! that grow their goroutine's stack (and so run the prologue twice) included.
 
 #![allow(
     clippy::unwrap_used,
@@ -19,10 +20,12 @@ use podtrace_tests::live_test_can_run;
 use tracer_gobin::fixture::{self, Variant};
 use tracer_user::capture::{
     go_probes,
-    uprobes::{CallCounter, ProbePoint},
+    uprobes::{CallCounter, ProbeHits, ProbePoint},
 };
 
 const CALLS: u64 = 1000;
+/// `main.grow` calls: CALLS / 10 goroutines, each recursing `growDepth` deep.
+const GROW_CALLS: u64 = CALLS / 10 * 16;
 
 fn fixture_source() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/go/callcount")
@@ -57,6 +60,14 @@ fn counts_every_call_and_return(minor: u32) {
         classify.ret_offsets.len() >= 2,
         "expected several RETs: {classify:?}"
     );
+    let inspection = go_probes::inspect(&binary, &["main.grow".to_owned()]).unwrap();
+    let grow = inspection.functions.get("main.grow").unwrap().clone();
+    // The cheap probe point (an emulated jump), whose skip of stack-growing
+    // hits is what the grow counts below check.
+    assert!(
+        classify.entry_at_stack_check && grow.entry_at_stack_check,
+        "{classify:?} {grow:?}"
+    );
 
     let mut child = Command::new(&binary)
         .arg(CALLS.to_string())
@@ -65,25 +76,34 @@ fn counts_every_call_and_return(minor: u32) {
         .spawn()
         .unwrap();
     let pid = NonZeroU32::new(child.id()).unwrap();
-    let counter = CallCounter::attach(&binary, &[classify], Some(pid)).unwrap();
+    let counter = CallCounter::attach(&binary, &[classify, grow], Some(pid)).unwrap();
     // Attached: let the fixture make its calls.
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let output = child.wait_with_output().unwrap();
     assert!(output.status.success(), "fixture failed: {output:?}");
 
-    let hits = counter.hits().unwrap();
-    let entry: u64 = hits
-        .iter()
-        .filter(|hit| hit.point == ProbePoint::Entry)
-        .map(|hit| hit.hits)
-        .sum();
-    let returns: u64 = hits
-        .iter()
-        .filter(|hit| hit.point != ProbePoint::Entry)
-        .map(|hit| hit.hits)
-        .sum();
-    assert_eq!(entry, CALLS, "entry hits: {hits:#?}");
-    assert_eq!(returns, CALLS, "RET hits: {hits:#?}");
+    let all_hits = counter.hits().unwrap();
+    let (hits, grow_hits): (Vec<_>, Vec<_>) = all_hits
+        .into_iter()
+        .partition(|hit| hit.function == "main.classify");
+    let count = |hits: &[ProbeHits], entry: bool| -> u64 {
+        hits.iter()
+            .filter(|hit| (hit.point == ProbePoint::Entry) == entry)
+            .map(|hit| hit.hits)
+            .sum()
+    };
+    assert_eq!(count(&hits, true), CALLS, "entry hits: {hits:#?}");
+    assert_eq!(count(&hits, false), CALLS, "RET hits: {hits:#?}");
+    assert_eq!(
+        count(&grow_hits, true),
+        GROW_CALLS,
+        "grow entry hits: {grow_hits:#?}"
+    );
+    assert_eq!(
+        count(&grow_hits, false),
+        GROW_CALLS,
+        "grow RET hits: {grow_hits:#?}"
+    );
     // Each of the three return paths is taken a third of the time.
     let per_ret: Vec<u64> = hits
         .iter()

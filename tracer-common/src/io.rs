@@ -572,6 +572,16 @@ const _: () = assert!(size_of::<HpackTableEvent>() == 24 + 8 + 16);
 /// stay the `GO_BINARIES` index.
 pub const GO_TLS_READ_ARGS_AT_RET: u64 = 1 << 32;
 
+/// Attach cookie of `go_tls_read_copy`, on `(*tls.Conn).Read`'s call to
+/// `runtime.memmove`: the low 32 bits are the `GO_BINARIES` index, the bits
+/// from this shift up the offset from RSP of the spill area that holds `c`.
+pub const GO_TLS_COPY_SPILL_SHIFT: u32 = 40;
+
+/// Attach-cookie bit of an entry probe on Go's stack-check `JBE` (any Go
+/// probe program): a hit whose jump is about to be taken (CF or ZF set) is a
+/// call growing its stack, which reruns the prologue; that hit is skipped.
+pub const GO_AT_STACK_CHECK: u64 = 1 << 63;
+
 /// Capacity of `GO_BINARIES`: Go executables with TLS probes attached.
 pub const MAX_GO_BINARIES: u32 = 256;
 /// Capacity of `GO_TLS_READS`: `crypto/tls.(*Conn).Read` calls in flight.

@@ -28,6 +28,9 @@ pub const PROGRAM_GO_TLS_WRITE: &str = "go_tls_write";
 pub const PROGRAM_GO_TLS_READ: &str = "go_tls_read";
 /// Uprobes at each RET of `crypto/tls.(*Conn).Read`.
 pub const PROGRAM_GO_TLS_READ_RET: &str = "go_tls_read_ret";
+/// Uprobe at the call to `runtime.memmove` inside `crypto/tls.(*Conn).Read`
+/// that copies the plaintext out (instead of the entry and RET probes).
+pub const PROGRAM_GO_TLS_READ_COPY: &str = "go_tls_read_copy";
 /// Uprobe at `hpack.(*Encoder).WriteField` and `hpack.(*Decoder).callEmit`
 /// (entry; the cookie is the `io::HeaderSide`).
 pub const PROGRAM_GO_HPACK_FIELD: &str = "go_hpack_field";

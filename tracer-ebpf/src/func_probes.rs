@@ -34,6 +34,10 @@ fn go_func(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn try_go_func(ctx: &ProbeContext) -> Result<(), DropReason> {
+    let cookie = attach_cookie(ctx);
+    if go_abi::growing_stack(ctx, cookie) {
+        return Ok(());
+    }
     let Some(ids) = component_ids() else {
         return Ok(());
     };
@@ -41,7 +45,7 @@ fn try_go_func(ctx: &ProbeContext) -> Result<(), DropReason> {
     // offsets with a loop counter, which the verifier allows in map memory
     // but not on the stack.
     let spec = GO_FUNCS
-        .get(attach_cookie(ctx) as u32)
+        .get(cookie as u32)
         .ok_or(DropReason::ProbeSlotOutOfRange)?;
     let mut entry = EVENTS
         .reserve::<GoFuncEvent>(0)

@@ -25,9 +25,10 @@ use tracer_common::{
     drop_reason::DropReason,
     event::EventKind,
     io::{
-        ActiveCall, DATA_GO_TLS, FD_TLS, FdInfo, FdKey, FdKind, GO_TLS_READ_ARGS_AT_RET, GoCallKey,
-        GoTlsOffsets, GoTlsRead, HEADER_NAME_BYTES, HEADER_VALUE_BYTES, HEADER_VALUE_REDACTED,
-        HEADER_VALUE_TRUNCATED, HeaderEvent, HeaderSide, IoSyscall,
+        ActiveCall, DATA_GO_TLS, FD_TLS, FdInfo, FdKey, FdKind, GO_AT_STACK_CHECK,
+        GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GoCallKey, GoTlsOffsets, GoTlsRead,
+        HEADER_NAME_BYTES, HEADER_VALUE_BYTES, HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED,
+        HeaderEvent, HeaderSide, IoSyscall,
     },
 };
 
@@ -45,7 +46,11 @@ use crate::{
 /// Counts one hit of the attachment whose cookie is the slot.
 #[uprobe]
 fn go_probe_hit(ctx: ProbeContext) -> u32 {
-    let slot = attach_cookie(&ctx);
+    let cookie = attach_cookie(&ctx);
+    if go_abi::growing_stack(&ctx, cookie) {
+        return 0;
+    }
+    let slot = cookie & !GO_AT_STACK_CHECK;
     if slot >= u64::from(MAX_PROBE_SLOTS) {
         count_drop(DropReason::ProbeSlotOutOfRange);
         return 0;
@@ -62,6 +67,22 @@ fn go_probe_hit(ctx: ProbeContext) -> u32 {
 /// goroutine's `g` in R14. The one place that knows it.
 pub(crate) mod go_abi {
     use aya_ebpf::programs::ProbeContext;
+    use tracer_common::io::GO_AT_STACK_CHECK;
+
+    /// x86 RFLAGS bits the stack check's `JBE` jumps on.
+    const CARRY_FLAG: u64 = 1 << 0;
+    const ZERO_FLAG: u64 = 1 << 6;
+
+    /// Whether this hit, of an entry probe on the stack check's `JBE`
+    /// (`cookie` has [`GO_AT_STACK_CHECK`]), is a call about to grow its
+    /// stack: the `CMP` before set CF or ZF, the jump goes to morestack and
+    /// the prologue runs again, to be hit again. The caller ignores it.
+    #[inline(always)]
+    pub(crate) fn growing_stack(ctx: &ProbeContext, cookie: u64) -> bool {
+        // SAFETY: `regs` is the pt_regs the kernel passed to the uprobe.
+        let flags = unsafe { (*ctx.regs).eflags };
+        cookie & GO_AT_STACK_CHECK != 0 && flags & (CARRY_FLAG | ZERO_FLAG) != 0
+    }
 
     /// The `n`th integer argument word (0-based) at a function's entry, or
     /// the `n`th result word at a RET.
@@ -181,6 +202,10 @@ fn go_tls_write(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn try_tls_write(ctx: &ProbeContext) -> Result<(), DropReason> {
+    let cookie = attach_cookie(ctx);
+    if go_abi::growing_stack(ctx, cookie) {
+        return Ok(());
+    }
     let Some(ids) = component_ids() else {
         return Ok(());
     };
@@ -189,7 +214,7 @@ fn try_tls_write(ctx: &ProbeContext) -> Result<(), DropReason> {
         go_abi::word(ctx, 1),
         go_abi::word(ctx, 2),
     );
-    let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, attach_cookie(ctx))?;
+    let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, cookie)?;
     if hpack_table::sync_wanted() {
         // The encoder's table now includes every block in this write and
         // before: the copy goes ahead of the write's record.
@@ -218,10 +243,14 @@ fn go_tls_read(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn try_tls_read(ctx: &ProbeContext) -> Result<(), DropReason> {
+    let cookie = attach_cookie(ctx);
+    if go_abi::growing_stack(ctx, cookie) {
+        return Ok(());
+    }
     let Some(ids) = component_ids() else {
         return Ok(());
     };
-    let (fd, info) = tls_conn_socket(ids.tgid, go_abi::word(ctx, 0), attach_cookie(ctx))?;
+    let (fd, info) = tls_conn_socket(ids.tgid, go_abi::word(ctx, 0), cookie)?;
     let g = go_abi::current_g(ctx);
     if hpack_table::sync_wanted() {
         // Go's reader asks for bytes only once it has parsed every whole
@@ -326,6 +355,47 @@ fn tls_read_ret_from_spill_slots(
     )
 }
 
+/// `(*Conn).Read`'s call to `runtime.memmove` (`copy(b, c.input...)`,
+/// inlined): `from` (RBX) holds the plaintext and `n` (RCX) its length, and
+/// `c` is in its spill slot at RSP plus the offset the cookie carries. One
+/// emulated trap per read, where a RET probe costs a single-step too.
+#[uprobe]
+fn go_tls_read_copy(ctx: ProbeContext) -> u32 {
+    if let Err(reason) = try_tls_read_copy(&ctx) {
+        count_drop(reason);
+    }
+    0
+}
+
+#[inline(always)]
+fn try_tls_read_copy(ctx: &ProbeContext) -> Result<(), DropReason> {
+    let Some(ids) = component_ids() else {
+        return Ok(());
+    };
+    let cookie = attach_cookie(ctx);
+    // SAFETY: `regs` is the pt_regs the kernel passed to the uprobe.
+    let sp = unsafe { (*ctx.regs).rsp };
+    let spill_area = cookie >> GO_TLS_COPY_SPILL_SHIFT;
+    let tls_conn = read_user::<u64>(sp + spill_area).map_err(|_| DropReason::TlsConnUnresolved)?;
+    let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, cookie)?;
+    if hpack_table::sync_wanted() {
+        // Go has not parsed these bytes yet: its decoder's table is that of
+        // the bytes before them, as at the read's entry.
+        let g = go_abi::current_g(ctx);
+        hpack_table::copy_if_asked(ids, info.conn_id, g, HeaderSide::Decoder);
+    }
+    let (from, n) = (go_abi::word(ctx, 1), go_abi::word(ctx, 2));
+    let call = tls_call(fd, info, from, n, IoSyscall::Read);
+    data_event(
+        ids,
+        &call,
+        IoSyscall::Read,
+        n as i64,
+        Buffers::Single { addr: from },
+        DATA_GO_TLS,
+    )
+}
+
 /// The syscall-shaped record the data path takes.
 #[inline(always)]
 fn tls_call(fd: u32, info: FdInfo, buf: u64, len: u64, syscall: IoSyscall) -> ActiveCall {
@@ -354,10 +424,14 @@ fn go_hpack_field(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
+    let cookie = attach_cookie(ctx);
+    if go_abi::growing_stack(ctx, cookie) {
+        return Ok(());
+    }
     let Some(ids) = component_ids() else {
         return Ok(());
     };
-    let cookie = attach_cookie(ctx) as u8;
+    let cookie = cookie as u8;
     if hpack_table::sync_wanted() {
         if let Ok(side) = HeaderSide::try_from(cookie) {
             let coder = go_abi::word(ctx, 0);

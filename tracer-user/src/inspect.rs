@@ -33,9 +33,14 @@ pub fn render_text(inspection: &GoInspection) -> String {
             .iter()
             .map(|ret| format!("+{ret:#x}"))
             .collect();
+        let entry_probe = if function.entry_at_stack_check {
+            " (stack-check jump)"
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
-            "function    {name}\n            entry {:#x}  file offset {:#x}  entry probe +{:#x}  size {}  RETs {}",
+            "function    {name}\n            entry {:#x}  file offset {:#x}  entry probe +{:#x}{entry_probe}  size {}  RETs {}",
             function.entry,
             function.file_offset,
             function.entry_probe_offset,
@@ -46,6 +51,13 @@ pub fn render_text(inspection: &GoInspection) -> String {
                 rets.join(" ")
             },
         );
+        if let Some(copy) = function.copy_point {
+            let _ = writeln!(
+                out,
+                "            memmove call +{:#x} (probed instead of the RETs; receiver at RSP+{:#x})",
+                copy.offset, copy.spill_area
+            );
+        }
     }
     for name in &inspection.missing {
         let _ = writeln!(out, "not found   {name}");

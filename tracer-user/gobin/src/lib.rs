@@ -77,6 +77,7 @@ pub use kube::{KubeStructOffsets, KubeVersion, known_kube_releases, kube_offsets
 pub use moduledata::TextStartSource;
 pub use offsets::{GoRelease, StructOffsets};
 pub use pclntab::PclntabVersion;
+pub use ret::EntryPoint;
 
 use elf::ElfLayout;
 use pclntab::Pclntab;
@@ -259,15 +260,28 @@ impl GoBinary {
         Ok(ret::ret_offsets(self.function_code(f)?, f.entry))
     }
 
-    /// Whether `f`'s first `words` integer arguments can be read at its
-    /// RETs from the caller's spill area (see `ret::args_homed_at_ret`):
-    /// then a RET probe alone sees what an entry probe would have saved.
-    pub fn args_readable_at_ret(&self, f: &Function, words: usize) -> Result<bool> {
-        Ok(ret::args_homed_at_ret(
-            self.function_code(f)?,
-            f.entry,
-            words,
-        ))
+    /// Where `f`'s first `words` integer arguments stay for the whole call
+    /// (see `ret::homed_args`): the caller's spill area, as an offset from
+    /// RSP inside the function's body; then a probe inside it, or on a RET
+    /// (at `RSP + 8`), sees what an entry probe would have saved.
+    pub fn homed_args(&self, f: &Function, words: usize) -> Result<Option<u64>> {
+        Ok(ret::homed_args(self.function_code(f)?, f.entry, words))
+    }
+
+    /// The one direct call `f` makes to `runtime.memmove`, as an offset from
+    /// its entry; `None` when it makes none or several. A probe on a CALL is
+    /// emulated by the kernel (one trap), and the call's registers say what
+    /// is copied where: for `crypto/tls.(*Conn).Read`, the plaintext handed
+    /// to the caller (`copy(b, c.input...)`, inlined).
+    pub fn memmove_call(&self, f: &Function) -> Result<Option<u64>> {
+        let Some(memmove) = self.function("runtime.memmove")? else {
+            return Ok(None);
+        };
+        let calls = ret::calls_to(self.function_code(f)?, f.entry, memmove.entry);
+        Ok(match calls[..] {
+            [only] => Some(only),
+            _ => None,
+        })
     }
 
     /// The machine code of `f` (amd64 only).
@@ -286,11 +300,12 @@ impl GoBinary {
             })
     }
 
-    /// Where an entry uprobe on `f` should attach, relative to its entry: past
-    /// Go's stack-growth check, so that a call which grows the stack (and so
-    /// runs the prologue twice) is seen once. 0 when there is no check.
-    pub fn entry_probe_offset(&self, f: &Function) -> Result<u64> {
-        Ok(ret::after_stack_check(self.function_code(f)?, f.entry))
+    /// Where an entry uprobe on `f` should attach (see [`EntryPoint`]): on
+    /// Go's stack-growth check, whose jump the kernel emulates; the probe
+    /// skips the hit of a call that grows its stack (it runs the prologue
+    /// twice).
+    pub fn entry_point(&self, f: &Function) -> Result<EntryPoint> {
+        Ok(ret::entry_point(self.function_code(f)?, f.entry))
     }
 
     /// The data `podtrace inspect` prints for these function names; names that

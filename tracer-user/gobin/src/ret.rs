@@ -32,15 +32,36 @@ pub(crate) fn ret_offsets(code: &[u8], entry: u64) -> Vec<u64> {
     offsets
 }
 
-/// Offset from `entry` of the first instruction after Go's stack-growth
-/// check, or 0 for a function without one (NOSPLIT).
+/// Where an entry uprobe goes in a function, relative to its entry.
+///
+/// The kernel emulates a probed branch (Jcc, JMP, CALL rel) in the trap
+/// handler; most other instructions it executes out of line and single-steps,
+/// which costs a second trap — measured here, a probe on Go's first
+/// instruction costs 5.6 µs a hit, one on the branch after it 1.0 µs. So the
+/// probe goes on the stack check's `JBE` itself, where every argument is
+/// still in its register, and the probe ignores the hits where the jump is
+/// about to be taken (the flags say so): that call grows its stack and runs
+/// the prologue again, and the second pass is the one counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryPoint {
+    /// Offset of the probed instruction from the entry.
+    pub offset: u64,
+    /// Whether it is the stack check's `JBE` (the probe must look at the
+    /// flags), rather than the first instruction of a NOSPLIT function or
+    /// the one after a stack check of another shape.
+    pub at_stack_check: bool,
+}
+
+/// The [`EntryPoint`] of the function whose code (starting at `entry`) is
+/// `code`.
 ///
 /// A Go function begins `CMPQ SP, 16(R14); JLS more` (R14 holds the current
 /// g; 16 is `g.stackguard0`), where `more` calls `runtime.morestack` and then
-/// jumps back to the entry. A uprobe at the first instruction therefore fires
-/// twice for a call that grows its goroutine's stack; one placed after the
-/// check fires exactly once, with the argument registers untouched.
-pub(crate) fn after_stack_check(code: &[u8], entry: u64) -> u64 {
+/// jumps back to the entry; large frames compare a `LEAQ`/`SUBQ` of SP in
+/// R12 instead (not an argument register). A check whose jump is not `JBE`
+/// gets the probe on the instruction after it; a function without one, on
+/// its first instruction.
+pub(crate) fn entry_point(code: &[u8], entry: u64) -> EntryPoint {
     let mut decoder = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
     let mut compared_with_stackguard = false;
     for _ in 0..STACK_CHECK_SCAN {
@@ -54,10 +75,35 @@ pub(crate) fn after_stack_check(code: &[u8], entry: u64) -> u64 {
         {
             compared_with_stackguard = true;
         } else if compared_with_stackguard && is_conditional_jump(instruction.mnemonic()) {
-            return instruction.next_ip() - entry;
+            let at_stack_check = instruction.mnemonic() == Mnemonic::Jbe;
+            let probed = if at_stack_check {
+                instruction.ip()
+            } else {
+                instruction.next_ip()
+            };
+            return EntryPoint {
+                offset: probed - entry,
+                at_stack_check,
+            };
         }
     }
-    0
+    EntryPoint {
+        offset: 0,
+        at_stack_check: false,
+    }
+}
+
+/// Offsets from `entry` of every direct `CALL target` in `code`.
+pub(crate) fn calls_to(code: &[u8], entry: u64, target: u64) -> Vec<u64> {
+    Decoder::with_ip(64, code, entry, DecoderOptions::NONE)
+        .into_iter()
+        .filter(|instruction| {
+            instruction.mnemonic() == Mnemonic::Call
+                && instruction.op0_kind() == OpKind::NearBranch64
+                && instruction.near_branch64() == target
+        })
+        .map(|instruction| instruction.ip() - entry)
+        .collect()
 }
 
 /// Go's integer argument registers on amd64, in order (ABIInternal).
@@ -73,9 +119,10 @@ const ARGUMENT_REGISTERS: [Register; 9] = [
     Register::R11,
 ];
 
-/// Whether the first `words` integer arguments of the function can be read
-/// at any of its RETs from the caller's spill area, `[RSP + 8 + 8·i]` (the
-/// return address is at `[RSP]` then).
+/// Where the first `words` integer arguments of the function stay, from its
+/// prologue to every RET: the caller's spill area, whose offset from RSP in
+/// the function's body (past the prologue, at a call) is returned. At a RET
+/// the area is at `[RSP + 8 + 8·i]` (the return address is at `[RSP]`).
 ///
 /// Go's caller reserves a spill slot for each register argument; a callee
 /// that keeps an argument live across calls stores it there, in its
@@ -83,12 +130,12 @@ const ARGUMENT_REGISTERS: [Register; 9] = [
 /// when its prologue (`PUSH RBP; MOV RBP, RSP; SUB RSP, F`) is followed,
 /// before any call, by `MOV [RSP + F + 16 + 8·i], <register i>` for each
 /// word, and nothing else in it writes those slots. Anything else — no
-/// frame, a store missing, another write — is `false`, and the caller
+/// frame, a store missing, another write — is `None`, and the caller
 /// keeps its entry probe. (Go before 1.21 stores RBP inside the frame,
 /// `SUB RSP, F; MOV [RSP + F − 8], RBP`, and the slots are at `F + 8 + 8·i`.)
-pub(crate) fn args_homed_at_ret(code: &[u8], entry: u64, words: usize) -> bool {
+pub(crate) fn homed_args(code: &[u8], entry: u64, words: usize) -> Option<u64> {
     if words == 0 || words > ARGUMENT_REGISTERS.len() {
-        return false;
+        return None;
     }
     let instructions: Vec<Instruction> = Decoder::with_ip(64, code, entry, DecoderOptions::NONE)
         .into_iter()
@@ -115,9 +162,7 @@ pub(crate) fn args_homed_at_ret(code: &[u8], entry: u64, words: usize) -> bool {
             _ => {}
         }
     }
-    let Some(frame) = frame else {
-        return false;
-    };
+    let frame = frame?;
     // The slots, as offsets from RSP after the prologue (past the frame,
     // the saved RBP and the return address) and from RBP.
     let slot = |word: usize| (frame + 8 + 8 * word as u64, 16 + 8 * word as u64);
@@ -160,11 +205,12 @@ pub(crate) fn args_homed_at_ret(code: &[u8], entry: u64, words: usize) -> bool {
                 *home = true;
             } else {
                 // Written again, or with something else: not the argument.
-                return false;
+                return None;
             }
         }
     }
-    homed.iter().all(|home| *home)
+    // Past the frame and the return address.
+    homed.iter().all(|home| *home).then_some(frame + 8)
 }
 
 fn is_conditional_jump(mnemonic: Mnemonic) -> bool {
@@ -180,26 +226,61 @@ mod tests {
     use super::*;
 
     #[test]
-    fn probe_point_is_past_the_stack_check() {
+    fn probe_point_is_the_stack_check_jump() {
+        let at = |offset| EntryPoint {
+            offset,
+            at_stack_check: true,
+        };
         let code = [
             0x49, 0x3b, 0x66, 0x10, // cmp rsp, [r14+0x10]
             0x76, 0x2a, // jbe +0x2a (to the morestack stub)
             0x55, // push rbp  <- the body
             0xc3,
         ];
-        assert_eq!(after_stack_check(&code, 0x1000), 6);
+        assert_eq!(entry_point(&code, 0x1000), at(4));
         // Large frame: lea r12, [rsp-0x1000]; cmp r12, [r14+0x10]; jbe.
         let large = [
             0x4c, 0x8d, 0xa4, 0x24, 0x00, 0xf0, 0xff, 0xff, 0x4d, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0,
             1, 0, 0, 0x55,
         ];
-        assert_eq!(after_stack_check(&large, 0x1000), 18);
+        assert_eq!(entry_point(&large, 0x1000), at(12));
+    }
+
+    #[test]
+    fn a_check_of_another_shape_is_probed_past_its_jump() {
+        let code = [
+            0x49, 0x3b, 0x66, 0x10, // cmp rsp, [r14+0x10]
+            0x72, 0x2a, // jb (not the JLS Go emits)
+            0x55, 0xc3,
+        ];
+        let expected = EntryPoint {
+            offset: 6,
+            at_stack_check: false,
+        };
+        assert_eq!(entry_point(&code, 0x1000), expected);
     }
 
     #[test]
     fn nosplit_function_has_no_stack_check() {
-        assert_eq!(after_stack_check(&[0x48, 0x89, 0xc3, 0xc3], 0x1000), 0);
-        assert_eq!(after_stack_check(&[], 0x1000), 0);
+        let first = EntryPoint {
+            offset: 0,
+            at_stack_check: false,
+        };
+        assert_eq!(entry_point(&[0x48, 0x89, 0xc3, 0xc3], 0x1000), first);
+        assert_eq!(entry_point(&[], 0x1000), first);
+    }
+
+    #[test]
+    fn direct_calls_to_a_target_are_found_and_others_are_not() {
+        let code = [
+            0xe8, 0xfb, 0x0f, 0x00, 0x00, // call 0x2000 (from 0x1000)
+            0xff, 0xd0, // call rax
+            0xe8, 0xf4, 0x0f, 0x00, 0x00, // call 0x2000 (from 0x1007)
+            0xe8, 0x00, 0x00, 0x00, 0x00, // call 0x1011
+            0xc3,
+        ];
+        assert_eq!(calls_to(&code, 0x1000, 0x2000), vec![0, 7]);
+        assert_eq!(calls_to(&code, 0x1000, 0x3000), Vec::<u64>::new());
     }
 
     #[test]
@@ -232,12 +313,13 @@ mod tests {
     ];
 
     #[test]
-    fn arguments_homed_in_their_spill_slots_are_readable_at_ret() {
+    fn arguments_homed_in_their_spill_slots_are_found_with_the_area_offset() {
         let mut code = TLS_READ_PROLOGUE[..38].to_vec();
         code.extend_from_slice(&[0x48, 0x83, 0xc4, 0x58, 0x5d, 0xc3]); // add rsp; pop rbp; ret
-        assert!(args_homed_at_ret(&code, 0x1000, 3));
+        // sub rsp, 0x58 after push rbp: 0x58 + 8 (RBP) + 8 (return address).
+        assert_eq!(homed_args(&code, 0x1000, 3), Some(0x68));
         // A fourth word (RDI) is never stored: not readable.
-        assert!(!args_homed_at_ret(&code, 0x1000, 4));
+        assert_eq!(homed_args(&code, 0x1000, 4), None);
     }
 
     #[test]
@@ -254,7 +336,8 @@ mod tests {
             0xe8, 0x00, 0x00, 0x00, 0x00, // call
             0xc3,
         ];
-        assert!(args_homed_at_ret(&code, 0x1000, 3));
+        // The frame of 0x68 holds RBP: 0x68 + 8 (return address).
+        assert_eq!(homed_args(&code, 0x1000, 3), Some(0x70));
     }
 
     #[test]
@@ -262,10 +345,10 @@ mod tests {
         let mut code = TLS_READ_PROLOGUE[..38].to_vec();
         // mov [rsp+0x70], rdx: b's pointer replaced after the call.
         code.extend_from_slice(&[0x48, 0x89, 0x54, 0x24, 0x70, 0xc3]);
-        assert!(!args_homed_at_ret(&code, 0x1000, 3));
+        assert_eq!(homed_args(&code, 0x1000, 3), None);
         // No frame at all.
-        assert!(!args_homed_at_ret(&[0x48, 0x89, 0xc3, 0xc3], 0x1000, 1));
-        assert!(!args_homed_at_ret(&TLS_READ_PROLOGUE, 0x1000, 0));
+        assert_eq!(homed_args(&[0x48, 0x89, 0xc3, 0xc3], 0x1000, 1), None);
+        assert_eq!(homed_args(&TLS_READ_PROLOGUE, 0x1000, 0), None);
     }
 
     #[test]

@@ -108,16 +108,33 @@ fn check_against_symtab(minor: u32, variant: Variant, test: &str) {
         );
     }
 
-    // `Read(b)` homes its receiver and buffer in the caller's spill slots, so
-    // podtrace's RET probe reads them there and attaches no entry probe (a
-    // release where this stopped holding would fall back to both, and fail here).
+    // `Read(b)` homes its receiver and buffer in the caller's spill slots, and
+    // makes one call to runtime.memmove: the inlined `copy(b, c.input...)`
+    // that hands the plaintext over. podtrace probes that call (one emulated
+    // trap per read) and reads `c` from its slot; a release where either
+    // stopped holding would fall back to the RET probes, and fail here. Go's
+    // own disassembler, on the unstripped twin, names the call's source line.
     let read = bin
         .function("crypto/tls.(*Conn).Read")
         .unwrap()
         .unwrap_or_else(|| panic!("{test}: no crypto/tls.(*Conn).Read"));
     assert!(
-        bin.args_readable_at_ret(&read, 3).unwrap(),
-        "{test}: crypto/tls.(*Conn).Read's arguments are not in their spill slots at RET"
+        bin.homed_args(&read, 3).unwrap().is_some(),
+        "{test}: crypto/tls.(*Conn).Read's arguments are not in their spill slots"
+    );
+    let copy = bin
+        .memmove_call(&read)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{test}: crypto/tls.(*Conn).Read has not one memmove call"));
+    let listing = support::go_objdump(&toolchain, &twin, r"^crypto/tls\.\(\*Conn\)\.Read$");
+    let address = format!("{:#x}", read.entry + copy);
+    let line = listing
+        .lines()
+        .find(|line| line.split_whitespace().nth(1) == Some(address.as_str()))
+        .unwrap_or_else(|| panic!("{test}: {address} not in\n{listing}"));
+    assert!(
+        line.starts_with("  reader.go:") && line.contains("CALL runtime.memmove(SB)"),
+        "{test}: the memmove call of Read is not bytes.Reader's copy: {line}"
     );
 
     // Build info, as `go version -m` prints it.

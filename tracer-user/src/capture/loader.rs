@@ -23,13 +23,14 @@ use tracer_common::{
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
     io::{
         AF_INET, AF_INET6, AF_UNIX, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FileOpenEvent,
-        GO_TLS_READ_ARGS_AT_RET, GoTlsOffsets, HeaderSide, IoSyscall, MAX_GO_BINARIES,
-        UNIX_PATH_BYTES, USER_CONN_ID_BIT,
+        GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GoTlsOffsets, HeaderSide, IoSyscall,
+        MAX_GO_BINARIES, UNIX_PATH_BYTES, USER_CONN_ID_BIT,
     },
     names::{
         GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_GO_BINARIES,
         MAP_GO_FUNCS, MAP_TARGET_COMMS, MAP_TARGETS, PROGRAM_GO_FUNC, PROGRAM_GO_HPACK_FIELD,
-        PROGRAM_GO_TLS_READ, PROGRAM_GO_TLS_READ_RET, PROGRAM_GO_TLS_WRITE,
+        PROGRAM_GO_TLS_READ, PROGRAM_GO_TLS_READ_COPY, PROGRAM_GO_TLS_READ_RET,
+        PROGRAM_GO_TLS_WRITE,
     },
 };
 
@@ -37,7 +38,7 @@ use tracer_gobin::GoBinError;
 
 use super::{
     clock::monotonic_now_ns,
-    go_probes::{ARGS_AT_RET_CHECKED, NoGoPlan, go_plan},
+    go_probes::{ARGS_AT_RET_CHECKED, NoGoPlan, ResolvedFunction, go_plan},
     hpack_probes::{FileId, HpackControl, HpackProbes},
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
     kube_probes,
@@ -234,6 +235,7 @@ impl Probes {
             PROGRAM_GO_TLS_WRITE,
             PROGRAM_GO_TLS_READ,
             PROGRAM_GO_TLS_READ_RET,
+            PROGRAM_GO_TLS_READ_COPY,
             PROGRAM_GO_HPACK_FIELD,
             PROGRAM_GO_FUNC,
         ] {
@@ -388,49 +390,29 @@ impl Probes {
             (&plan.hpack_decoders, HeaderSide::Decoder),
         ] {
             for function in functions {
-                hpack_points.push((
-                    function.file_offset + function.entry_probe_offset,
-                    side as u64,
-                ));
+                let (offset, bits) = function.entry_probe();
+                hpack_points.push((offset, side as u64 | bits));
             }
         }
-        let (tls_index, unknown_release) =
-            match &plan.offsets {
-                Ok(offsets) if !plan.tls_writes.is_empty() || !plan.tls_reads.is_empty() => {
-                    let index = self.register_tls_offsets(offsets)?;
-                    let cookie = u64::from(index);
-                    for write in &plan.tls_writes {
-                        points.push((
-                            PROGRAM_GO_TLS_WRITE,
-                            write.file_offset + write.entry_probe_offset,
-                            cookie,
-                        ));
-                    }
-                    for read in &plan.tls_reads {
-                        // `Read(b)` homes `c` and `b` in its spill slots: the RET
-                        // probe alone sees them, and every read costs one trap.
-                        let ret_cookie = if read.args_at_ret >= ARGS_AT_RET_CHECKED {
-                            cookie | GO_TLS_READ_ARGS_AT_RET
-                        } else {
-                            points.push((
-                                PROGRAM_GO_TLS_READ,
-                                read.file_offset + read.entry_probe_offset,
-                                cookie,
-                            ));
-                            cookie
-                        };
-                        points.extend(read.ret_offsets.iter().map(|ret| {
-                            (PROGRAM_GO_TLS_READ_RET, read.file_offset + ret, ret_cookie)
-                        }));
-                    }
-                    (Some(index), None)
+        let (tls_index, unknown_release) = match &plan.offsets {
+            Ok(offsets) if !plan.tls_writes.is_empty() || !plan.tls_reads.is_empty() => {
+                let index = self.register_tls_offsets(offsets)?;
+                let cookie = u64::from(index);
+                for write in &plan.tls_writes {
+                    let (offset, bits) = write.entry_probe();
+                    points.push((PROGRAM_GO_TLS_WRITE, offset, cookie | bits));
                 }
-                Ok(_) => (None, None),
-                Err(error) => (
-                    None,
-                    (!plan.tls_writes.is_empty()).then(|| error.to_string()),
-                ),
-            };
+                for read in &plan.tls_reads {
+                    points.extend(tls_read_points(read, cookie));
+                }
+                (Some(index), None)
+            }
+            Ok(_) => (None, None),
+            Err(error) => (
+                None,
+                (!plan.tls_writes.is_empty()).then(|| error.to_string()),
+            ),
+        };
         let (kube_functions, no_kube_probes) = match &plan.kube_offsets {
             Some(Ok(kube)) => match &plan.offsets {
                 Ok(go) => {
@@ -438,11 +420,8 @@ impl Probes {
                     for (probe, function) in &plan.kube_functions {
                         let entry = self
                             .register_function_probe(kube_probes::spec(probe, false, go, kube))?;
-                        points.push((
-                            PROGRAM_GO_FUNC,
-                            function.file_offset + function.entry_probe_offset,
-                            u64::from(entry),
-                        ));
+                        let (offset, bits) = function.entry_probe();
+                        points.push((PROGRAM_GO_FUNC, offset, u64::from(entry) | bits));
                         if probe.returns {
                             let ret = self.register_function_probe(kube_probes::spec(
                                 probe, true, go, kube,
@@ -652,6 +631,35 @@ impl Probes {
         }
         Ok(counts)
     }
+}
+
+/// The probes that deliver one copy of `crypto/tls.(*Conn).Read`'s plaintext,
+/// cheapest first: one on its call to `runtime.memmove` (emulated CALL; `c`
+/// from its spill slot); else RET probes that read `c` and `b` from the spill
+/// slots; else an entry probe that remembers them and RET probes.
+fn tls_read_points(read: &ResolvedFunction, cookie: u64) -> Vec<(&'static str, u64, u64)> {
+    if let Some(copy) = read.copy_point {
+        let spill = copy.spill_area << GO_TLS_COPY_SPILL_SHIFT;
+        return vec![(
+            PROGRAM_GO_TLS_READ_COPY,
+            read.file_offset + copy.offset,
+            cookie | spill,
+        )];
+    }
+    let mut points = Vec::new();
+    let ret_cookie = if read.args_at_ret >= ARGS_AT_RET_CHECKED {
+        cookie | GO_TLS_READ_ARGS_AT_RET
+    } else {
+        let (offset, bits) = read.entry_probe();
+        points.push((PROGRAM_GO_TLS_READ, offset, cookie | bits));
+        cookie
+    };
+    points.extend(
+        read.ret_offsets
+            .iter()
+            .map(|ret| (PROGRAM_GO_TLS_READ_RET, read.file_offset + ret, ret_cookie)),
+    );
+    points
 }
 
 /// Writes `peer` into a connection record's address fields.

@@ -79,13 +79,13 @@ impl CallCounter {
                 if slot >= u64::from(MAX_PROBE_SLOTS) {
                     return Err(CaptureError::TooManyProbes(MAX_PROBE_SLOTS));
                 }
-                let offset = match point {
-                    ProbePoint::Entry => function.file_offset + function.entry_probe_offset,
-                    ProbePoint::Ret(ret) => function.file_offset + ret,
+                let (offset, bits) = match point {
+                    ProbePoint::Entry => function.entry_probe(),
+                    ProbePoint::Ret(ret) => (function.file_offset + ret, 0),
                 };
                 let attach_point = UProbeAttachPoint {
                     location: UProbeAttachLocation::AbsoluteOffset(offset),
-                    cookie: Some(slot),
+                    cookie: Some(slot | bits),
                 };
                 program.attach(attach_point, binary, scope).map_err(wrap)?;
                 slots.push((function.name.clone(), point));

@@ -140,3 +140,20 @@ pub(crate) fn go_version_m(toolchain: &GoToolchain, path: &Path) -> String {
     let prefix = format!("{}: ", path.display());
     text.strip_prefix(&prefix).unwrap_or(&text).to_owned()
 }
+
+/// `go tool objdump -s REGEX path`: one line per instruction,
+/// `FILE:LINE ADDRESS BYTES INSTRUCTION` (the innermost inlined line).
+pub(crate) fn go_objdump(toolchain: &GoToolchain, path: &Path, regex: &str) -> String {
+    let out = std::process::Command::new(&toolchain.go)
+        .args(["tool", "objdump", "-s", regex])
+        .arg(path)
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
