@@ -631,6 +631,37 @@ pub struct GoTlsRead {
     pub _pad: u32,
 }
 
+/// Capacity of `GO_TLS_CONNS`: `*crypto/tls.Conn`s whose socket is known.
+pub const MAX_GO_TLS_CONNS: u32 = 16_384;
+
+/// Key of `GO_TLS_CONNS` (BPF only): a `*crypto/tls.Conn` of a process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GoTlsConnKey {
+    /// Process id.
+    pub tgid: u32,
+    /// Explicit padding, zero.
+    pub _pad: u32,
+    /// The `*tls.Conn`.
+    pub tls_conn: u64,
+}
+
+/// Value of `GO_TLS_CONNS`: the socket a `*tls.Conn` led to when last
+/// resolved. Good while `FDS` still holds that fd with the same `conn_id`
+/// (a close or a new socket on the fd number changes it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GoTlsConn {
+    /// The socket's identity then.
+    pub conn_id: u64,
+    /// Its fd.
+    pub fd: u32,
+    /// Explicit padding, zero.
+    pub _pad: u32,
+}
+
+const _: () = assert!(size_of::<GoTlsConnKey>() == 16);
+const _: () = assert!(size_of::<GoTlsConn>() == 16);
 const _: () = assert!(size_of::<GoTlsOffsets>() == 16);
 const _: () = assert!(size_of::<GoCallKey>() == 16);
 const _: () = assert!(size_of::<GoTlsRead>() == 32);
@@ -655,6 +686,8 @@ impl_pod!(
     GoTlsOffsets,
     GoCallKey,
     GoTlsRead,
+    GoTlsConnKey,
+    GoTlsConn,
     HeaderEvent,
     HpackSyncKey,
     HpackSync,

@@ -26,9 +26,9 @@ use tracer_common::{
     event::EventKind,
     io::{
         ActiveCall, DATA_GO_TLS, FD_TLS, FdInfo, FdKey, FdKind, GO_AT_STACK_CHECK,
-        GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GoCallKey, GoTlsOffsets, GoTlsRead,
-        HEADER_NAME_BYTES, HEADER_VALUE_BYTES, HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED,
-        HeaderEvent, HeaderSide, IoSyscall,
+        GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GoCallKey, GoTlsConn, GoTlsConnKey,
+        GoTlsOffsets, GoTlsRead, HEADER_NAME_BYTES, HEADER_VALUE_BYTES, HEADER_VALUE_REDACTED,
+        HEADER_VALUE_TRUNCATED, HeaderEvent, HeaderSide, IoSyscall,
     },
 };
 
@@ -37,8 +37,8 @@ use crate::{
     io::{Buffers, data_event},
     kernel_read::{read_user, read_user_bytes},
     maps::{
-        BPF_RB_NO_WAKEUP, EVENTS, FDS, GO_BINARIES, GO_TLS_READS, PROBE_HITS, count_drop,
-        submit_flags, target_of,
+        BPF_RB_NO_WAKEUP, EVENTS, FDS, GO_BINARIES, GO_TLS_CONNS, GO_TLS_READS, PROBE_HITS,
+        count_drop, submit_flags, target_of,
     },
     record::{Ids, header, now_ns},
 };
@@ -125,6 +125,34 @@ const MAX_CONN_WRAPPERS: usize = 3;
 /// `closableConn`, whose `net.Conn` follows a func field.
 #[inline(always)]
 fn tls_conn_socket(tgid: u32, tls_conn: u64, cookie: u64) -> Result<(u32, FdInfo), DropReason> {
+    let key = GoTlsConnKey {
+        tgid,
+        _pad: 0,
+        tls_conn,
+    };
+    // SAFETY: the value is copied out at once.
+    if let Some(known) = unsafe { GO_TLS_CONNS.get(key) }.copied() {
+        let fd_key = FdKey { tgid, fd: known.fd };
+        // SAFETY: as above.
+        match unsafe { FDS.get(fd_key) }.copied() {
+            // Still the same socket on that fd: no need to walk the chain.
+            Some(info) if info.conn_id == known.conn_id => return Ok((known.fd, info)),
+            _ => {}
+        }
+    }
+    let (fd, info) = walk_tls_conn(tgid, tls_conn, cookie)?;
+    let known = GoTlsConn {
+        conn_id: info.conn_id,
+        fd,
+        _pad: 0,
+    };
+    let _ = GO_TLS_CONNS.insert(key, known, 0);
+    Ok((fd, info))
+}
+
+/// [`tls_conn_socket`] the long way, through the `net.Conn` chain.
+#[inline(always)]
+fn walk_tls_conn(tgid: u32, tls_conn: u64, cookie: u64) -> Result<(u32, FdInfo), DropReason> {
     let offsets = GO_BINARIES
         .get(cookie as u32)
         .copied()
@@ -337,20 +365,32 @@ fn tls_read_ret_from_spill_slots(
     let tls_conn = read_user::<u64>(sp + 8).map_err(unresolved)?;
     let buf = read_user::<u64>(sp + 16).map_err(unresolved)?;
     let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, cookie)?;
+    tls_plaintext_read(ctx, ids, fd, info, buf, go_abi::word(ctx, 0))
+}
+
+/// `n` bytes of plaintext at `addr` that a Read hands to its caller, which
+/// has not parsed them yet: a copy of the connection's HPACK decoder table
+/// taken now is that of the bytes before them, as at the read's entry.
+#[inline(always)]
+fn tls_plaintext_read(
+    ctx: &ProbeContext,
+    ids: Ids,
+    fd: u32,
+    info: FdInfo,
+    addr: u64,
+    n: u64,
+) -> Result<(), DropReason> {
     if hpack_table::sync_wanted() {
-        // Go has not parsed these bytes yet: its decoder's table is that of
-        // the bytes before them, as at the read's entry.
         let g = go_abi::current_g(ctx);
         hpack_table::copy_if_asked(ids, info.conn_id, g, HeaderSide::Decoder);
     }
-    let n = go_abi::word(ctx, 0) as i64;
-    let call = tls_call(fd, info, buf, n as u64, IoSyscall::Read);
+    let call = tls_call(fd, info, addr, n, IoSyscall::Read);
     data_event(
         ids,
         &call,
         IoSyscall::Read,
-        n,
-        Buffers::Single { addr: buf },
+        n as i64,
+        Buffers::Single { addr },
         DATA_GO_TLS,
     )
 }
@@ -378,21 +418,14 @@ fn try_tls_read_copy(ctx: &ProbeContext) -> Result<(), DropReason> {
     let spill_area = cookie >> GO_TLS_COPY_SPILL_SHIFT;
     let tls_conn = read_user::<u64>(sp + spill_area).map_err(|_| DropReason::TlsConnUnresolved)?;
     let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, cookie)?;
-    if hpack_table::sync_wanted() {
-        // Go has not parsed these bytes yet: its decoder's table is that of
-        // the bytes before them, as at the read's entry.
-        let g = go_abi::current_g(ctx);
-        hpack_table::copy_if_asked(ids, info.conn_id, g, HeaderSide::Decoder);
-    }
-    let (from, n) = (go_abi::word(ctx, 1), go_abi::word(ctx, 2));
-    let call = tls_call(fd, info, from, n, IoSyscall::Read);
-    data_event(
+    // runtime.memmove(to, from, n): RBX and RCX.
+    tls_plaintext_read(
+        ctx,
         ids,
-        &call,
-        IoSyscall::Read,
-        n as i64,
-        Buffers::Single { addr: from },
-        DATA_GO_TLS,
+        fd,
+        info,
+        go_abi::word(ctx, 1),
+        go_abi::word(ctx, 2),
     )
 }
 

@@ -13,9 +13,9 @@ use tracer_common::{
     drop_reason::DropReason,
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
     io::{
-        ActiveCall, DATA_BYTES_MAX, DataEvent, FdInfo, FdKey, GoCallKey, GoHpackCoders,
-        GoTlsOffsets, GoTlsRead, HpackSync, HpackSyncKey, MAX_ACTIVE_CALLS, MAX_GO_BINARIES,
-        MAX_GO_TLS_READS, MAX_HPACK_SYNCS, MAX_TRACKED_FDS,
+        ActiveCall, DATA_BYTES_MAX, DataEvent, FdInfo, FdKey, GoCallKey, GoHpackCoders, GoTlsConn,
+        GoTlsConnKey, GoTlsOffsets, GoTlsRead, HpackSync, HpackSyncKey, MAX_ACTIVE_CALLS,
+        MAX_GO_BINARIES, MAX_GO_TLS_CONNS, MAX_GO_TLS_READS, MAX_HPACK_SYNCS, MAX_TRACKED_FDS,
     },
 };
 
@@ -71,6 +71,15 @@ pub(crate) static GO_FUNCS: Array<GoFuncSpec> = Array::with_max_entries(MAX_GO_F
 #[map]
 pub(crate) static GO_TLS_READS: HashMap<GoCallKey, GoTlsRead> =
     HashMap::with_max_entries(MAX_GO_TLS_READS, 0);
+
+/// The socket each `*tls.Conn` was last resolved to, so that a TLS probe
+/// hit costs one lookup here and one in `FDS` instead of walking the
+/// `net.Conn` chain (up to ten user-memory reads and four `FDS` lookups
+/// through etcd's cmux wrapper). LRU: connections are garbage-collected
+/// without telling.
+#[map]
+pub(crate) static GO_TLS_CONNS: LruHashMap<GoTlsConnKey, GoTlsConn> =
+    LruHashMap::with_max_entries(MAX_GO_TLS_CONNS, 0);
 
 /// Connections whose HPACK tables user space asks for (`hpack_table`).
 #[map]

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use tracer_common::io::{Direction, FdKind};
 use tracer_decode::{
-    identity::{PodClue, clues_from_kv_request},
+    identity::{PodClue, clues_from_kv_request, may_hold_pod_clue},
     wal::{EntryPayload, RecordKind, WalEntry, WalReader},
 };
 
@@ -82,6 +82,11 @@ impl WalDecoder {
         };
         for record in records.iter().filter(|r| r.kind == RecordKind::Entry) {
             message.entries += 1;
+            // Leases, events and the rest of a control plane's writes never
+            // name a Pod key: not worth decoding (as for KV calls on the wire).
+            if !may_hold_pod_clue(&record.data) {
+                continue;
+            }
             let Ok(entry) = WalEntry::decode(record) else {
                 self.bad_records += 1;
                 continue;

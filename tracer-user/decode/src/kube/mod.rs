@@ -87,11 +87,12 @@ fn decode_envelope(envelope: &[u8]) -> Result<StoredObject, KubeError> {
     if api_version != "v1" || kind != "Pod" {
         return Ok(StoredObject::Other { api_version, kind });
     }
-    let pod = k8s_pb::api::core::v1::Pod::decode(unknown.raw.unwrap_or_default().as_slice())
-        .map_err(|e| KubeError::Protobuf {
+    let pod = pod_fields::Pod::decode(unknown.raw.unwrap_or_default().as_slice()).map_err(|e| {
+        KubeError::Protobuf {
             what: "v1.Pod",
             reason: e.to_string(),
-        })?;
+        }
+    })?;
     let metadata = pod.metadata.unwrap_or_default();
     let spec = pod.spec.unwrap_or_default();
     let status = pod.status.unwrap_or_default();
@@ -124,6 +125,96 @@ fn decode_envelope(envelope: &[u8]) -> Result<StoredObject, KubeError> {
         waiting,
         pull_policies,
     }))
+}
+
+/// The fields of a v1 Pod that podtrace reads, with the tags of
+/// `k8s.io/api/core/v1/generated.proto` (as `k8s-pb` has them): prost skips
+/// every other field without decoding it — the spec's env values, volumes,
+/// the managed fields and the rest of a Pod that a full `k8s_pb` decode
+/// turns into strings and vectors (10 % of the agent's time on a Pod write
+/// load, the whole decode). `kube::tests` checks these against `k8s-pb`.
+mod pod_fields {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Pod {
+        #[prost(message, optional, tag = "1")]
+        pub metadata: Option<ObjectMeta>,
+        #[prost(message, optional, tag = "2")]
+        pub spec: Option<PodSpec>,
+        #[prost(message, optional, tag = "3")]
+        pub status: Option<PodStatus>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct ObjectMeta {
+        #[prost(string, optional, tag = "1")]
+        pub name: Option<String>,
+        #[prost(string, optional, tag = "2")]
+        pub generate_name: Option<String>,
+        #[prost(string, optional, tag = "3")]
+        pub namespace: Option<String>,
+        #[prost(string, optional, tag = "5")]
+        pub uid: Option<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct PodSpec {
+        #[prost(message, repeated, tag = "2")]
+        pub containers: Vec<Container>,
+        #[prost(string, optional, tag = "10")]
+        pub node_name: Option<String>,
+        #[prost(string, optional, tag = "19")]
+        pub scheduler_name: Option<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Container {
+        #[prost(string, optional, tag = "1")]
+        pub name: Option<String>,
+        #[prost(string, optional, tag = "14")]
+        pub image_pull_policy: Option<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct PodStatus {
+        #[prost(string, optional, tag = "1")]
+        pub phase: Option<String>,
+        #[prost(message, repeated, tag = "2")]
+        pub conditions: Vec<PodCondition>,
+        #[prost(message, repeated, tag = "8")]
+        pub container_statuses: Vec<ContainerStatus>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct PodCondition {
+        #[prost(string, optional, tag = "1")]
+        pub r#type: Option<String>,
+        #[prost(string, optional, tag = "2")]
+        pub status: Option<String>,
+        #[prost(string, optional, tag = "5")]
+        pub reason: Option<String>,
+        #[prost(string, optional, tag = "6")]
+        pub message: Option<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct ContainerStatus {
+        #[prost(message, optional, tag = "2")]
+        pub state: Option<ContainerState>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct ContainerState {
+        #[prost(message, optional, tag = "1")]
+        pub waiting: Option<ContainerStateWaiting>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct ContainerStateWaiting {
+        #[prost(string, optional, tag = "1")]
+        pub reason: Option<String>,
+        #[prost(string, optional, tag = "2")]
+        pub message: Option<String>,
+    }
 }
 
 /// `NAME=POLICY,…` of the containers that say their `imagePullPolicy`.
@@ -384,6 +475,92 @@ pub fn decode_status(body: &[u8]) -> Option<ApiStatus> {
 
 #[cfg(test)]
 mod tests {
+    /// `pod_fields` reads what a full `k8s-pb` Pod holds at the same tags,
+    /// past the fields it skips (an env value among them).
+    #[test]
+    fn pod_fields_match_the_full_k8s_pb_types() {
+        use k8s_pb::api::core::v1 as core;
+        use prost::Message as _;
+        let some = |text: &str| Some(text.to_owned());
+        let pod = core::Pod {
+            metadata: Some(k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: some("web-7d4f9-abcde"),
+                generate_name: some("web-7d4f9-"),
+                namespace: some("shop"),
+                uid: some("2f1c7a4e-8b1d-4c33-9f5e-0a6b7c8d9e01"),
+                labels: [("app".to_owned(), "web".to_owned())].into(),
+                ..Default::default()
+            }),
+            spec: Some(core::PodSpec {
+                containers: vec![core::Container {
+                    name: some("app"),
+                    image: some("registry.local/web:1"),
+                    image_pull_policy: some("Never"),
+                    env: vec![core::EnvVar {
+                        name: some("PASSWORD"),
+                        value: some("hunter2"),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                node_name: some("node-1"),
+                scheduler_name: some("default-scheduler"),
+                ..Default::default()
+            }),
+            status: Some(core::PodStatus {
+                phase: some("Pending"),
+                conditions: vec![core::PodCondition {
+                    r#type: some("PodScheduled"),
+                    status: some("False"),
+                    reason: some("Unschedulable"),
+                    message: some("0/1 nodes are available"),
+                    ..Default::default()
+                }],
+                container_statuses: vec![core::ContainerStatus {
+                    name: some("app"),
+                    state: Some(core::ContainerState {
+                        waiting: Some(core::ContainerStateWaiting {
+                            reason: some("ErrImageNeverPull"),
+                            message: some("image not present"),
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        };
+        let envelope = k8s_pb::apimachinery::pkg::runtime::Unknown {
+            type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {
+                api_version: some("v1"),
+                kind: some("Pod"),
+            }),
+            raw: Some(pod.encode_to_vec()),
+            ..Default::default()
+        };
+        let mut value = PROTOBUF_MAGIC.to_vec();
+        value.extend(envelope.encode_to_vec());
+        let StoredObject::Pod(identity) = decode_stored_object(&value).unwrap() else {
+            panic!("not a Pod");
+        };
+        assert_eq!(identity.name, some("web-7d4f9-abcde"));
+        assert_eq!(identity.generate_name, some("web-7d4f9-"));
+        assert_eq!(identity.namespace, some("shop"));
+        assert_eq!(identity.uid, some("2f1c7a4e-8b1d-4c33-9f5e-0a6b7c8d9e01"));
+        assert_eq!(identity.node_name, some("node-1"));
+        assert_eq!(identity.scheduler_name, some("default-scheduler"));
+        assert_eq!(identity.phase, some("Pending"));
+        assert_eq!(
+            identity.unschedulable,
+            some("Unschedulable: 0/1 nodes are available")
+        );
+        assert_eq!(
+            identity.waiting,
+            some("ErrImageNeverPull: image not present")
+        );
+        assert_eq!(identity.pull_policies, some("app=Never"));
+    }
+
     #[test]
     fn statuses_read_from_json_and_protobuf() {
         use prost::Message as _;
