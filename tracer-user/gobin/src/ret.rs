@@ -58,12 +58,13 @@ pub struct EntryPoint {
 /// A Go function begins `CMPQ SP, 16(R14); JLS more` (R14 holds the current
 /// g; 16 is `g.stackguard0`), where `more` calls `runtime.morestack` and then
 /// jumps back to the entry; large frames compare a `LEAQ`/`SUBQ` of SP in
-/// R12 instead (not an argument register). A check whose jump is not `JBE`
-/// gets the probe on the instruction after it; a function without one, on
-/// its first instruction.
+/// R12 instead (not an argument register). A check whose jump is not a
+/// `JBE` right after the `CMP` gets the probe on the instruction after the
+/// jump; a function without one, on its first instruction.
 pub(crate) fn entry_point(code: &[u8], entry: u64) -> EntryPoint {
     let mut decoder = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
     let mut compared_with_stackguard = false;
+    let mut just_compared = false;
     for _ in 0..STACK_CHECK_SCAN {
         if !decoder.can_decode() {
             break;
@@ -74,8 +75,12 @@ pub(crate) fn entry_point(code: &[u8], entry: u64) -> EntryPoint {
             && instruction.memory_displacement64() == G_STACKGUARD0
         {
             compared_with_stackguard = true;
-        } else if compared_with_stackguard && is_conditional_jump(instruction.mnemonic()) {
-            let at_stack_check = instruction.mnemonic() == Mnemonic::Jbe;
+            just_compared = true;
+            continue;
+        }
+        if compared_with_stackguard && is_conditional_jump(instruction.mnemonic()) {
+            // The probe reads the flags the CMP set: only a JBE right after it.
+            let at_stack_check = just_compared && instruction.mnemonic() == Mnemonic::Jbe;
             let probed = if at_stack_check {
                 instruction.ip()
             } else {
@@ -86,6 +91,7 @@ pub(crate) fn entry_point(code: &[u8], entry: u64) -> EntryPoint {
                 at_stack_check,
             };
         }
+        just_compared = false;
     }
     EntryPoint {
         offset: 0,
@@ -258,6 +264,18 @@ mod tests {
             at_stack_check: false,
         };
         assert_eq!(entry_point(&code, 0x1000), expected);
+        // A flag-writing instruction between the CMP and the JBE.
+        let between = [
+            0x49, 0x3b, 0x66, 0x10, // cmp rsp, [r14+0x10]
+            0x48, 0x85, 0xc0, // test rax, rax
+            0x76, 0x2a, // jbe
+            0x55, 0xc3,
+        ];
+        let expected = EntryPoint {
+            offset: 9,
+            at_stack_check: false,
+        };
+        assert_eq!(entry_point(&between, 0x1000), expected);
     }
 
     #[test]

@@ -118,6 +118,11 @@ fn check_against_symtab(minor: u32, variant: Variant, test: &str) {
         .function("crypto/tls.(*Conn).Read")
         .unwrap()
         .unwrap_or_else(|| panic!("{test}: no crypto/tls.(*Conn).Read"));
+    // Entry probes go on the stack check's JBE, which the kernel emulates.
+    assert!(
+        bin.entry_point(&read).unwrap().at_stack_check,
+        "{test}: crypto/tls.(*Conn).Read's stack check is not CMP; JBE"
+    );
     assert!(
         bin.homed_args(&read, 3).unwrap().is_some(),
         "{test}: crypto/tls.(*Conn).Read's arguments are not in their spill slots"
