@@ -67,7 +67,9 @@ fn go_probe_hit(ctx: ProbeContext) -> u32 {
 /// goroutine's `g` in R14. The one place that knows it.
 pub(crate) mod go_abi {
     use aya_ebpf::programs::ProbeContext;
-    use tracer_common::io::GO_AT_STACK_CHECK;
+    use tracer_common::{drop_reason::DropReason, io::GO_AT_STACK_CHECK};
+
+    use crate::kernel_read::read_user;
 
     /// x86 RFLAGS bits the stack check's `JBE` jumps on.
     const CARRY_FLAG: u64 = 1 << 0;
@@ -101,6 +103,15 @@ pub(crate) mod go_abi {
             7 => regs.r10,
             _ => regs.r11,
         }
+    }
+
+    /// The word at `RSP + offset`: an argument homed in the caller's spill
+    /// area (user space found where from the function's prologue).
+    #[inline(always)]
+    pub(crate) fn stack_word(ctx: &ProbeContext, offset: u64) -> Result<u64, DropReason> {
+        // SAFETY: `regs` is the pt_regs the kernel passed to the uprobe.
+        let sp = unsafe { (*ctx.regs).rsp };
+        read_user::<u64>(sp + offset).map_err(|_| DropReason::TlsConnUnresolved)
     }
 
     /// The running goroutine's `runtime.g` address.
@@ -359,11 +370,8 @@ fn tls_read_ret_from_spill_slots(
     ids: Ids,
     cookie: u64,
 ) -> Result<(), DropReason> {
-    // SAFETY: `regs` is the pt_regs the kernel passed to the uprobe.
-    let sp = unsafe { (*ctx.regs).rsp };
-    let unresolved = |_| DropReason::TlsConnUnresolved;
-    let tls_conn = read_user::<u64>(sp + 8).map_err(unresolved)?;
-    let buf = read_user::<u64>(sp + 16).map_err(unresolved)?;
+    let tls_conn = go_abi::stack_word(ctx, 8)?;
+    let buf = go_abi::stack_word(ctx, 16)?;
     let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, cookie)?;
     tls_plaintext_read(ctx, ids, fd, info, buf, go_abi::word(ctx, 0))
 }
@@ -413,10 +421,7 @@ fn try_tls_read_copy(ctx: &ProbeContext) -> Result<(), DropReason> {
         return Ok(());
     };
     let cookie = attach_cookie(ctx);
-    // SAFETY: `regs` is the pt_regs the kernel passed to the uprobe.
-    let sp = unsafe { (*ctx.regs).rsp };
-    let spill_area = cookie >> GO_TLS_COPY_SPILL_SHIFT;
-    let tls_conn = read_user::<u64>(sp + spill_area).map_err(|_| DropReason::TlsConnUnresolved)?;
+    let tls_conn = go_abi::stack_word(ctx, cookie >> GO_TLS_COPY_SPILL_SHIFT)?;
     let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, cookie)?;
     // runtime.memmove(to, from, n): RBX and RCX.
     tls_plaintext_read(

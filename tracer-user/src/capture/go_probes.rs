@@ -218,15 +218,18 @@ fn resolve(
     function: tracer_gobin::Function,
     wants_copy_point: bool,
 ) -> Result<ResolvedFunction, GoBinError> {
+    // The spill area's offset does not depend on how many words are homed
+    // there: the pass that finds the most words gives it.
     let mut args_at_ret = ARGS_AT_RET_CHECKED;
-    while args_at_ret > 0
-        && binary
-            .homed_args(&function, usize::from(args_at_ret))?
-            .is_none()
-    {
+    let mut spill_area = None;
+    while args_at_ret > 0 {
+        spill_area = binary.homed_args(&function, usize::from(args_at_ret))?;
+        if spill_area.is_some() {
+            break;
+        }
         args_at_ret -= 1;
     }
-    let copy_point = match (wants_copy_point, binary.homed_args(&function, 1)?) {
+    let copy_point = match (wants_copy_point, spill_area) {
         (true, Some(spill_area)) => binary
             .memmove_call(&function)?
             .map(|offset| CopyPoint { offset, spill_area }),

@@ -388,7 +388,6 @@ pub enum WireError {
     },
 }
 
-/// Reinterprets the start of `bytes` as a `T`.
 /// The valid bytes of a header field's fixed name and value arrays (a
 /// `HeaderEvent` or an `HpackEntryEvent`): lengths past the arrays are malformed.
 fn field_bytes<'a>(
@@ -406,6 +405,7 @@ fn field_bytes<'a>(
     Ok((name, value))
 }
 
+/// Reinterprets the start of `bytes` as a `T`.
 fn read_record<T: aya::Pod>(kind: &'static str, bytes: &[u8]) -> Result<T, WireError> {
     let need = size_of::<T>();
     if bytes.len() < need {

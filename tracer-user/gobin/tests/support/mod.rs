@@ -123,29 +123,10 @@ pub(crate) fn symbol_address(path: &Path, name: &str) -> Option<u64> {
         .map(|s| s.address())
 }
 
-/// What `go version -m` prints for `path`, minus the leading `path: `.
-pub(crate) fn go_version_m(toolchain: &GoToolchain, path: &Path) -> String {
+/// What `go ARGS path` prints, with the toolchain used as it is.
+fn go_output(toolchain: &GoToolchain, args: &[&str], path: &Path) -> String {
     let out = std::process::Command::new(&toolchain.go)
-        .args(["version", "-m"])
-        .arg(path)
-        .env("GOTOOLCHAIN", "local")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let prefix = format!("{}: ", path.display());
-    text.strip_prefix(&prefix).unwrap_or(&text).to_owned()
-}
-
-/// `go tool objdump -s REGEX path`: one line per instruction,
-/// `FILE:LINE ADDRESS BYTES INSTRUCTION` (the innermost inlined line).
-pub(crate) fn go_objdump(toolchain: &GoToolchain, path: &Path, regex: &str) -> String {
-    let out = std::process::Command::new(&toolchain.go)
-        .args(["tool", "objdump", "-s", regex])
+        .args(args)
         .arg(path)
         .env("GOTOOLCHAIN", "local")
         .output()
@@ -156,4 +137,17 @@ pub(crate) fn go_objdump(toolchain: &GoToolchain, path: &Path, regex: &str) -> S
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// What `go version -m` prints for `path`, minus the leading `path: `.
+pub(crate) fn go_version_m(toolchain: &GoToolchain, path: &Path) -> String {
+    let text = go_output(toolchain, &["version", "-m"], path);
+    let prefix = format!("{}: ", path.display());
+    text.strip_prefix(&prefix).unwrap_or(&text).to_owned()
+}
+
+/// `go tool objdump -s REGEX path`: one line per instruction,
+/// `FILE:LINE ADDRESS BYTES INSTRUCTION` (the innermost inlined line).
+pub(crate) fn go_objdump(toolchain: &GoToolchain, path: &Path, regex: &str) -> String {
+    go_output(toolchain, &["tool", "objdump", "-s", regex], path)
 }
