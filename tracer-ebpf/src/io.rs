@@ -439,7 +439,13 @@ fn socket_opened(
 #[inline(always)]
 fn fd_closed(ids: Ids, call: &ActiveCall, ret: i64) -> Result<(), DropReason> {
     let fd = call.args[0] as u32;
-    let _ = FDS.remove(FdKey { tgid: ids.tgid, fd });
+    let key = FdKey { tgid: ids.tgid, fd };
+    // close(2) frees the fd number before it returns: an accept or connect
+    // on another thread may already follow a new socket under it.
+    // SAFETY: the value is read at once.
+    if unsafe { FDS.get(key) }.is_some_and(|info| info.conn_id == call.conn_id) {
+        let _ = FDS.remove(key);
+    }
     let mut entry = EVENTS
         .reserve::<ConnEvent>(0)
         .ok_or(DropReason::RingBufFull)?;
