@@ -232,6 +232,12 @@ impl Stages {
                     break;
                 }
             }
+            if correlator.control_spans.not_followed > 0 {
+                tracing::info!(
+                    writes = correlator.control_spans.not_followed,
+                    "Pod writes not traced: created before podtrace started, or after the creation ended"
+                );
+            }
             let (unattributed, dropped) = correlator.span_losses();
             if unattributed + dropped > 0 {
                 tracing::warn!(

@@ -641,7 +641,7 @@ mod tests {
 
     fn identity(value: &[u8]) -> PodIdentity {
         match decode_stored_object(value) {
-            Ok(StoredObject::Pod(identity)) => identity,
+            Ok(StoredObject::Pod(identity)) => *identity,
             other => panic!("not a Pod: {other:?}"),
         }
     }

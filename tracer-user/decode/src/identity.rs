@@ -17,6 +17,9 @@ pub struct PodIdentity {
     pub generate_name: Option<String>,
     /// `metadata.uid`.
     pub uid: Option<String>,
+    /// `metadata.creationTimestamp`, unix seconds (the apiserver's clock,
+    /// whole seconds).
+    pub created_unix_s: Option<i64>,
     /// `spec.nodeName`.
     pub node_name: Option<String>,
     /// `status.phase`.
@@ -94,7 +97,7 @@ pub fn clues_from_kv_request(request: &crate::etcd::KvRequest) -> Vec<PodClue> {
             if let Ok(crate::kube::StoredObject::Pod(pod)) =
                 crate::kube::decode_stored_object(&put.value)
             {
-                clues.push(PodClue::Object(pod));
+                clues.push(PodClue::Object(*pod));
             }
         }
     }

@@ -16,10 +16,22 @@
 //! is emitted by the agent that sees etcd handle the create (the leader's
 //! node), so exactly one agent emits it; a Pod that does not get there
 //! within the timeout is exported as incomplete, with the phase it is stuck in.
+//!
+//! Only a Pod's creation is followed: the writes from its create to the one
+//! that reports it Running (or Succeeded, Failed, deleted, timed out). The
+//! writes of a Pod after that, and of a Pod created before podtrace started
+//! (most Pod writes of a running cluster: status updates of Pods long up),
+//! make no spans and cost no more than their decoding. The Pod object each
+//! write stores says which: its creation time against the agent's start and
+//! the trace timeout, and its phase, so that every agent decides alike even
+//! one that sees only some of a Pod's writes (a follower's WAL).
 
 use std::collections::{HashMap, VecDeque};
 
-use tracer_decode::{etcd::WriteKind, identity::PodClue};
+use tracer_decode::{
+    etcd::WriteKind,
+    identity::{PodClue, PodIdentity},
+};
 
 use super::{
     pod::{Pod, int_attribute, string_attribute, unattributed},
@@ -47,6 +59,12 @@ pub const WAIT_NS: u64 = 2_000_000_000;
 /// Default time after the create write at which a Pod's trace is exported
 /// as incomplete.
 pub const DEFAULT_TRACE_TIMEOUT_NS: u64 = 300_000_000_000;
+/// A Pod created more than this before the first event (the agent's start)
+/// began its creation unseen: `creationTimestamp` is whole seconds of the
+/// apiserver's clock, which may differ a little from this node's.
+const CREATED_BEFORE_START_SLACK_NS: u64 = 5_000_000_000;
+/// Phases a creation trace ends at.
+const ENDING_PHASES: [&str; 3] = ["Running", "Succeeded", "Failed"];
 
 /// A Pod named by a message, with its UID if the message or an earlier one
 /// told it.
@@ -137,6 +155,17 @@ pub struct ControlSpans {
     closing: Vec<ClosingRoot>,
     /// Latest event time seen (CLOCK_MONOTONIC ns).
     now_ns: u64,
+    /// Unix ns of the first event time seen: the agent's start, live or
+    /// recorded.
+    since_unix_ns: Option<u64>,
+    /// Pods whose creation trace has ended, by UID, with the fingerprint of
+    /// the write that ended it (its other side and its WAL entry still
+    /// belong to the trace; nothing later does). Oldest first in `ended_order`.
+    ended: HashMap<String, Option<[u8; 16]>>,
+    ended_order: VecDeque<String>,
+    /// Pods named by writes and WAL entries that were not followed (see the
+    /// module's doc), once per message.
+    pub not_followed: u64,
     /// Spans exported without their Pod's UID (trace of their Pod name).
     pub unattributed: u64,
     /// Spans, Pods or WAL entries not kept because a bound was reached.
@@ -161,6 +190,10 @@ impl ControlSpans {
             waiting: Vec::new(),
             closing: Vec::new(),
             now_ns: 0,
+            since_unix_ns: None,
+            ended: HashMap::new(),
+            ended_order: VecDeque::new(),
+            not_followed: 0,
             unattributed: 0,
             dropped: 0,
         }
@@ -181,9 +214,11 @@ impl ControlSpans {
             .cloned()
     }
 
-    /// Learns the Pods a message names; returns them with their UIDs where known.
-    fn learn(&mut self, clues: &[PodClue]) -> Vec<PodName> {
+    /// Learns the Pods a message (the write `fingerprint`) names; returns
+    /// those whose creation is followed, with their UIDs where known.
+    fn learn(&mut self, clues: &[PodClue], fingerprint: &[u8; 16]) -> Vec<PodName> {
         let mut pods: Vec<PodName> = Vec::new();
+        let mut unfollowed: Vec<(&String, &String)> = Vec::new();
         for clue in clues {
             let (namespace, name, uid) = match clue {
                 PodClue::StorageKey { namespace, name } => (namespace, name, None),
@@ -195,6 +230,12 @@ impl ControlSpans {
                 | PodClue::SandboxCall { .. }
                 | PodClue::Container { .. } => continue,
             };
+            if let PodClue::Object(identity) = clue {
+                if !self.follows(identity, fingerprint) {
+                    unfollowed.push((namespace, name));
+                    continue;
+                }
+            }
             if let Some(uid) = uid {
                 let key = (namespace.clone(), name.clone());
                 if self.uids.len() < MAX_PODS || self.uids.contains_key(&key) {
@@ -227,7 +268,63 @@ impl ControlSpans {
                     .cloned();
             }
         }
+        let named = pods.len() + unfollowed.len();
+        pods.retain(|pod| {
+            !unfollowed.contains(&(&pod.namespace, &pod.name))
+                && pod
+                    .uid
+                    .as_ref()
+                    .is_none_or(|uid| !self.ended_before(uid, fingerprint))
+        });
+        if pods.len() < named {
+            self.not_followed += 1;
+        }
         pods
+    }
+
+    /// Whether a write (`fingerprint`) storing this Pod object is part of
+    /// the Pod's creation, as far as the object and what came before tell.
+    fn follows(&self, pod: &PodIdentity, fingerprint: &[u8; 16]) -> bool {
+        if let Some(uid) = &pod.uid {
+            if self.ended_before(uid, fingerprint) {
+                return false;
+            }
+        }
+        let (Some(created_s), Some(since)) = (pod.created_unix_s, self.since_unix_ns) else {
+            return true;
+        };
+        let created = u64::try_from(created_s)
+            .unwrap_or(0)
+            .saturating_mul(1_000_000_000);
+        let now = self.clock.unix_ns(self.now_ns);
+        created.saturating_add(CREATED_BEFORE_START_SLACK_NS) >= since
+            && created.saturating_add(self.trace_timeout_ns) >= now
+    }
+
+    /// Whether the Pod's creation trace ended at a write other than this one.
+    fn ended_before(&self, uid: &str, fingerprint: &[u8; 16]) -> bool {
+        self.ended
+            .get(uid)
+            .is_some_and(|at| at.as_ref() != Some(fingerprint))
+    }
+
+    /// The Pod's creation trace ends (at the write `fingerprint`, if one
+    /// ended it): what it stored is forgotten, later writes are not followed.
+    fn end(&mut self, uid: &str, fingerprint: Option<[u8; 16]>) {
+        if self.ended.contains_key(uid) {
+            return;
+        }
+        if self.ended_order.len() >= MAX_PODS {
+            if let Some(oldest) = self.ended_order.pop_front() {
+                // Its later writes still fail the trace-timeout check once
+                // that has passed; before, they would make spans again.
+                self.ended.remove(&oldest);
+                self.dropped += 1;
+            }
+        }
+        self.states.remove(uid);
+        self.ended.insert(uid.to_owned(), fingerprint);
+        self.ended_order.push_back(uid.to_owned());
     }
 
     /// A finished etcd write about Pods: its span, and the root span when
@@ -238,7 +335,7 @@ impl ControlSpans {
             return Vec::new();
         };
         self.advance(end);
-        let pods = self.learn(&call.clues);
+        let pods = self.learn(&call.clues, &call.fingerprint);
         let fingerprint = hex(&call.fingerprint);
         let side = match call.side {
             Side::Client => "client",
@@ -302,10 +399,31 @@ impl ControlSpans {
             });
             if failed.is_none() {
                 finished.extend(self.track_root(call, pod, start, end));
+                self.end_if_reported(&call.clues, pod, call.fingerprint);
             }
         }
         finished.extend(self.release(false));
         finished
+    }
+
+    /// Ends the Pod's creation trace if the object a write stored reports it
+    /// Running (or done). Every agent that sees the write decides so, not
+    /// only the one that emits the root.
+    fn end_if_reported(&mut self, clues: &[PodClue], pod: &PodName, fingerprint: [u8; 16]) {
+        let Some(uid) = &pod.uid else {
+            return;
+        };
+        let reported = clues.iter().any(|clue| match clue {
+            PodClue::Object(identity) if identity.uid.as_ref() == Some(uid) => identity
+                .phase
+                .as_deref()
+                .is_some_and(|phase| ENDING_PHASES.contains(&phase)),
+            _ => false,
+        });
+        if reported {
+            let uid = uid.clone();
+            self.end(&uid, Some(fingerprint));
+        }
     }
 
     /// What a write does to a Pod, as the Pod object it stores shows against
@@ -411,6 +529,8 @@ impl ControlSpans {
         match (call.write, object.and_then(|o| o.phase.as_deref())) {
             (WriteKind::Delete, _) => {
                 let root = self.roots.remove(uid)?;
+                let uid = uid.clone();
+                self.end(&uid, Some(call.fingerprint));
                 Some(self.root_span(&root, end, Some("deleted before it was Running")))
             }
             (_, Some("Running")) => {
@@ -526,7 +646,7 @@ impl ControlSpans {
         let entries: Vec<(&WalPodEntry, Vec<PodName>)> = batch
             .pod_entries
             .iter()
-            .map(|entry| (entry, self.learn(&entry.clues)))
+            .map(|entry| (entry, self.learn(&entry.clues, &entry.fingerprint)))
             .collect();
         let mut pods_in_batch: Vec<String> = Vec::new();
         for (_, pods) in &entries {
@@ -551,6 +671,8 @@ impl ControlSpans {
         for (entry, pods) in entries {
             let fingerprint = hex(&entry.fingerprint);
             for pod in pods {
+                // A follower sees the Pod reported Running only here.
+                self.end_if_reported(&entry.clues, &pod, entry.fingerprint);
                 let attributes = vec![
                     string_attribute("db.system.name", "etcd"),
                     int_attribute("podtrace.etcd.raft.index", entry.index as i64),
@@ -600,6 +722,7 @@ impl ControlSpans {
         for uid in expired {
             if let Some(root) = self.roots.remove(&uid) {
                 spans.push(self.root_span(&root, self.now_ns, Some("timed out")));
+                self.end(&uid, None);
             }
         }
         spans
@@ -619,6 +742,9 @@ impl ControlSpans {
 
     fn advance(&mut self, now_ns: u64) {
         self.now_ns = self.now_ns.max(now_ns);
+        if self.since_unix_ns.is_none() {
+            self.since_unix_ns = Some(self.clock.unix_ns(now_ns));
+        }
     }
 
     fn wait(&mut self, draft: Draft) {
@@ -1034,5 +1160,177 @@ mod tests {
             "{out:#?}"
         );
         assert_eq!(control.unattributed, 0);
+    }
+
+    fn created_at(mut clues: Vec<PodClue>, created_s: i64) -> Vec<PodClue> {
+        for clue in &mut clues {
+            if let PodClue::Object(identity) = clue {
+                identity.created_unix_s = Some(created_s);
+            }
+        }
+        clues
+    }
+
+    #[test]
+    fn writes_of_a_pod_created_before_podtrace_started_make_no_spans() {
+        let mut control = spans();
+        // The first event, 100 s into the clock: the agent's start.
+        control.tick(100_000 * MS);
+        // Created 60 s before: a status update of a Pod long up.
+        let old = created_at(clues("old", Some("uid-old"), Some("n"), "Pending"), 40);
+        let mut out = control.on_etcd(&call(
+            Side::Server,
+            WriteKind::Update,
+            old.clone(),
+            1,
+            100_010,
+            100_011,
+        ));
+        out.extend(control.on_etcd(&call(
+            Side::Client,
+            WriteKind::Update,
+            old,
+            1,
+            100_009,
+            100_012,
+        )));
+        control.on_wal(&WalMessage {
+            pod_entries: vec![WalPodEntry {
+                index: 10,
+                term: 2,
+                clues: created_at(clues("old", Some("uid-old"), Some("n"), "Pending"), 40),
+                fingerprint: [1; 16],
+            }],
+            ..wal_write(&[], 100_010)
+        });
+        out.extend(control.on_fsync(&fsync(100_011)));
+        assert!(out.is_empty(), "{out:#?}");
+        assert_eq!(control.not_followed, 3);
+        assert_eq!(control.uid_of("default", "old"), None, "not learnt");
+        // Created 2 s before the agent (within the clock slack): followed.
+        let young = created_at(clues("young", Some("uid-young"), None, "Pending"), 98);
+        let mut out = control.on_etcd(&call(
+            Side::Server,
+            WriteKind::Update,
+            young.clone(),
+            2,
+            100_020,
+            100_021,
+        ));
+        out.extend(control.on_etcd(&call(
+            Side::Client,
+            WriteKind::Update,
+            young,
+            2,
+            100_019,
+            100_022,
+        )));
+        assert_eq!(out.len(), 2, "{out:#?}");
+        // A Pod created longer ago than the trace timeout (60 s here) is
+        // not in creation any more, whenever the agent started.
+        control.tick(200_000 * MS);
+        let stale = created_at(clues("young", Some("uid-young"), None, "Pending"), 98);
+        let out = control.on_etcd(&call(
+            Side::Server,
+            WriteKind::Update,
+            stale,
+            3,
+            200_010,
+            200_011,
+        ));
+        assert!(out.is_empty(), "{out:#?}");
+    }
+
+    #[test]
+    fn nothing_after_the_write_that_reports_running_joins_the_creation_trace() {
+        let mut control = spans();
+        let created = clues("web", Some("uid-1"), None, "Pending");
+        let mut out = control.on_etcd(&call(
+            Side::Server,
+            WriteKind::Create,
+            created.clone(),
+            1,
+            10,
+            14,
+        ));
+        out.extend(control.on_etcd(&call(Side::Client, WriteKind::Create, created, 1, 9, 15)));
+        let running = clues("web", Some("uid-1"), Some("node-a"), "Running");
+        // The WAL entry and both sides of the Running write belong to it.
+        control.on_wal(&WalMessage {
+            pod_entries: vec![WalPodEntry {
+                index: 11,
+                term: 2,
+                clues: running.clone(),
+                fingerprint: [3; 16],
+            }],
+            ..wal_write(&[], 899)
+        });
+        out.extend(control.on_fsync(&fsync(900)));
+        out.extend(control.on_etcd(&call(
+            Side::Server,
+            WriteKind::Update,
+            running.clone(),
+            3,
+            899,
+            902,
+        )));
+        out.extend(control.on_etcd(&call(
+            Side::Client,
+            WriteKind::Update,
+            running.clone(),
+            3,
+            898,
+            903,
+        )));
+        assert_eq!(out.len(), 6, "{out:#?}");
+        assert!(out.last().is_some_and(|s| s.parent_span_id.is_none()));
+        // A later status update and the deletion (its key only) do not.
+        let mut after = control.on_etcd(&call(
+            Side::Server,
+            WriteKind::Update,
+            running,
+            4,
+            5000,
+            5001,
+        ));
+        let deleted = vec![PodClue::StorageKey {
+            namespace: "default".into(),
+            name: "web".into(),
+        }];
+        after.extend(control.on_etcd(&call(
+            Side::Server,
+            WriteKind::Delete,
+            deleted,
+            5,
+            9000,
+            9001,
+        )));
+        after.extend(control.finish());
+        assert!(after.is_empty(), "{after:#?}");
+        assert_eq!(control.not_followed, 2);
+    }
+
+    #[test]
+    fn an_agent_that_sees_only_some_writes_ends_the_trace_where_the_root_does() {
+        // A node whose etcd is a follower: the Running write reaches it as a
+        // WAL entry only, and the next status update as one too.
+        let mut control = spans();
+        let mut out = Vec::new();
+        let running = clues("web", Some("uid-1"), Some("node-a"), "Running");
+        for (fingerprint, at) in [(3, 900), (4, 5000)] {
+            control.on_wal(&WalMessage {
+                pod_entries: vec![WalPodEntry {
+                    index: at,
+                    term: 2,
+                    clues: running.clone(),
+                    fingerprint: [fingerprint; 16],
+                }],
+                ..wal_write(&[], at)
+            });
+            out.extend(control.on_fsync(&fsync(at + 1)));
+        }
+        out.extend(control.finish());
+        assert_eq!(out.len(), 1, "the Running write's WAL span only: {out:#?}");
+        assert_eq!(control.not_followed, 1);
     }
 }

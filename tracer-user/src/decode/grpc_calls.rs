@@ -864,7 +864,7 @@ fn rest_message(conn: ConnKey, side: Side, exchange: &Exchange) -> Option<RestMe
         (None, error)
     } else {
         let pod = match decode_stored_object(body) {
-            Ok(StoredObject::Pod(pod)) => Some(pod),
+            Ok(StoredObject::Pod(pod)) => Some(*pod),
             _ => None,
         };
         (pod, None)

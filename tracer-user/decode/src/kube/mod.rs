@@ -15,8 +15,8 @@ pub const PROTOBUF_MAGIC: &[u8] = b"k8s\0";
 /// What a stored object is, as far as podtrace cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoredObject {
-    /// A v1 Pod's identity.
-    Pod(PodIdentity),
+    /// A v1 Pod's identity (boxed: it is most of the enum's size).
+    Pod(Box<PodIdentity>),
     /// Any other kind: only its type is kept.
     Other {
         /// `apiVersion`.
@@ -113,18 +113,19 @@ fn decode_envelope(envelope: &[u8]) -> Result<StoredObject, KubeError> {
             .iter()
             .map(|c| (c.name.clone(), c.image_pull_policy.clone())),
     );
-    Ok(StoredObject::Pod(PodIdentity {
+    Ok(StoredObject::Pod(Box::new(PodIdentity {
         namespace: set(metadata.namespace),
         name: set(metadata.name),
         generate_name: set(metadata.generate_name),
         uid: set(metadata.uid),
+        created_unix_s: metadata.creation_timestamp.and_then(|time| time.seconds),
         node_name: set(spec.node_name),
         phase: set(status.phase),
         scheduler_name: set(spec.scheduler_name),
         unschedulable,
         waiting,
         pull_policies,
-    }))
+    })))
 }
 
 /// The fields of a v1 Pod that podtrace reads, with the tags of
@@ -154,6 +155,15 @@ mod pod_fields {
         pub namespace: Option<String>,
         #[prost(string, optional, tag = "5")]
         pub uid: Option<String>,
+        #[prost(message, optional, tag = "8")]
+        pub creation_timestamp: Option<Time>,
+    }
+
+    /// `metav1.Time`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Time {
+        #[prost(int64, optional, tag = "1")]
+        pub seconds: Option<i64>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -315,6 +325,8 @@ struct JsonMetadata {
     name: Option<String>,
     generate_name: Option<String>,
     uid: Option<String>,
+    /// RFC 3339, UTC, whole seconds (metav1.Time).
+    creation_timestamp: Option<String>,
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -401,11 +413,15 @@ pub(crate) fn stored_from_json(object: JsonObject) -> StoredObject {
         Some((waiting.reason.clone(), waiting.message.clone()))
     }));
     let spec = object.spec;
-    StoredObject::Pod(PodIdentity {
+    StoredObject::Pod(Box::new(PodIdentity {
         namespace: set(metadata.namespace),
         name: set(metadata.name),
         generate_name: set(metadata.generate_name),
         uid: set(metadata.uid),
+        created_unix_s: metadata
+            .creation_timestamp
+            .and_then(|time| time.parse::<jiff::Timestamp>().ok())
+            .map(|time| time.as_second()),
         node_name: set(spec.node_name),
         phase: set(status.phase),
         scheduler_name: set(spec.scheduler_name),
@@ -416,7 +432,7 @@ pub(crate) fn stored_from_json(object: JsonObject) -> StoredObject {
                 .into_iter()
                 .map(|c| (c.name, c.image_pull_policy)),
         ),
-    })
+    }))
 }
 
 /// The `metav1.Status` an apiserver answers a failed request with: why it
@@ -489,6 +505,10 @@ mod tests {
                 namespace: some("shop"),
                 uid: some("2f1c7a4e-8b1d-4c33-9f5e-0a6b7c8d9e01"),
                 labels: [("app".to_owned(), "web".to_owned())].into(),
+                creation_timestamp: Some(k8s_pb::apimachinery::pkg::apis::meta::v1::Time {
+                    seconds: Some(1_764_619_200),
+                    nanos: Some(0),
+                }),
                 ..Default::default()
             }),
             spec: Some(core::PodSpec {
@@ -547,6 +567,7 @@ mod tests {
         assert_eq!(identity.generate_name, some("web-7d4f9-"));
         assert_eq!(identity.namespace, some("shop"));
         assert_eq!(identity.uid, some("2f1c7a4e-8b1d-4c33-9f5e-0a6b7c8d9e01"));
+        assert_eq!(identity.created_unix_s, Some(1_764_619_200));
         assert_eq!(identity.node_name, some("node-1"));
         assert_eq!(identity.scheduler_name, some("default-scheduler"));
         assert_eq!(identity.phase, some("Pending"));
@@ -603,16 +624,17 @@ mod tests {
     use crate::testdata;
 
     fn web_pod() -> StoredObject {
-        StoredObject::Pod(PodIdentity {
+        StoredObject::Pod(Box::new(PodIdentity {
             namespace: Some("default".into()),
             name: Some("web-7d4b9".into()),
             generate_name: Some("web-".into()),
             uid: Some("3f1c2a9e-5b7d-4e2a-9c1f-8a6b0d4e2f71".into()),
+            created_unix_s: Some(1_764_500_000),
             node_name: None,
             phase: Some("Pending".into()),
             scheduler_name: Some("default-scheduler".into()),
             ..PodIdentity::default()
-        })
+        }))
     }
 
     #[test]
