@@ -5,19 +5,27 @@
 //!
 //! For each key mix (Pod writes; lease and event writes) the same load client
 //! — its connections opened before any agent, as the apiserver's are — runs
-//! three legs in one invocation: without podtrace, with `podtrace run`, and
-//! without again. Throughput and latency are reported as ratios to the mean
-//! of the two legs without; the agent's CPU per 1000 writes/s, each BPF
-//! program's runs and ns per run (`kernel.bpf_stats_enabled`) and every drop
-//! counter of the leg with podtrace are printed beside them. Nothing here is
-//! asserted: the figures are the result (see README's table).
+//! legs in one invocation, alternating without podtrace and with `podtrace
+//! run`, starting and ending without (`--rounds 2`: without / with / without
+//! / with / without). Throughput and latency are reported as ratios of the
+//! legs with to the legs without, all of them; the agent's CPU per 1000
+//! writes/s, each BPF program's runs and ns per run
+//! (`kernel.bpf_stats_enabled`) and every drop counter of the legs with
+//! podtrace are printed beside them. Nothing here is asserted: the figures
+//! are the result (see README's table).
+//!
+//! The Pod writes are status updates of Pods that exist before podtrace
+//! starts, as most Pod writes of a running cluster are: podtrace decodes
+//! each to learn that and traces none (a Pod's creation is what it follows);
+//! Pods created under the load are the live test's part.
 //!
 //! Then Pod start: `podtrace-demo` creates `--pod-start N` Pods at once
 //! (real etcd, containerd and runc), without, with and without podtrace;
 //! each Pod's time from create to Running stored, median and max.
 //!
-//! Root. Flags: `--seconds N` per leg, `--workers N`, `--conns N`,
-//! `--mix pods|not-pods` (repeatable; default both), `--pod-start N`.
+//! Root. Flags: `--seconds N` per leg, `--rounds N`, `--workers N`,
+//! `--conns N`, `--mix pods|not-pods` (repeatable; default both),
+//! `--pod-start N`.
 
 #![allow(
     clippy::unwrap_used,
@@ -56,6 +64,12 @@ struct Args {
     /// Key mixes to run (default: both).
     #[arg(long = "mix", value_enum)]
     mixes: Vec<Mix>,
+    /// Legs with podtrace, each between two without: 2 runs
+    /// without / with / without / with / without. A 2-core machine's
+    /// throughput drifts by tens of percent over a minute; more legs
+    /// average the drift out of the ratios.
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
     /// Pods that `podtrace-demo` creates at once in each leg of the Pod
     /// start benchmark (0: skip it).
     #[arg(long, default_value_t = 10)]
@@ -100,11 +114,12 @@ fn main() -> anyhow::Result<()> {
     println!(
         "podtrace overhead on etcd {} (mTLS): {} closed-loop writers on {} HTTP/2 connections \
          (Go crypto/tls, gRPC Txns as kube-apiserver makes them, {VALUE_BYTES}-byte values), \
-         {}-s legs without / with / without podtrace, {} CPUs",
+         {}-s legs without podtrace and {} with (alternating, starting and ending without), {} CPUs",
         etcd_version(),
         args.workers,
         args.conns,
         args.seconds,
+        args.rounds.max(1),
         std::thread::available_parallelism().map_or(0, usize::from),
     );
     let mut reports = Vec::new();
@@ -117,10 +132,17 @@ fn main() -> anyhow::Result<()> {
         let mut load = load_binary.start(etcd.endpoint(), &tls, mix, args.workers, args.conns)?;
         load.leg(WARM_UP)?;
         let traced = [etcd.pid(), load.pid()];
-        let (before, before_cpu) = leg_with_cpu(&traced, || load.leg(leg))?;
-        let (with, with_cpu) = leg_with_cpu(&traced, || leg_with_agent(&mut load, leg))?;
-        let (after, after_cpu) = leg_with_cpu(&traced, || load.leg(leg))?;
-        for result in [&before, &with.load, &after] {
+        let mut without = vec![leg_with_cpu(&traced, || load.leg(leg))?];
+        let mut with = Vec::new();
+        for _ in 0..args.rounds.max(1) {
+            with.push(leg_with_cpu(&traced, || leg_with_agent(&mut load, leg))?);
+            without.push(leg_with_cpu(&traced, || load.leg(leg))?);
+        }
+        for result in without
+            .iter()
+            .map(|(result, _)| result)
+            .chain(with.iter().map(|(with, _)| &with.load))
+        {
             if result.errors > 0 {
                 bail!(
                     "{} of {} writes failed in a leg, the first: {}",
@@ -130,13 +152,7 @@ fn main() -> anyhow::Result<()> {
                 );
             }
         }
-        reports.push(Report {
-            mix,
-            before,
-            with,
-            after,
-            traced_cpu_s: [before_cpu, with_cpu, after_cpu],
-        });
+        reports.push(Report { mix, without, with });
     }
     let pod_start = (args.pod_start > 0)
         .then(|| pod_start_legs(args.pod_start))
@@ -350,31 +366,70 @@ impl Drop for BpfStats {
     }
 }
 
+/// One mix's legs, each with the CPU seconds etcd and the load client used.
 struct Report {
     mix: KeyMix,
-    before: LegResult,
-    with: WithAgent,
-    after: LegResult,
-    /// CPU seconds of etcd and of the load client in each leg.
-    traced_cpu_s: [[f64; 2]; 3],
+    without: Vec<(LegResult, [f64; 2])>,
+    with: Vec<(WithAgent, [f64; 2])>,
+}
+
+/// Sums of a set of legs.
+#[derive(Default)]
+struct Legs {
+    writes: u64,
+    seconds: f64,
+    p50_us: f64,
+    p99_us: f64,
+    count: usize,
+    /// CPU seconds of etcd and of the load client.
+    traced_cpu_s: [f64; 2],
+}
+
+impl Legs {
+    fn of<'a>(legs: impl Iterator<Item = (&'a LegResult, &'a [f64; 2])>) -> Self {
+        legs.fold(Self::default(), |mut sum, (leg, cpu)| {
+            sum.writes += leg.writes;
+            sum.seconds += leg.seconds;
+            sum.p50_us += leg.p50_us as f64;
+            sum.p99_us += leg.p99_us as f64;
+            sum.count += 1;
+            sum.traced_cpu_s[0] += cpu[0];
+            sum.traced_cpu_s[1] += cpu[1];
+            sum
+        })
+    }
+
+    fn rate(&self) -> f64 {
+        self.writes as f64 / self.seconds.max(f64::EPSILON)
+    }
+
+    /// Mean of the legs' percentiles, ms.
+    fn p50_ms(&self) -> f64 {
+        self.p50_us / 1000.0 / self.count.max(1) as f64
+    }
+
+    fn p99_ms(&self) -> f64 {
+        self.p99_us / 1000.0 / self.count.max(1) as f64
+    }
 }
 
 impl Report {
     fn print(&self) {
-        let base_rate = (self.before.rate() + self.after.rate()) / 2.0;
-        let base = |f: fn(&LegResult) -> u64| (f(&self.before) + f(&self.after)) as f64 / 2.0;
-        let (base_p50, base_p99) = (base(|r| r.p50_us), base(|r| r.p99_us));
-        let with = &self.with.load;
+        let base = Legs::of(self.without.iter().map(|(leg, cpu)| (leg, cpu)));
+        let traced = Legs::of(self.with.iter().map(|(with, cpu)| (&with.load, cpu)));
         println!("{}", self.mix.label());
         println!(
             "  {:<10} {:>10} {:>9} {:>9}",
             "leg", "writes/s", "p50 ms", "p99 ms"
         );
-        for (leg, result) in [
-            ("without", &self.before),
-            ("with", with),
-            ("without", &self.after),
-        ] {
+        let mut legs = Vec::new();
+        for (index, (without, _)) in self.without.iter().enumerate() {
+            legs.push(("without", without));
+            if let Some((with, _)) = self.with.get(index) {
+                legs.push(("with", &with.load));
+            }
+        }
+        for (leg, result) in legs {
             println!(
                 "  {:<10} {:>10.0} {:>9.2} {:>9.2}",
                 leg,
@@ -383,62 +438,71 @@ impl Report {
                 result.p99_us as f64 / 1000.0
             );
         }
-        let cpu_share = self.with.agent_cpu_s / with.seconds.max(f64::EPSILON);
         println!(
-            "  with / without: throughput {:.3}, p50 {:.3}, p99 {:.3}",
-            with.rate() / base_rate.max(f64::EPSILON),
-            with.p50_us as f64 / base_p50.max(1.0),
-            with.p99_us as f64 / base_p99.max(1.0),
+            "  with / without (all legs): throughput {:.3}, p50 {:.3}, p99 {:.3}",
+            traced.rate() / base.rate().max(f64::EPSILON),
+            traced.p50_ms() / base.p50_ms().max(f64::EPSILON),
+            traced.p99_ms() / base.p99_ms().max(f64::EPSILON),
         );
+        let agent_cpu_s: f64 = self.with.iter().map(|(with, _)| with.agent_cpu_s).sum();
+        let cpu_share = agent_cpu_s / traced.seconds.max(f64::EPSILON);
         println!(
             "  agent CPU: {:.1} % of a core; {:.2} % of a core per 1000 writes/s",
             100.0 * cpu_share,
-            100.0 * cpu_share / (with.rate() / 1000.0).max(f64::EPSILON)
+            100.0 * cpu_share / (traced.rate() / 1000.0).max(f64::EPSILON)
         );
         // What the traced processes themselves spend per write: uprobe
         // traps and BPF programs run on their threads.
-        let writes = [self.before.writes, with.writes, self.after.writes];
         for (index, process) in ["etcd", "etcd-load"].iter().enumerate() {
-            let per_write: Vec<String> = (0..3)
-                .map(|leg| {
-                    format!(
-                        "{:.0}",
-                        1e6 * self.traced_cpu_s[leg][index] / writes[leg].max(1) as f64
-                    )
-                })
-                .collect();
+            let per_write =
+                |legs: &Legs| 1e6 * legs.traced_cpu_s[index] / legs.writes.max(1) as f64;
             println!(
-                "  {process} CPU per write (µs, without / with / without): {}",
-                per_write.join(" / ")
+                "  {process} CPU per write (µs, without / with): {:.0} / {:.0}",
+                per_write(&base),
+                per_write(&traced)
             );
         }
-        let total_ns: u64 = self.with.programs.values().map(|(_, ns)| ns).sum();
+        let mut programs: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for (with, _) in &self.with {
+            for (name, (runs, ns)) in &with.programs {
+                let entry = programs.entry(name).or_default();
+                entry.0 += runs;
+                entry.1 += ns;
+            }
+        }
+        let total_ns: u64 = programs.values().map(|(_, ns)| ns).sum();
         println!(
             "  BPF programs: {:.1} % of a core in all",
-            100.0 * total_ns as f64 / 1e9 / with.seconds.max(f64::EPSILON)
+            100.0 * total_ns as f64 / 1e9 / traced.seconds.max(f64::EPSILON)
         );
-        let mut programs: Vec<_> = self.with.programs.iter().collect();
+        let mut programs: Vec<_> = programs.into_iter().collect();
         programs.sort_by_key(|(_, (_, ns))| std::cmp::Reverse(*ns));
         for (name, (runs, ns)) in programs {
             println!(
                 "    {:<20} {:>9.0} runs/s {:>7.0} ns/run {:>6.2} runs/write",
                 name,
-                *runs as f64 / with.seconds.max(f64::EPSILON),
-                *ns as f64 / (*runs).max(1) as f64,
-                *runs as f64 / with.writes.max(1) as f64,
+                runs as f64 / traced.seconds.max(f64::EPSILON),
+                ns as f64 / runs.max(1) as f64,
+                runs as f64 / traced.writes.max(1) as f64,
             );
         }
-        println!("  drops: {}", self.with.drops);
-        if !self.with.spans.is_empty() {
-            let spans: Vec<String> = self
-                .with
-                .spans
+        for (with, _) in &self.with {
+            println!("  drops: {}", with.drops);
+        }
+        let mut spans: BTreeMap<&(String, &str), usize> = BTreeMap::new();
+        for (with, _) in &self.with {
+            for (key, count) in &with.spans {
+                *spans.entry(key).or_default() += count;
+            }
+        }
+        if !spans.is_empty() {
+            let spans: Vec<String> = spans
                 .iter()
                 .map(|((name, kind), count)| format!("{name} ({kind}) {count}"))
                 .collect();
             println!(
-                "  spans exported for the leg's {} writes: {}",
-                with.writes,
+                "  spans exported for the legs' {} writes: {}",
+                traced.writes,
                 spans.join(", ")
             );
         }

@@ -35,7 +35,7 @@ use tracer_decode::{
 
 use super::{
     pod::{Pod, int_attribute, string_attribute, unattributed},
-    span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus},
+    span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, hex},
 };
 use crate::{
     capture::{ConnKey, FsyncRecord, clock::WallClock},
@@ -219,6 +219,8 @@ impl ControlSpans {
     fn learn(&mut self, clues: &[PodClue], fingerprint: &[u8; 16]) -> Vec<PodName> {
         let mut pods: Vec<PodName> = Vec::new();
         let mut unfollowed: Vec<(&String, &String)> = Vec::new();
+        // UIDs of Pods whose trace ended before this write.
+        let mut forget: Vec<&String> = Vec::new();
         for clue in clues {
             let (namespace, name, uid) = match clue {
                 PodClue::StorageKey { namespace, name } => (namespace, name, None),
@@ -233,6 +235,7 @@ impl ControlSpans {
             if let PodClue::Object(identity) = clue {
                 if !self.follows(identity, fingerprint) {
                     unfollowed.push((namespace, name));
+                    forget.extend(uid.filter(|uid| self.ended_before(uid, fingerprint)));
                     continue;
                 }
             }
@@ -269,13 +272,18 @@ impl ControlSpans {
             }
         }
         let named = pods.len() + unfollowed.len();
+        let mut ended = Vec::new();
         pods.retain(|pod| {
-            !unfollowed.contains(&(&pod.namespace, &pod.name))
-                && pod
-                    .uid
-                    .as_ref()
-                    .is_none_or(|uid| !self.ended_before(uid, fingerprint))
+            let ended_before = pod
+                .uid
+                .as_ref()
+                .filter(|uid| self.ended_before(uid, fingerprint));
+            ended.extend(ended_before.cloned());
+            ended_before.is_none() && !unfollowed.contains(&(&pod.namespace, &pod.name))
         });
+        for uid in forget.into_iter().cloned().chain(ended) {
+            self.states.remove(&uid);
+        }
         if pods.len() < named {
             self.not_followed += 1;
         }
@@ -309,7 +317,9 @@ impl ControlSpans {
     }
 
     /// The Pod's creation trace ends (at the write `fingerprint`, if one
-    /// ended it): what it stored is forgotten, later writes are not followed.
+    /// ended it): later writes are not followed. What it stored is kept for
+    /// that write's other messages (the server's comes after the WAL's) and
+    /// forgotten at the first later write.
     fn end(&mut self, uid: &str, fingerprint: Option<[u8; 16]>) {
         if self.ended.contains_key(uid) {
             return;
@@ -319,10 +329,10 @@ impl ControlSpans {
                 // Its later writes still fail the trace-timeout check once
                 // that has passed; before, they would make spans again.
                 self.ended.remove(&oldest);
+                self.states.remove(&oldest);
                 self.dropped += 1;
             }
         }
-        self.states.remove(uid);
         self.ended.insert(uid.to_owned(), fingerprint);
         self.ended_order.push_back(uid.to_owned());
     }
@@ -336,6 +346,10 @@ impl ControlSpans {
         };
         self.advance(end);
         let pods = self.learn(&call.clues, &call.fingerprint);
+        if pods.is_empty() {
+            // Not followed: nothing to draft (nor to format).
+            return self.release(false);
+        }
         let fingerprint = hex(&call.fingerprint);
         let side = match call.side {
             Side::Client => "client",
@@ -835,10 +849,6 @@ impl ControlSpans {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use tracer_common::io::IoSyscall;
@@ -1244,7 +1254,8 @@ mod tests {
     #[test]
     fn nothing_after_the_write_that_reports_running_joins_the_creation_trace() {
         let mut control = spans();
-        let created = clues("web", Some("uid-1"), None, "Pending");
+        // Created with its node set, as a DaemonSet's Pods are.
+        let created = clues("web", Some("uid-1"), Some("node-a"), "Pending");
         let mut out = control.on_etcd(&call(
             Side::Server,
             WriteKind::Create,
@@ -1284,6 +1295,19 @@ mod tests {
         )));
         assert_eq!(out.len(), 6, "{out:#?}");
         assert!(out.last().is_some_and(|s| s.parent_span_id.is_none()));
+        // Its WAL entry came first, and did not make it look like a binding.
+        let changes: Vec<&AttributeValue> = out
+            .iter()
+            .filter(|s| s.kind == SpanKind::Server)
+            .map(|s| attribute(s, "podtrace.k8s.pod.change"))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                &AttributeValue::String("created".into()),
+                &AttributeValue::String("status Running".into())
+            ]
+        );
         // A later status update and the deletion (its key only) do not.
         let mut after = control.on_etcd(&call(
             Side::Server,

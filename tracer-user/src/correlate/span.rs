@@ -72,8 +72,16 @@ impl SpanId {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// Lower-case hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(2 * bytes.len()), |mut text, b| {
+            // Writing to a String cannot fail.
+            let _ = write!(text, "{b:02x}");
+            text
+        })
 }
 
 /// OpenTelemetry span kinds.
