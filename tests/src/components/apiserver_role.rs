@@ -658,6 +658,11 @@ mod tests {
                 name: Some("demo-0-b2c4d".into()),
                 generate_name: Some("demo-0-".into()),
                 uid: uid.clone(),
+                created_unix_s: pod
+                    .metadata
+                    .as_ref()
+                    .and_then(|metadata| metadata.creation_timestamp.as_ref())
+                    .and_then(|time| time.seconds),
                 node_name: None,
                 phase: Some("Pending".into()),
                 scheduler_name: Some(SCHEDULER_NAME.into()),
