@@ -219,8 +219,9 @@ impl ControlSpans {
     fn learn(&mut self, clues: &[PodClue], fingerprint: &[u8; 16]) -> Vec<PodName> {
         let mut pods: Vec<PodName> = Vec::new();
         let mut unfollowed: Vec<(&String, &String)> = Vec::new();
-        // UIDs of Pods whose trace ended before this write.
-        let mut forget: Vec<&String> = Vec::new();
+        // UIDs of Pods whose trace ended before this write: their stored
+        // state is no longer needed.
+        let mut forget: Vec<String> = Vec::new();
         for clue in clues {
             let (namespace, name, uid) = match clue {
                 PodClue::StorageKey { namespace, name } => (namespace, name, None),
@@ -235,7 +236,10 @@ impl ControlSpans {
             if let PodClue::Object(identity) = clue {
                 if !self.follows(identity, fingerprint) {
                     unfollowed.push((namespace, name));
-                    forget.extend(uid.filter(|uid| self.ended_before(uid, fingerprint)));
+                    forget.extend(
+                        uid.filter(|uid| self.ended_before(uid, fingerprint))
+                            .cloned(),
+                    );
                     continue;
                 }
             }
@@ -272,17 +276,16 @@ impl ControlSpans {
             }
         }
         let named = pods.len() + unfollowed.len();
-        let mut ended = Vec::new();
         pods.retain(|pod| {
             let ended_before = pod
                 .uid
                 .as_ref()
                 .filter(|uid| self.ended_before(uid, fingerprint));
-            ended.extend(ended_before.cloned());
+            forget.extend(ended_before.cloned());
             ended_before.is_none() && !unfollowed.contains(&(&pod.namespace, &pod.name))
         });
-        for uid in forget.into_iter().cloned().chain(ended) {
-            self.states.remove(&uid);
+        for uid in &forget {
+            self.states.remove(uid);
         }
         if pods.len() < named {
             self.not_followed += 1;
@@ -933,6 +936,19 @@ mod tests {
         }
     }
 
+    /// A WAL write of one Pod entry with these clues.
+    fn wal_entry(clues: Vec<PodClue>, fingerprint: u8, index: u64, at_ms: u64) -> WalMessage {
+        WalMessage {
+            pod_entries: vec![WalPodEntry {
+                index,
+                term: 2,
+                clues,
+                fingerprint: [fingerprint; 16],
+            }],
+            ..wal_write(&[], at_ms)
+        }
+    }
+
     fn fsync(at_ms: u64) -> FsyncRecord {
         FsyncRecord {
             ids: ProcessIds {
@@ -1204,15 +1220,12 @@ mod tests {
             100_009,
             100_012,
         )));
-        control.on_wal(&WalMessage {
-            pod_entries: vec![WalPodEntry {
-                index: 10,
-                term: 2,
-                clues: created_at(clues("old", Some("uid-old"), Some("n"), "Pending"), 40),
-                fingerprint: [1; 16],
-            }],
-            ..wal_write(&[], 100_010)
-        });
+        control.on_wal(&wal_entry(
+            created_at(clues("old", Some("uid-old"), Some("n"), "Pending"), 40),
+            1,
+            10,
+            100_010,
+        ));
         out.extend(control.on_fsync(&fsync(100_011)));
         assert!(out.is_empty(), "{out:#?}");
         assert_eq!(control.not_followed, 3);
@@ -1267,15 +1280,7 @@ mod tests {
         out.extend(control.on_etcd(&call(Side::Client, WriteKind::Create, created, 1, 9, 15)));
         let running = clues("web", Some("uid-1"), Some("node-a"), "Running");
         // The WAL entry and both sides of the Running write belong to it.
-        control.on_wal(&WalMessage {
-            pod_entries: vec![WalPodEntry {
-                index: 11,
-                term: 2,
-                clues: running.clone(),
-                fingerprint: [3; 16],
-            }],
-            ..wal_write(&[], 899)
-        });
+        control.on_wal(&wal_entry(running.clone(), 3, 11, 899));
         out.extend(control.on_fsync(&fsync(900)));
         out.extend(control.on_etcd(&call(
             Side::Server,
@@ -1342,15 +1347,7 @@ mod tests {
         let mut out = Vec::new();
         let running = clues("web", Some("uid-1"), Some("node-a"), "Running");
         for (fingerprint, at) in [(3, 900), (4, 5000)] {
-            control.on_wal(&WalMessage {
-                pod_entries: vec![WalPodEntry {
-                    index: at,
-                    term: 2,
-                    clues: running.clone(),
-                    fingerprint: [fingerprint; 16],
-                }],
-                ..wal_write(&[], at)
-            });
+            control.on_wal(&wal_entry(running.clone(), fingerprint, at, at));
             out.extend(control.on_fsync(&fsync(at + 1)));
         }
         out.extend(control.finish());
