@@ -301,23 +301,27 @@ impl Http2Connection {
 
     /// Feeds the bytes of one captured chunk without owning them (see [`Chunk`]).
     pub fn push_bytes(&mut self, direction: Direction, ts_ns: u64, bytes: &[u8], truncated: bool) {
-        let state = match direction {
-            Direction::ClientToServer => &mut self.client,
-            Direction::ServerToClient => &mut self.server,
-        };
-        state.buf.extend_from_slice(bytes);
+        let state = self.state_mut(direction);
+        // Frames are parsed where they are: from `bytes` itself when nothing
+        // is left over from the chunk before (the usual case: a Go write or
+        // read is whole frames), else from the buffer they are appended to.
+        let mut buf = std::mem::take(&mut state.buf);
+        let buffered = !buf.is_empty();
+        if buffered {
+            buf.extend_from_slice(bytes);
+        }
+        let input: &[u8] = if buffered { &buf } else { bytes };
         let mut frames = Vec::new();
         let mut errors = Vec::new();
-        drain_frames(state, &mut frames, &mut errors);
+        let consumed = drain_frames(state, input, &mut frames, &mut errors);
         if truncated {
             // The rest of this write was never captured: whatever frame is
             // partially buffered cannot be completed, and a lost header block
             // would make every later HPACK index wrong.
             errors.push(Http2Error::BytesLost {
                 direction: state.direction,
-                dropped_bytes: state.buf.len(),
+                dropped_bytes: input.len() - consumed,
             });
-            state.buf.clear();
             state.sync = Sync::Searching;
             state.pending = None;
             state.hpack.reset();
@@ -325,6 +329,15 @@ impl Http2Connection {
         for frame in frames {
             self.apply(direction, ts_ns, frame, &mut errors);
         }
+        // What is left is the start of a frame that a later chunk completes.
+        if truncated {
+            buf.clear();
+        } else if buffered {
+            buf.drain(..consumed);
+        } else {
+            buf.extend_from_slice(&bytes[consumed..]);
+        }
+        self.state_mut(direction).buf = buf;
         if truncated {
             // Streams with data in flight in this direction may have lost bytes.
             for exchange in self.streams.values_mut() {
@@ -489,7 +502,7 @@ impl Http2Connection {
         &mut self,
         direction: Direction,
         ts_ns: u64,
-        frame: Frame,
+        frame: Frame<'_>,
         errors: &mut Vec<Http2Error>,
     ) {
         match frame {
@@ -527,7 +540,7 @@ impl Http2Connection {
                 state.pending = Some(PendingBlock {
                     stream_id,
                     end_stream,
-                    block: fragment,
+                    block: fragment.to_vec(),
                 });
                 self.stream(stream_id).half_mut(direction).touch(ts_ns);
                 if end_headers {
@@ -544,7 +557,7 @@ impl Http2Connection {
                 let state = self.state_mut(direction);
                 match state.pending.as_mut() {
                     Some(pending) if pending.stream_id == stream_id => {
-                        pending.block.extend_from_slice(&fragment);
+                        pending.block.extend_from_slice(fragment);
                     }
                     _ => {
                         // A block we cannot finish may have changed the table.
@@ -587,7 +600,7 @@ impl Http2Connection {
                 // push; the promised block still goes through HPACK to keep
                 // the table in step.
                 if end_headers {
-                    let _ = self.state_mut(direction).hpack.decode(&fragment);
+                    let _ = self.state_mut(direction).hpack.decode(fragment);
                 }
             }
             Frame::Settings { .. }
@@ -664,11 +677,17 @@ impl Http2Connection {
     }
 }
 
-/// Parses every complete frame buffered in `state`.
-fn drain_frames(state: &mut DirectionState, frames: &mut Vec<Frame>, errors: &mut Vec<Http2Error>) {
+/// Parses every complete frame in `input`, the bytes of `state`'s direction
+/// not parsed yet; returns how many bytes it used.
+fn drain_frames<'a>(
+    state: &mut DirectionState,
+    input: &'a [u8],
+    frames: &mut Vec<Frame<'a>>,
+    errors: &mut Vec<Http2Error>,
+) -> usize {
     let mut at = 0;
     loop {
-        let rest = &state.buf[at..];
+        let rest = &input[at..];
         if state.sync == Sync::Searching {
             if state.direction == Direction::ClientToServer
                 && rest.len() < CLIENT_PREFACE.len()
@@ -695,12 +714,12 @@ fn drain_frames(state: &mut DirectionState, frames: &mut Vec<Frame>, errors: &mu
                 None => {
                     // Keep a possible frame header start for the next chunk.
                     let keep = rest.len().min(8);
-                    at = state.buf.len() - keep;
+                    at = input.len() - keep;
                     break;
                 }
             }
         }
-        match frame::parse_frame(&state.buf[at..]) {
+        match frame::parse_frame(&input[at..]) {
             Ok(Decoded::Message { msg, consumed }) => {
                 at += consumed;
                 frames.push(msg);
@@ -727,5 +746,5 @@ fn drain_frames(state: &mut DirectionState, frames: &mut Vec<Frame>, errors: &mu
             }
         }
     }
-    state.buf.drain(..at);
+    at
 }

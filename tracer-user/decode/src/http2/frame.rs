@@ -31,14 +31,16 @@ pub struct Priority {
     pub weight: u8,
 }
 
-/// One decoded frame. Payload-carrying variants own their bytes with padding removed.
+/// One decoded frame. Payload-carrying variants borrow their bytes, padding
+/// removed, from the buffer the frame was parsed from: a DATA payload is
+/// copied once, into the stream that keeps it, or not at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Frame {
+pub enum Frame<'a> {
     /// DATA (type 0x0).
     Data {
         stream_id: u32,
         end_stream: bool,
-        data: Vec<u8>,
+        data: &'a [u8],
     },
     /// HEADERS (type 0x1): the first fragment of a header block.
     Headers {
@@ -46,7 +48,7 @@ pub enum Frame {
         end_stream: bool,
         end_headers: bool,
         priority: Option<Priority>,
-        fragment: Vec<u8>,
+        fragment: &'a [u8],
     },
     /// PRIORITY (type 0x2).
     Priority { stream_id: u32, priority: Priority },
@@ -59,7 +61,7 @@ pub enum Frame {
         stream_id: u32,
         promised_stream_id: u32,
         end_headers: bool,
-        fragment: Vec<u8>,
+        fragment: &'a [u8],
     },
     /// PING (type 0x6).
     Ping { ack: bool, opaque: u64 },
@@ -74,7 +76,7 @@ pub enum Frame {
     Continuation {
         stream_id: u32,
         end_headers: bool,
-        fragment: Vec<u8>,
+        fragment: &'a [u8],
     },
     /// An extension frame type; RFC 9113 says to ignore these.
     Unknown { kind: u8, stream_id: u32 },
@@ -179,7 +181,7 @@ fn check_header(h: &FrameHeader) -> Result<(), FrameError> {
 }
 
 /// Parses the frame at the start of `buf`.
-pub fn parse_frame(buf: &[u8]) -> Result<Decoded<Frame>, FrameError> {
+pub fn parse_frame(buf: &[u8]) -> Result<Decoded<Frame<'_>>, FrameError> {
     let Some(h) = read_header(buf) else {
         return Ok(Decoded::Incomplete);
     };
@@ -229,13 +231,13 @@ fn unpad<'a>(h: &FrameHeader, payload: &'a [u8]) -> Result<&'a [u8], FrameError>
         .ok_or(bad(pad_len))
 }
 
-fn frame_from_payload(h: &FrameHeader, payload: &[u8]) -> Result<Frame, FrameError> {
+fn frame_from_payload<'a>(h: &FrameHeader, payload: &'a [u8]) -> Result<Frame<'a>, FrameError> {
     let stream_id = h.stream_id;
     Ok(match h.kind {
         0x0 => Frame::Data {
             stream_id,
             end_stream: h.flags & FLAG_END_STREAM != 0,
-            data: unpad(h, payload)?.to_vec(),
+            data: unpad(h, payload)?,
         },
         0x1 => {
             let mut fragment = unpad(h, payload)?;
@@ -259,7 +261,7 @@ fn frame_from_payload(h: &FrameHeader, payload: &[u8]) -> Result<Frame, FrameErr
                 end_stream: h.flags & FLAG_END_STREAM != 0,
                 end_headers: h.flags & FLAG_END_HEADERS != 0,
                 priority,
-                fragment: fragment.to_vec(),
+                fragment,
             }
         }
         0x2 => Frame::Priority {
@@ -283,7 +285,7 @@ fn frame_from_payload(h: &FrameHeader, payload: &[u8]) -> Result<Frame, FrameErr
                 stream_id,
                 promised_stream_id: u32_at(rest, 0) & 0x7fff_ffff,
                 end_headers: h.flags & FLAG_END_HEADERS != 0,
-                fragment: rest.get(4..).unwrap_or_default().to_vec(),
+                fragment: rest.get(4..).unwrap_or_default(),
             }
         }
         0x6 => Frame::Ping {
@@ -301,7 +303,7 @@ fn frame_from_payload(h: &FrameHeader, payload: &[u8]) -> Result<Frame, FrameErr
         0x9 => Frame::Continuation {
             stream_id,
             end_headers: h.flags & FLAG_END_HEADERS != 0,
-            fragment: payload.to_vec(),
+            fragment: payload,
         },
         kind => Frame::Unknown { kind, stream_id },
     })
@@ -392,7 +394,7 @@ mod tests {
                 exclusive: true,
                 weight: 15,
             }),
-            fragment: b"ab".to_vec(),
+            fragment: b"ab",
         };
         assert_eq!(
             decoded,
