@@ -98,7 +98,7 @@ fn try_go_func(ctx: &ProbeContext) -> Result<(), DropReason> {
         (*event).goid = goid;
         (*event).parent_goid = parent_goid;
     }
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(size_of::<GoFuncEvent>()));
     Ok(())
 }
 

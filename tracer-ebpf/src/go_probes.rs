@@ -529,6 +529,6 @@ fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
         (*event).value_len = copied as u16;
         (*event)._pad2 = [0; 2];
     }
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(size_of::<HeaderEvent>()));
     Ok(())
 }

@@ -189,7 +189,7 @@ fn copy_table(ids: Ids, conn_id: u64, side: HeaderSide, table: u64) -> Result<()
         (*event).side = side as u8;
         (*event)._pad = [0; 3];
     }
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(size_of::<HpackTableEvent>()));
     Ok(())
 }
 

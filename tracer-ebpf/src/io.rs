@@ -31,7 +31,7 @@ use crate::{
     kernel_read::{Space, read_str, read_user, read_user_bytes},
     maps::{
         ACTIVE_CALLS, BPF_RB_NO_WAKEUP, EVENTS, FDS, SCRATCH, SCRATCH_BYTES, config, count_drop,
-        submit_flags, target_of,
+        output_flags, submit_flags, target_of,
     },
     record::{Ids, header, now_ns},
 };
@@ -320,7 +320,7 @@ pub(crate) fn data_event(
     // SAFETY: len <= SCRATCH_BYTES, all of it initialised above or by the copy.
     let record = unsafe { core::slice::from_raw_parts(scratch.cast::<u8>(), len) };
     EVENTS
-        .output::<[u8]>(record, submit_flags())
+        .output::<[u8]>(record, output_flags(len))
         .map_err(|_| DropReason::RingBufFull)
 }
 
@@ -431,7 +431,7 @@ fn socket_opened(
             _ => {}
         }
     }
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(size_of::<ConnEvent>()));
     Ok(())
 }
 
@@ -464,7 +464,7 @@ fn fd_closed(ids: Ids, call: &ActiveCall, ret: i64) -> Result<(), DropReason> {
         unix_path: [0; UNIX_PATH_BYTES],
         _tail: [0; 4],
     });
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(size_of::<ConnEvent>()));
     Ok(())
 }
 
@@ -488,7 +488,7 @@ fn fsync_event(
         _pad: [0; 3],
         header,
     });
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(size_of::<FsyncEvent>()));
     Ok(())
 }
 
@@ -543,6 +543,6 @@ fn file_opened(ids: Ids, call: &ActiveCall, fd: u32) -> Result<(), DropReason> {
         (*event).fd_kind = FdKind::WalFile as u8;
         (*event)._pad = 0;
     }
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(size_of::<FileOpenEvent>()));
     Ok(())
 }

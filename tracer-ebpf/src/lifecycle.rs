@@ -112,7 +112,7 @@ fn try_fork(ctx: &RawTracePointContext) -> Result<(), DropReason> {
         _pad: [0; 7],
         comm: current_comm(),
     });
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(size_of::<ForkEvent>()));
     Ok(())
 }
 
@@ -176,7 +176,7 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
         (*event).args_len = args_len;
         (*event).flags = flags;
     }
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(size_of::<ExecEvent>()));
     Ok(())
 }
 
@@ -283,6 +283,6 @@ fn try_exit() -> Result<(), DropReason> {
         _pad: 0,
         comm: current_comm(),
     });
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(size_of::<ExitEvent>()));
     Ok(())
 }

@@ -124,16 +124,36 @@ const BPF_RB_AVAIL_DATA: u64 = 0;
 pub(crate) const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 
-/// The flags to submit a record to `EVENTS` with: a wakeup of the reader only
-/// once `CONFIG.wakeup_bytes` are waiting. Each wakeup is an irq_work on the
-/// traced thread's CPU; batching them makes a record cost its copy alone.
-/// User space drains on a timer besides, so a record waits at most that long.
+/// The flags to commit a reserved record of `len` bytes to `EVENTS` with
+/// (the ring already counts it as pending): see [`wakeup_flags`].
 #[inline(always)]
-pub(crate) fn submit_flags() -> u64 {
-    if EVENTS.query(BPF_RB_AVAIL_DATA) >= u64::from(config().wakeup_bytes) {
-        BPF_RB_FORCE_WAKEUP
-    } else {
+pub(crate) fn submit_flags(len: usize) -> u64 {
+    let pending = EVENTS.query(BPF_RB_AVAIL_DATA);
+    wakeup_flags(pending.saturating_sub(len as u64), pending)
+}
+
+/// The flags to output a record of `len` bytes to `EVENTS` with (the ring
+/// does not count it yet): see [`wakeup_flags`].
+#[inline(always)]
+pub(crate) fn output_flags(len: usize) -> u64 {
+    let pending = EVENTS.query(BPF_RB_AVAIL_DATA);
+    wakeup_flags(pending, pending + len as u64)
+}
+
+/// A wakeup of the reader only for the record that takes the bytes waiting
+/// past a multiple of `CONFIG.wakeup_bytes`. Each wakeup is an irq_work on
+/// the traced thread's CPU, raised by a self-IPI (a VM exit under a
+/// hypervisor): waking for every record while the reader is on its way, as
+/// "pending ≥ threshold" did, made wakeups most of a record's cost under
+/// load. Should two CPUs both miss a crossing, the next multiple wakes the
+/// reader, and user space drains on a timer besides.
+#[inline(always)]
+fn wakeup_flags(pending_before: u64, pending_after: u64) -> u64 {
+    let step = u64::from(config().wakeup_bytes).max(1);
+    if pending_before / step == pending_after / step {
         BPF_RB_NO_WAKEUP
+    } else {
+        BPF_RB_FORCE_WAKEUP
     }
 }
 
