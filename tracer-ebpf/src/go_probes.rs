@@ -260,7 +260,7 @@ fn try_tls_write(ctx: &ProbeContext) -> Result<(), DropReason> {
         let g = go_abi::current_g(ctx);
         hpack_table::copy_if_asked(ids, info.conn_id, g, HeaderSide::Encoder);
     }
-    let call = tls_call(fd, info, buf, len, IoSyscall::Write);
+    let call = tls_call(fd, info, buf, len, IoSyscall::Write, now_ns());
     data_event(
         ids,
         &call,
@@ -268,6 +268,7 @@ fn try_tls_write(ctx: &ProbeContext) -> Result<(), DropReason> {
         len as i64,
         Buffers::Single { addr: buf },
         DATA_GO_TLS,
+        call.ts_ns,
     )
 }
 
@@ -349,8 +350,14 @@ fn try_tls_read_ret(ctx: &ProbeContext) -> Result<(), DropReason> {
         flags: FD_TLS,
         _pad: [0; 6],
     };
-    let mut call = tls_call(read.fd, info, read.buf, n as u64, IoSyscall::Read);
-    call.ts_ns = read.ts_ns;
+    let call = tls_call(
+        read.fd,
+        info,
+        read.buf,
+        n as u64,
+        IoSyscall::Read,
+        read.ts_ns,
+    );
     data_event(
         ids,
         &call,
@@ -358,6 +365,7 @@ fn try_tls_read_ret(ctx: &ProbeContext) -> Result<(), DropReason> {
         n,
         Buffers::Single { addr: read.buf },
         DATA_GO_TLS,
+        now_ns(),
     )
 }
 
@@ -392,7 +400,7 @@ fn tls_plaintext_read(
         let g = go_abi::current_g(ctx);
         hpack_table::copy_if_asked(ids, info.conn_id, g, HeaderSide::Decoder);
     }
-    let call = tls_call(fd, info, addr, n, IoSyscall::Read);
+    let call = tls_call(fd, info, addr, n, IoSyscall::Read, now_ns());
     data_event(
         ids,
         &call,
@@ -400,6 +408,7 @@ fn tls_plaintext_read(
         n as i64,
         Buffers::Single { addr },
         DATA_GO_TLS,
+        call.ts_ns,
     )
 }
 
@@ -434,11 +443,18 @@ fn try_tls_read_copy(ctx: &ProbeContext) -> Result<(), DropReason> {
     )
 }
 
-/// The syscall-shaped record the data path takes.
+/// The syscall-shaped record the data path takes, entered at `ts_ns`.
 #[inline(always)]
-fn tls_call(fd: u32, info: FdInfo, buf: u64, len: u64, syscall: IoSyscall) -> ActiveCall {
+fn tls_call(
+    fd: u32,
+    info: FdInfo,
+    buf: u64,
+    len: u64,
+    syscall: IoSyscall,
+    ts_ns: u64,
+) -> ActiveCall {
     ActiveCall {
-        ts_ns: now_ns(),
+        ts_ns,
         args: [u64::from(fd), buf, len],
         conn_id: info.conn_id,
         syscall: syscall as u8,

@@ -173,6 +173,7 @@ fn on_exit(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason
             ret,
             Buffers::Single { addr: call.args[1] },
             0,
+            now_ns(),
         ),
         IoSyscall::Readv | IoSyscall::Writev => data_event(
             ids,
@@ -184,13 +185,22 @@ fn on_exit(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason
                 count: call.args[2],
             },
             0,
+            now_ns(),
         ),
         IoSyscall::Sendmsg | IoSyscall::Recvmsg => {
             // struct user_msghdr: msg_iov at 16, msg_iovlen at 24.
             let msghdr = call.args[1];
             let iov = read_user::<u64>(msghdr + 16).map_err(|_| DropReason::ReadFailed)?;
             let count = read_user::<u64>(msghdr + 24).map_err(|_| DropReason::ReadFailed)?;
-            data_event(ids, &call, syscall, ret, Buffers::Iovecs { iov, count }, 0)
+            data_event(
+                ids,
+                &call,
+                syscall,
+                ret,
+                Buffers::Iovecs { iov, count },
+                0,
+                now_ns(),
+            )
         }
         IoSyscall::Connect if ret == 0 || ret == -EINPROGRESS => {
             let fd = call.args[0] as u32;
@@ -219,6 +229,7 @@ fn on_exit(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason
 #[inline(always)]
 fn wal_write(ids: Ids, call: &ActiveCall, ret: i64) -> Result<(), DropReason> {
     let chunk = i64::from(config().data_bytes).clamp(1, DATA_BYTES_MAX as i64 - 1);
+    let ts_ns = now_ns();
     let mut offset: i64 = 0;
     for index in 0..MAX_WAL_CHUNKS {
         if offset >= ret {
@@ -235,7 +246,7 @@ fn wal_write(ids: Ids, call: &ActiveCall, ret: i64) -> Result<(), DropReason> {
         let buffers = Buffers::Single {
             addr: call.args[1] + offset as u64,
         };
-        data_event(ids, call, IoSyscall::Write, len, buffers, 0)?;
+        data_event(ids, call, IoSyscall::Write, len, buffers, 0, ts_ns)?;
         offset += rest.min(chunk);
     }
     Ok(())
@@ -258,7 +269,9 @@ struct Iovec {
 }
 
 /// Emits the first bytes a data syscall moved, assembled in the per-CPU
-/// scratch buffer and copied to the ring buffer with their exact length.
+/// scratch buffer and copied to the ring buffer with their exact length;
+/// `ts_ns` is when it returned (the caller's clock reading: under a
+/// hypervisor each one is a paravirtual clock read worth saving).
 #[inline(always)]
 pub(crate) fn data_event(
     ids: Ids,
@@ -267,6 +280,7 @@ pub(crate) fn data_event(
     ret: i64,
     buffers: Buffers,
     source_flags: u8,
+    ts_ns: u64,
 ) -> Result<(), DropReason> {
     if ret <= 0 {
         // EAGAIN from Go's non-blocking sockets, EOF, errors: no bytes moved.
@@ -300,7 +314,7 @@ pub(crate) fn data_event(
     // SAFETY: as above; every field is written before the record is output.
     unsafe {
         event.write(DataEvent {
-            header: header(EventKind::Data, now_ns(), ids),
+            header: header(EventKind::Data, ts_ns, ids),
             conn_id: call.conn_id,
             ret,
             enter_ts_ns: call.ts_ns,
