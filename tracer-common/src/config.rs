@@ -47,10 +47,11 @@ pub struct Config {
     pub agent_tgid: u32,
     /// Payload bytes copied per syscall, at most `io::DATA_BYTES_MAX`.
     pub data_bytes: u32,
-    /// Bytes waiting in the ring buffer before a record wakes the reader.
-    /// Below it records are written without a wakeup (the wakeup is an
-    /// irq_work on the traced thread's CPU, paid per record otherwise) and
-    /// user space drains on a timer as well ([`RING_DRAIN_INTERVAL_MS`]).
+    /// The record that takes the bytes waiting in the ring buffer past a
+    /// multiple of this wakes the reader; the others are written without a
+    /// wakeup (an irq_work on the traced thread's CPU, paid per record
+    /// otherwise), and user space drains on a timer as well
+    /// ([`RING_DRAIN_INTERVAL_MS`]).
     pub wakeup_bytes: u32,
 }
 
@@ -137,8 +138,9 @@ pub const DEFAULT_RING_BUFFER_BYTES: u32 = 4 << 20;
 /// How often user space drains the ring buffer without a wakeup, in ms: the
 /// most a record waits when fewer than [`Config::wakeup_bytes`] are pending.
 pub const RING_DRAIN_INTERVAL_MS: u64 = 20;
-/// [`Config::wakeup_bytes`] as a fraction of the ring buffer: a wakeup once
-/// 1/16 of it is pending, leaving room for what arrives before the reader runs.
+/// [`Config::wakeup_bytes`] as a fraction of the ring buffer: a wakeup each
+/// time another 1/16 of it is pending, leaving room for what arrives before
+/// the reader runs.
 pub const WAKEUP_FRACTION: u32 = 16;
 /// Default for [`Config::max_descendant_depth`].
 pub const DEFAULT_MAX_DESCENDANT_DEPTH: u32 = 4;
