@@ -2,12 +2,13 @@
 //! bytes went each way, and the WAL syncs on them. Bounded, with a count of
 //! what did not fit.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use tracer_common::io::{ConnAction, Direction, FdKind};
 
-use crate::capture::{
-    ConnKey, ConnRecord, DataRecord, FileOpenRecord, FsyncRecord, Peer, clock::WallClock,
+use crate::{
+    capture::{ConnKey, ConnRecord, FileOpenRecord, FsyncRecord, Peer, clock::WallClock},
+    decode::DataMoved,
 };
 
 /// Default bound on tracked connections and files.
@@ -66,7 +67,7 @@ pub struct FileSyncActivity {
 #[derive(Debug)]
 pub struct ConnTable {
     clock: WallClock,
-    conns: HashMap<ConnKey, ConnState>,
+    conns: FxHashMap<ConnKey, ConnState>,
     capacity: usize,
     /// Connections not tracked because the table was full.
     pub full_drops: u64,
@@ -77,7 +78,7 @@ impl ConnTable {
     pub fn new(clock: WallClock, capacity: usize) -> Self {
         Self {
             clock,
-            conns: HashMap::new(),
+            conns: FxHashMap::default(),
             capacity,
             full_drops: 0,
         }
@@ -147,7 +148,7 @@ impl ConnTable {
     }
 
     /// Counts the bytes of a data chunk.
-    pub fn on_data(&mut self, record: &DataRecord) {
+    pub fn on_data(&mut self, record: &DataMoved) {
         if let Some(state) = self.conns.get_mut(&record.conn) {
             match record.direction {
                 Direction::Egress => {
@@ -196,19 +197,12 @@ mod tests {
         }
     }
 
-    fn data(direction: Direction, len: u64) -> DataRecord {
-        DataRecord {
-            ids: ids(2),
+    fn data(direction: Direction, len: u64) -> DataMoved {
+        DataMoved {
             conn: key(),
-            fd: 5,
-            syscall: IoSyscall::Write,
             direction,
-            fd_kind: FdKind::Socket,
             len,
-            enter_ts_ns: 1,
-            data: vec![0; len as usize],
-            truncated: false,
-            tls_plaintext: false,
+            ts_ns: 2,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The table of live processes podtrace has seen start: name, start time and
 //! parent per tgid, bounded, with a count of what did not fit.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use crate::capture::{ExecRecord, ExitRecord, ForkRecord, clock::WallClock};
 
@@ -44,7 +44,7 @@ pub struct ProcessActivity {
 #[derive(Debug)]
 pub struct ProcessTable {
     clock: WallClock,
-    processes: HashMap<u32, ProcessEntry>,
+    processes: FxHashMap<u32, ProcessEntry>,
     capacity: usize,
     /// Processes not tracked because the table was full.
     pub full_drops: u64,
@@ -55,7 +55,7 @@ impl ProcessTable {
     pub fn new(clock: WallClock, capacity: usize) -> Self {
         Self {
             clock,
-            processes: HashMap::new(),
+            processes: FxHashMap::default(),
             capacity,
             full_drops: 0,
         }

@@ -17,7 +17,7 @@
 //! before podtrace started has no block; a block whose frame was lost, as
 //! the read a Go reader was blocked in when the probes attached, no stream).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use tracer_common::io::{ConnAction, Direction, FdKind, HeaderSide};
 use tracer_decode::{
@@ -412,7 +412,7 @@ impl ProbeBlock {
 /// HTTP/2 state per connection.
 #[derive(Default)]
 pub struct GrpcDecoder {
-    connections: HashMap<ConnKey, Connection>,
+    connections: FxHashMap<ConnKey, Connection>,
     /// Connections not decoded because the table was full.
     pub skipped_connections: u64,
     /// What capture is asked to do, in order; the stage takes it.
@@ -420,7 +420,7 @@ pub struct GrpcDecoder {
     /// Per process, whether its HPACK probes were last said to be needed.
     /// Per process, whether its HPACK probes were last said to be needed,
     /// and when that was decided.
-    field_probes: HashMap<u32, (bool, u64)>,
+    field_probes: FxHashMap<u32, (bool, u64)>,
     /// Copies of HPACK tables loaded into the wire decoders.
     pub tables_loaded: u64,
     /// Copies that could not be used (taken inside a header block, lost

@@ -8,7 +8,7 @@
 //! gives a request its `:path` on a connection whose HPACK dynamic table was
 //! built before podtrace started.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use tracer_common::io::{Direction, FdKind, HeaderSide};
 
@@ -39,8 +39,8 @@ pub struct HeaderMessage {
 /// Per-thread state of the attribution.
 #[derive(Debug, Default)]
 pub struct HeaderAttributor {
-    last_read: HashMap<(u32, u32), ConnKey>,
-    pending: HashMap<(u32, u32), Vec<HeaderRecord>>,
+    last_read: FxHashMap<(u32, u32), ConnKey>,
+    pending: FxHashMap<(u32, u32), Vec<HeaderRecord>>,
     /// Fields that could not be tied to a connection (dropped).
     pub unattributed: u64,
 }

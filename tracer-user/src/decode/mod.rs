@@ -20,11 +20,11 @@ pub use headers::{HeaderAttributor, HeaderMessage};
 pub use table_copies::{TableAssembler, TableCopyMessage};
 pub use wal_writes::{WalDecoder, WalMessage};
 
-use tracer_common::io::{ConnAction, FdKind};
+use tracer_common::io::{ConnAction, Direction, FdKind};
 
 use crate::capture::{
-    ConnRecord, DataRecord, ExecRecord, ExitRecord, FileOpenRecord, ForkRecord, FsyncRecord,
-    HpackControl, RawEvent,
+    ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, FileOpenRecord, ForkRecord,
+    FsyncRecord, HpackControl, RawEvent,
 };
 
 /// What a component did, as far as one record tells.
@@ -36,8 +36,8 @@ pub enum Message {
     Fork(ForkRecord),
     /// A process exited.
     Exit(ExitRecord),
-    /// Bytes through a followed socket or file (protocol decoding comes here).
-    Data(DataRecord),
+    /// Bytes through a followed socket or file (decoded here: see [`DataMoved`]).
+    Data(DataMoved),
     /// A socket connected, accepted or closed.
     Conn(ConnRecord),
     /// A followed file was synced.
@@ -65,7 +65,7 @@ impl Message {
             Self::Exec(exec) => Some(exec.ids.ts_ns),
             Self::Fork(fork) => Some(fork.ids.ts_ns),
             Self::Exit(exit) => Some(exit.ids.ts_ns),
-            Self::Data(data) => Some(data.ids.ts_ns),
+            Self::Data(moved) => Some(moved.ts_ns),
             Self::Conn(conn) => Some(conn.ids.ts_ns),
             Self::Fsync(sync) => Some(sync.ids.ts_ns),
             Self::FileOpen(open) => Some(open.ids.ts_ns),
@@ -75,6 +75,32 @@ impl Message {
             Self::Rest(call) => call.end_ts_ns,
             Self::Func(call) => Some(call.ids.ts_ns),
             Self::Header(_) => None,
+        }
+    }
+}
+
+/// That bytes moved through a followed socket or file: what the correlate
+/// stage counts of a data record. The bytes stay in this stage, which
+/// decodes them, and are freed where they were allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataMoved {
+    /// Which connection or file.
+    pub conn: ConnKey,
+    /// Which way.
+    pub direction: Direction,
+    /// Bytes the syscall (or TLS call) moved.
+    pub len: u64,
+    /// When it returned (CLOCK_MONOTONIC ns).
+    pub ts_ns: u64,
+}
+
+impl DataMoved {
+    fn of(data: &DataRecord) -> Self {
+        Self {
+            conn: data.conn,
+            direction: data.direction,
+            len: data.len,
+            ts_ns: data.ids.ts_ns,
         }
     }
 }
@@ -119,7 +145,7 @@ impl Decoder {
                 let mut messages: Vec<Message> = headers.into_iter().map(Message::Header).collect();
                 messages.extend(self.grpc.on_data(&data));
                 messages.extend(self.wal.on_data(&data).map(Message::Wal));
-                messages.push(Message::Data(data));
+                messages.push(Message::Data(DataMoved::of(&data)));
                 messages
             }
             RawEvent::Conn(conn) => {

@@ -7,7 +7,7 @@
 //! wherever the capture joins the file: the reader finds record boundaries
 //! itself, and a truncated capture costs the records it cut, counted.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use tracer_common::io::{Direction, FdKind};
 use tracer_decode::{
@@ -53,7 +53,7 @@ pub struct WalMessage {
 /// WAL readers per segment.
 #[derive(Debug, Default)]
 pub struct WalDecoder {
-    readers: HashMap<ConnKey, WalReader>,
+    readers: FxHashMap<ConnKey, WalReader>,
     /// Segments not read because `MAX_FILES` were being read.
     pub skipped_files: u64,
     /// Records that did not decode (the reader resynchronised after each).
