@@ -417,7 +417,6 @@ pub struct GrpcDecoder {
     pub skipped_connections: u64,
     /// What capture is asked to do, in order; the stage takes it.
     pub control: Vec<HpackControl>,
-    /// Per process, whether its HPACK probes were last said to be needed.
     /// Per process, whether its HPACK probes were last said to be needed,
     /// and when that was decided.
     field_probes: FxHashMap<u32, (bool, u64)>,
