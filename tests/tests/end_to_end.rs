@@ -340,6 +340,15 @@ fn pods_created_under_an_etcd_write_load_each_get_one_complete_trace() {
     // 35 KiB appends, whose tail — the Pod's entry at times — is cut (counted).
     let (pods, broken) = run_demo(3, 0, &["--etcd-load", "8"]);
     let after = unix_now_ns();
+    // The load's connections, each of one resource (leases or events), were
+    // muted on both sides; the relay's, which carries Pods, was not.
+    let exposition = agent.scrape();
+    let muted: u64 = exposition
+        .lines()
+        .find_map(|line| line.strip_prefix("podtrace_muted_connections_since_start "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no muted-connections gauge: {exposition}"));
+    assert!(muted >= 2, "{muted} connections muted");
     let summary = agent.stop();
     assert!(broken.is_empty());
     assert_eq!(pods.len(), 3);

@@ -457,10 +457,13 @@ pub const MAX_HPACK_TABLE_ENTRIES: u32 = 128;
 /// Connections whose HPACK tables can be asked for at once.
 pub const MAX_HPACK_SYNCS: u32 = 1024;
 
-/// Key of `HPACK_SYNC`: a connection of a process.
+/// Connections whose capture user space can stop at once (`MUTED_CONNS`).
+pub const MAX_MUTED_CONNS: u32 = 4096;
+
+/// A connection of a process: the key of `HPACK_SYNC` and `MUTED_CONNS`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct HpackSyncKey {
+pub struct ProcessConnKey {
     /// Process id.
     pub tgid: u32,
     /// Explicit padding, zero.
@@ -559,7 +562,7 @@ pub struct HpackTableEvent {
     pub _pad: [u8; 3],
 }
 
-const _: () = assert!(size_of::<HpackSyncKey>() == 16);
+const _: () = assert!(size_of::<ProcessConnKey>() == 16);
 const _: () = assert!(size_of::<HpackSync>() == 8);
 const _: () = assert!(size_of::<GoHpackCoders>() == 16);
 const _: () =
@@ -689,7 +692,7 @@ impl_pod!(
     GoTlsConnKey,
     GoTlsConn,
     HeaderEvent,
-    HpackSyncKey,
+    ProcessConnKey,
     HpackSync,
     GoHpackCoders,
     HpackEntryEvent,

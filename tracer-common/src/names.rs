@@ -34,9 +34,12 @@ pub const PROGRAM_GO_TLS_READ_COPY: &str = "go_tls_read_copy";
 /// Uprobe at `hpack.(*Encoder).WriteField` and `hpack.(*Decoder).callEmit`
 /// (entry; the cookie is the `io::HeaderSide`).
 pub const PROGRAM_GO_HPACK_FIELD: &str = "go_hpack_field";
-/// Hash map `io::HpackSyncKey` → `io::HpackSync`: connections whose HPACK
+/// Hash map `io::ProcessConnKey` → `io::HpackSync`: connections whose HPACK
 /// tables user space asks for.
 pub const MAP_HPACK_SYNC: &str = "HPACK_SYNC";
+/// Hash map `io::ProcessConnKey` → `u8`: connections whose bytes nothing
+/// podtrace traces can be about, so that the programs copy none of them.
+pub const MAP_MUTED_CONNS: &str = "MUTED_CONNS";
 /// Array of one `u32`: entries in `HPACK_SYNC` (the TLS probes skip the
 /// lookup when it is 0).
 pub const MAP_HPACK_SYNC_COUNT: &str = "HPACK_SYNC_COUNT";

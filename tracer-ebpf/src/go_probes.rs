@@ -34,7 +34,7 @@ use tracer_common::{
 
 use crate::{
     hpack_table,
-    io::{Buffers, data_event},
+    io::{Buffers, data_event, muted},
     kernel_read::{read_user, read_user_bytes},
     maps::{
         BPF_RB_NO_WAKEUP, EVENTS, FDS, GO_BINARIES, GO_TLS_CONNS, GO_TLS_READS, PROBE_HITS,
@@ -254,6 +254,9 @@ fn try_tls_write(ctx: &ProbeContext) -> Result<(), DropReason> {
         go_abi::word(ctx, 2),
     );
     let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, cookie)?;
+    if muted(ids.tgid, info.conn_id) {
+        return Ok(());
+    }
     if hpack_table::sync_wanted() {
         // The encoder's table now includes every block in this write and
         // before: the copy goes ahead of the write's record.
@@ -291,6 +294,9 @@ fn try_tls_read(ctx: &ProbeContext) -> Result<(), DropReason> {
         return Ok(());
     };
     let (fd, info) = tls_conn_socket(ids.tgid, go_abi::word(ctx, 0), cookie)?;
+    if muted(ids.tgid, info.conn_id) {
+        return Ok(());
+    }
     let g = go_abi::current_g(ctx);
     if hpack_table::sync_wanted() {
         // Go's reader asks for bytes only once it has parsed every whole
@@ -396,6 +402,9 @@ fn tls_plaintext_read(
     addr: u64,
     n: u64,
 ) -> Result<(), DropReason> {
+    if muted(ids.tgid, info.conn_id) {
+        return Ok(());
+    }
     if hpack_table::sync_wanted() {
         let g = go_abi::current_g(ctx);
         hpack_table::copy_if_asked(ids, info.conn_id, g, HeaderSide::Decoder);

@@ -24,7 +24,7 @@ use tracer_common::{
     io::{
         GoCallKey, HEADER_NAME_BYTES, HEADER_VALUE_BYTES, HPACK_ENTRY_WITHHELD,
         HPACK_SYNC_DECODER_DONE, HPACK_SYNC_ENCODER_DONE, HeaderSide, HpackEntryEvent,
-        HpackSyncKey, HpackTableEvent, MAX_HPACK_TABLE_ENTRIES,
+        HpackTableEvent, MAX_HPACK_TABLE_ENTRIES, ProcessConnKey,
     },
 };
 
@@ -84,7 +84,7 @@ pub(crate) fn note_coder(tgid: u32, g: u64, side: HeaderSide, coder: u64) {
 /// `g`: copies the table user space asked for, once.
 #[inline(always)]
 pub(crate) fn copy_if_asked(ids: Ids, conn_id: u64, g: u64, side: HeaderSide) {
-    let key = HpackSyncKey {
+    let key = ProcessConnKey {
         tgid: ids.tgid,
         _pad: 0,
         conn_id,

@@ -23,15 +23,15 @@ use tracer_common::{
     io::{
         AF_INET, AF_INET6, AF_UNIX, ActiveCall, ConnAction, ConnEvent, DATA_BYTES_MAX,
         DATA_TRUNCATED, DataEvent, FD_TLS, FdInfo, FdKey, FdKind, FileOpenEvent, FsyncEvent,
-        IoSyscall, MAX_IOVECS, UNIX_PATH_BYTES,
+        IoSyscall, MAX_IOVECS, ProcessConnKey, UNIX_PATH_BYTES,
     },
 };
 
 use crate::{
     kernel_read::{Space, read_str, read_user, read_user_bytes},
     maps::{
-        ACTIVE_CALLS, BPF_RB_NO_WAKEUP, EVENTS, FDS, SCRATCH, SCRATCH_BYTES, config, count_drop,
-        output_flags, submit_flags, target_of,
+        ACTIVE_CALLS, BPF_RB_NO_WAKEUP, EVENTS, FDS, MUTED_CONNS, SCRATCH, SCRATCH_BYTES, config,
+        count_drop, output_flags, submit_flags, target_of,
     },
     record::{Ids, header, now_ns},
 };
@@ -132,6 +132,14 @@ fn on_enter(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReaso
                 // Go's TLS probes deliver this socket's plaintext; its
                 // ciphertext would only be the same bytes again, encrypted.
                 Some(info) if info.flags & FD_TLS != 0 && syscall.direction().is_some() => {
+                    return Ok(());
+                }
+                // Bytes of a socket user space muted: nothing to keep.
+                Some(info)
+                    if info.kind == FdKind::Socket as u8
+                        && syscall.direction().is_some()
+                        && muted(tgid, info.conn_id) =>
+                {
                     return Ok(());
                 }
                 Some(info) => Some(info),
@@ -339,6 +347,19 @@ pub(crate) fn data_event(
     EVENTS
         .output::<[u8]>(record, output_flags(len))
         .map_err(|_| DropReason::RingBufFull)
+}
+
+/// Whether user space stopped wanting this connection's bytes (`MUTED_CONNS`):
+/// asked before anything else is done for a socket's data.
+#[inline(always)]
+pub(crate) fn muted(tgid: u32, conn_id: u64) -> bool {
+    let key = ProcessConnKey {
+        tgid,
+        _pad: 0,
+        conn_id,
+    };
+    // SAFETY: only whether the entry exists is read.
+    unsafe { MUTED_CONNS.get(key) }.is_some()
 }
 
 /// Copies up to `wanted` bytes from an iovec array into `data`; returns the

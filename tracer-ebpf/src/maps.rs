@@ -14,8 +14,9 @@ use tracer_common::{
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
     io::{
         ActiveCall, DATA_BYTES_MAX, DataEvent, FdInfo, FdKey, GoCallKey, GoHpackCoders, GoTlsConn,
-        GoTlsConnKey, GoTlsOffsets, GoTlsRead, HpackSync, HpackSyncKey, MAX_ACTIVE_CALLS,
-        MAX_GO_BINARIES, MAX_GO_TLS_CONNS, MAX_GO_TLS_READS, MAX_HPACK_SYNCS, MAX_TRACKED_FDS,
+        GoTlsConnKey, GoTlsOffsets, GoTlsRead, HpackSync, MAX_ACTIVE_CALLS, MAX_GO_BINARIES,
+        MAX_GO_TLS_CONNS, MAX_GO_TLS_READS, MAX_HPACK_SYNCS, MAX_MUTED_CONNS, MAX_TRACKED_FDS,
+        ProcessConnKey,
     },
 };
 
@@ -83,12 +84,20 @@ pub(crate) static GO_TLS_CONNS: LruHashMap<GoTlsConnKey, GoTlsConn> =
 
 /// Connections whose HPACK tables user space asks for (`hpack_table`).
 #[map]
-pub(crate) static HPACK_SYNC: HashMap<HpackSyncKey, HpackSync> =
+pub(crate) static HPACK_SYNC: HashMap<ProcessConnKey, HpackSync> =
     HashMap::with_max_entries(MAX_HPACK_SYNCS, 0);
 
 /// Entries in `HPACK_SYNC`, kept by user space: 0 spares the TLS probes the lookup.
 #[map]
 pub(crate) static HPACK_SYNC_COUNT: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Connections of targets whose bytes user space no longer wants: etcd client
+/// connections that carry only one resource other than Pods (kube-apiserver
+/// opens an etcd client per resource). Looked up before a socket's bytes are
+/// copied; user space adds and removes the entries.
+#[map]
+pub(crate) static MUTED_CONNS: HashMap<ProcessConnKey, u8> =
+    HashMap::with_max_entries(MAX_MUTED_CONNS, 0);
 
 /// The HPACK decoder and encoder each goroutine last used, while user space
 /// asks for tables. LRU: goroutines end without telling.

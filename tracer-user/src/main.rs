@@ -29,6 +29,7 @@ use tracer_user::{
     },
     check::run_checks,
     correlate::TraceConfig,
+    decode::{DecodeOptions, MUTE_AFTER_REQUESTS},
     export::{
         alerts::Threshold,
         metrics::{self, Metrics},
@@ -110,6 +111,11 @@ struct ExportArgs {
     /// Also POST each alert as JSON to this URL.
     #[arg(long, env = "PODTRACE_ALERT_WEBHOOK", value_name = "URL")]
     alert_webhook: Option<String>,
+    /// Stop copying an etcd client connection's bytes once this many of its
+    /// KV requests named keys of one resource other than Pods (kube-apiserver
+    /// opens one etcd client per resource); 0 copies every connection's.
+    #[arg(long, env = "PODTRACE_ETCD_MUTE_AFTER", value_name = "REQUESTS", default_value_t = MUTE_AFTER_REQUESTS)]
+    etcd_mute_after: u32,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -139,6 +145,9 @@ impl ExportArgs {
             (out, _) => out,
         };
         ExportOptions {
+            decode: DecodeOptions {
+                mute_after: self.etcd_mute_after,
+            },
             traces: TraceConfig {
                 cluster_id: self.cluster_id,
                 node_name,

@@ -19,14 +19,14 @@ use tracer_common::drop_reason::DropReason;
 
 use crate::{
     capture::{
-        DropCounts, HpackControl, Probes, RawEvent,
+        CaptureControl, DropCounts, Probes, RawEvent,
         clock::WallClock,
         recording::{RecordingReader, RecordingWriter},
         ring::{ReaderStats, read_ring_buffer},
         wire::parse_record,
     },
     correlate::{Activity, Correlator, Span, TraceConfig},
-    decode::{Decoder, Message},
+    decode::{DecodeOptions, Decoder, Message},
     export::{
         alerts::{self, Alert, Threshold},
         dump,
@@ -74,9 +74,12 @@ struct Stages {
     export: JoinHandle<anyhow::Result<()>>,
 }
 
-/// Where finished spans go besides the terminal.
+/// What the stages after capture do: how the decode stage treats
+/// connections, and where finished spans go besides the terminal.
 #[derive(Debug, Default)]
 pub struct ExportOptions {
+    /// Decode-stage choices (`--etcd-mute-after`).
+    pub decode: DecodeOptions,
     /// Which traces the spans belong to.
     pub traces: TraceConfig,
     /// OTLP-JSON file to append to (one `ExportTraceServiceRequest` per line).
@@ -152,14 +155,15 @@ impl Stages {
         clock: WallClock,
         known_processes: Vec<(u32, String)>,
         export: ExportOptions,
-        control: Option<mpsc::UnboundedSender<Vec<HpackControl>>>,
+        control: Option<mpsc::UnboundedSender<Vec<CaptureControl>>>,
     ) -> Self {
         let live = control.is_some();
+        let decode_options = export.decode;
         let (input, mut raw_rx) = mpsc::channel::<Vec<RawEvent>>(CHANNEL_CAPACITY);
         let (msg_tx, mut msg_rx) = mpsc::channel::<Vec<Message>>(CHANNEL_CAPACITY);
         let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
         let decode = tokio::spawn(async move {
-            let mut decoder = Decoder::default();
+            let mut decoder = Decoder::new(&decode_options);
             while let Some(events) = raw_rx.recv().await {
                 let messages: Vec<Message> = events
                     .into_iter()
@@ -187,6 +191,12 @@ impl Stages {
                     refused = decoder.grpc.tables_refused,
                     incomplete = decoder.tables.incomplete,
                     "copies of HPACK tables of connections older than podtrace"
+                );
+            }
+            if decoder.grpc.muted_total > 0 {
+                tracing::info!(
+                    connections = decoder.grpc.muted_total,
+                    "muted: etcd connections of one resource other than Pods, whose bytes were no longer copied"
                 );
             }
             if decoder.wal.bad_records > 0 {
@@ -346,10 +356,12 @@ pub async fn run(
             () = shutdown.cancelled() => break,
             Some(tgid) = new_components.recv() => probes.attach_go_probes(tgid),
             Some(requests) = control.recv() => {
-                probes.hpack_control(&requests);
+                probes.control(&requests);
                 if let Some(metrics) = &metrics {
                     let (attached, reattached) = probes.hpack_probes_attached();
                     metrics.set_hpack_probes(attached, reattached);
+                    let (muted, total, refused) = probes.muted_connections();
+                    metrics.set_muted_connections(muted, total, refused);
                 }
             }
             _ = interval.tick() => {

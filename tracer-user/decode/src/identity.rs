@@ -84,6 +84,57 @@ pub fn may_hold_pod_clue(request_body: &[u8]) -> bool {
     memchr::memmem::find(request_body, POD_KEY_PREFIX).is_some()
 }
 
+/// Where kube-apiserver's keys start (the default `--etcd-prefix`).
+const REGISTRY_PREFIX: &[u8] = b"/registry/";
+/// Longest resource segment looked at (`/registry/{segment}/…`): a group
+/// name of a custom resource is a DNS subdomain.
+const MAX_SEGMENT_BYTES: usize = 253;
+
+/// Which resources' keys an uncompressed etcd KV request body names, by the
+/// first segment after `/registry/` (`leases`, `events`, a custom
+/// resource's group). kube-apiserver opens one etcd client per resource, so
+/// a connection whose requests all name one resource other than Pods will
+/// never carry a Pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResourcesNamed<'a> {
+    /// No key under `/registry/` (a lease grant, a compaction, a range end).
+    None,
+    /// Keys of this one resource only.
+    One(&'a [u8]),
+    /// Pod keys, or keys of more than one resource.
+    PodsOrSeveral,
+}
+
+/// [`ResourcesNamed`] of `request_body`. A segment is only counted when a
+/// `/` ends it, so that a range end (`/registry/leases0`) does not count as
+/// another resource; bytes of a value that look like a key count too, which
+/// errs towards [`ResourcesNamed::PodsOrSeveral`].
+pub fn resources_named(request_body: &[u8]) -> ResourcesNamed<'_> {
+    let mut named = ResourcesNamed::None;
+    for at in memchr::memmem::find_iter(request_body, REGISTRY_PREFIX) {
+        let rest = &request_body[at + REGISTRY_PREFIX.len()..];
+        let rest = &rest[..rest.len().min(MAX_SEGMENT_BYTES + 1)];
+        let Some(end) = memchr::memchr(b'/', rest) else {
+            continue;
+        };
+        let segment = &rest[..end];
+        let plausible = !segment.is_empty()
+            && segment
+                .iter()
+                .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'-' | b'_'));
+        if !plausible {
+            continue;
+        }
+        named = match named {
+            _ if segment == b"pods" => return ResourcesNamed::PodsOrSeveral,
+            ResourcesNamed::None => ResourcesNamed::One(segment),
+            ResourcesNamed::One(first) if first == segment => named,
+            _ => return ResourcesNamed::PodsOrSeveral,
+        };
+    }
+    named
+}
+
 /// Every Pod clue in an etcd KV request: Pod keys, and Pods in written values.
 pub fn clues_from_kv_request(request: &crate::etcd::KvRequest) -> Vec<PodClue> {
     let mut clues: Vec<PodClue> = request
@@ -107,6 +158,28 @@ pub fn clues_from_kv_request(request: &crate::etcd::KvRequest) -> Vec<PodClue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resources_named_by_first_segment() {
+        let lease = b"\x0a\x2a/registry/leases/kube-node-lease/node-1\x12\x04....";
+        assert_eq!(resources_named(lease), ResourcesNamed::One(b"leases"));
+        // The cacher's list: key and range end of one prefix.
+        let list = b"\x0a\x10/registry/leases/\x12\x10/registry/leases0";
+        assert_eq!(resources_named(list), ResourcesNamed::One(b"leases"));
+        let crd = b"/registry/example.com/widgets/default/w";
+        assert_eq!(resources_named(crd), ResourcesNamed::One(b"example.com"));
+        assert_eq!(resources_named(b"compact_rev_key"), ResourcesNamed::None);
+        assert_eq!(resources_named(b"/registry/"), ResourcesNamed::None);
+        let pod = b"/registry/pods/default/web";
+        assert_eq!(resources_named(pod), ResourcesNamed::PodsOrSeveral);
+        let two = b"/registry/leases/a/b /registry/events/a/b";
+        assert_eq!(resources_named(two), ResourcesNamed::PodsOrSeveral);
+        let then_pod = b"/registry/leases/a/b /registry/pods/a/b";
+        assert_eq!(resources_named(then_pod), ResourcesNamed::PodsOrSeveral);
+        // Not a segment: binary after the prefix.
+        let binary = b"/registry/\xff\x00/x /registry/events/a/b";
+        assert_eq!(resources_named(binary), ResourcesNamed::One(b"events"));
+    }
 
     #[test]
     fn only_bodies_that_mention_a_pod_key_pass_the_pre_filter() {

@@ -23,7 +23,7 @@ use aya::{
     },
 };
 use tracer_common::{
-    io::{HPACK_SYNC_DECODER_DONE, HPACK_SYNC_ENCODER_DONE, HeaderSide, HpackSync, HpackSyncKey},
+    io::{HPACK_SYNC_DECODER_DONE, HPACK_SYNC_ENCODER_DONE, HeaderSide, HpackSync, ProcessConnKey},
     names::{MAP_HPACK_SYNC, MAP_HPACK_SYNC_COUNT, PROGRAM_GO_HPACK_FIELD},
 };
 
@@ -137,7 +137,7 @@ impl HpackProbes {
             }
             HpackControl::Again(conn, side) => {
                 if self.syncs.contains(&conn) {
-                    let syncs: BpfHashMap<_, HpackSyncKey, HpackSync> = sync_map(ebpf)?;
+                    let syncs: BpfHashMap<_, ProcessConnKey, HpackSync> = sync_map(ebpf)?;
                     let done = syncs.get(&key(conn), 0).map_or(0, |sync| sync.done);
                     let bit = match side {
                         HeaderSide::Decoder => HPACK_SYNC_DECODER_DONE,
@@ -148,7 +148,7 @@ impl HpackProbes {
             }
             HpackControl::Forget(conn) => {
                 if self.syncs.remove(&conn) {
-                    let mut syncs: BpfHashMap<_, HpackSyncKey, HpackSync> = sync_map(ebpf)?;
+                    let mut syncs: BpfHashMap<_, ProcessConnKey, HpackSync> = sync_map(ebpf)?;
                     // Gone already if the process exited: nothing to undo.
                     let _ = syncs.remove(&key(conn));
                     self.write_count(ebpf)?;
@@ -165,7 +165,7 @@ impl HpackProbes {
                     .copied()
                     .collect();
                 if !gone.is_empty() {
-                    let mut syncs: BpfHashMap<_, HpackSyncKey, HpackSync> = sync_map(ebpf)?;
+                    let mut syncs: BpfHashMap<_, ProcessConnKey, HpackSync> = sync_map(ebpf)?;
                     for conn in gone {
                         let _ = syncs.remove(&key(conn));
                         self.syncs.remove(&conn);
@@ -225,8 +225,8 @@ impl HpackProbes {
     }
 }
 
-fn key(conn: ConnKey) -> HpackSyncKey {
-    HpackSyncKey {
+fn key(conn: ConnKey) -> ProcessConnKey {
+    ProcessConnKey {
         tgid: conn.tgid,
         _pad: 0,
         conn_id: conn.conn_id,
@@ -235,7 +235,7 @@ fn key(conn: ConnKey) -> HpackSyncKey {
 
 fn sync_map(
     ebpf: &mut Ebpf,
-) -> Result<BpfHashMap<&mut aya::maps::MapData, HpackSyncKey, HpackSync>, CaptureError> {
+) -> Result<BpfHashMap<&mut aya::maps::MapData, ProcessConnKey, HpackSync>, CaptureError> {
     let name = MAP_HPACK_SYNC;
     let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
     BpfHashMap::try_from(map).map_err(|source| CaptureError::Map { name, source })

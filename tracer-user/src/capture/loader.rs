@@ -38,8 +38,9 @@ use tracer_gobin::GoBinError;
 
 use super::{
     clock::monotonic_now_ns,
+    control::{CaptureControl, MutedConns},
     go_probes::{ARGS_AT_RET_CHECKED, NoGoPlan, ResolvedFunction, go_plan},
-    hpack_probes::{FileId, HpackControl, HpackProbes},
+    hpack_probes::{FileId, HpackProbes},
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
     kube_probes,
     proc_fds::{OpenFd, open_fds},
@@ -135,6 +136,8 @@ pub struct Probes {
     go_func_slots: u32,
     /// The HPACK probes, attached while a process needs them.
     hpack: HpackProbes,
+    /// Connections whose bytes the programs no longer copy.
+    muted: MutedConns,
 }
 
 /// What attaching the Go probes to one binary did.
@@ -283,6 +286,7 @@ impl Probes {
             go_binaries: HashMap::new(),
             go_func_slots: 0,
             hpack: HpackProbes::default(),
+            muted: MutedConns::default(),
         };
         let components: Vec<u32> = probes
             .seeded
@@ -473,14 +477,26 @@ impl Probes {
         })
     }
 
-    /// Carries out what the decode stage asked about HPACK probes and table
-    /// copies. A failure is logged: the fields keep coming from the probes.
-    pub fn hpack_control(&mut self, requests: &[HpackControl]) {
+    /// Carries out what the decode stage asked. A failure is logged: the
+    /// fields keep coming from the probes, a muted connection's bytes keep
+    /// coming (and the decode stage drops them).
+    pub fn control(&mut self, requests: &[CaptureControl]) {
         for request in requests {
-            if let Err(error) = self.hpack.control(&mut self.ebpf, *request) {
-                tracing::warn!(%error, ?request, "HPACK probe control failed");
+            let done = match *request {
+                CaptureControl::Hpack(hpack) => self.hpack.control(&mut self.ebpf, hpack),
+                CaptureControl::Mute(conn) => self.muted.set(&mut self.ebpf, conn, true),
+                CaptureControl::Unmute(conn) => self.muted.set(&mut self.ebpf, conn, false),
+            };
+            if let Err(error) = done {
+                tracing::warn!(%error, ?request, "capture control failed");
             }
         }
+    }
+
+    /// Connections muted now, since start, and mutes refused because the
+    /// map was full.
+    pub fn muted_connections(&self) -> (usize, u64, u64) {
+        (self.muted.len(), self.muted.total, self.muted.refused)
     }
 
     /// Executables whose HPACK probes are attached now, and how many times

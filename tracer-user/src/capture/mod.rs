@@ -5,6 +5,7 @@
 //! what a process is doing; that is for `decode` and `correlate`.
 
 pub mod clock;
+mod control;
 pub mod go_probes;
 mod hpack_probes;
 pub mod kernel_btf;
@@ -17,6 +18,7 @@ pub mod targets;
 pub mod uprobes;
 pub mod wire;
 
+pub use control::CaptureControl;
 pub use hpack_probes::HpackControl;
 pub use loader::{CaptureError, CaptureOptions, DropCounts, Probes};
 pub use wire::{

@@ -25,16 +25,26 @@ use tracer_decode::{
     etcd::{KvCall, WriteKind},
     grpc::GrpcCall,
     http2::{Exchange, Http2Connection, Limits, SeenStream, TableCopy, TableLoadError, TablePoint},
-    identity::{PodClue, PodIdentity, clues_from_kv_request, may_hold_pod_clue},
+    identity::{
+        PodClue, PodIdentity, ResourcesNamed, clues_from_kv_request, may_hold_pod_clue,
+        resources_named,
+    },
     kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
     rest::{RestRequest, Verb},
 };
 
 use super::{HeaderMessage, Message, TableCopyMessage};
-use crate::capture::{ConnKey, ConnRecord, DataRecord, HpackControl};
+use crate::capture::{CaptureControl, ConnKey, ConnRecord, DataRecord, HpackControl};
 
 /// Connections decoded at once; past it new ones are counted and skipped.
 const MAX_CONNECTIONS: usize = 4096;
+/// Finished etcd KV requests, all naming keys of one resource other than
+/// Pods, after which a connection is muted ([`GrpcDecoder::mute_after`]):
+/// kube-apiserver opens an etcd client, so a connection, per resource
+/// (every release through 1.33), and its writes of leases, events or
+/// endpoints are most of what etcd carries. Enough requests that a client
+/// shared by several resources would have shown two of them.
+pub const MUTE_AFTER_REQUESTS: u32 = 64;
 /// Longest error text kept from a failed call.
 pub const MAX_STATUS_MESSAGE: usize = 256;
 
@@ -206,6 +216,63 @@ struct Connection {
     resets_seen: (u64, u64),
     /// When decoding it began (CLOCK_MONOTONIC ns).
     joined_ts_ns: u64,
+    /// What its etcd KV requests named so far.
+    keys: KeysSeen,
+}
+
+/// What a connection's etcd KV requests named so far: whether the
+/// connection can be muted.
+#[derive(Debug, Default)]
+enum KeysSeen {
+    #[default]
+    Nothing,
+    /// This many finished requests, all of keys of this one resource.
+    One { resource: Box<[u8]>, requests: u32 },
+    /// Pods, several resources, compressed requests, or not etcd: kept.
+    Kept,
+}
+
+impl KeysSeen {
+    /// Notes a finished exchange; returns whether the connection has now
+    /// carried `mute_after` requests of one resource other than Pods.
+    fn note(&mut self, exchange: &Exchange, mute_after: u32) -> bool {
+        if matches!(self, Self::Kept) {
+            return false;
+        }
+        let Some(path) = exchange.path() else {
+            // Headers lost (a stream begun before podtrace): not counted.
+            return false;
+        };
+        if !path.starts_with("/etcdserverpb.") {
+            *self = Self::Kept;
+            return false;
+        }
+        if !path.starts_with("/etcdserverpb.KV/") {
+            // Leases, watches, maintenance: no key decides anything.
+            return false;
+        }
+        if exchange.request.header("grpc-encoding").is_some() {
+            *self = Self::Kept;
+            return false;
+        }
+        let named = match resources_named(&exchange.request.body) {
+            ResourcesNamed::None => return false,
+            ResourcesNamed::PodsOrSeveral => None,
+            ResourcesNamed::One(resource) => Some(resource),
+        };
+        *self = match (std::mem::take(self), named) {
+            (Self::Nothing, Some(resource)) => Self::One {
+                resource: resource.into(),
+                requests: 1,
+            },
+            (Self::One { resource, requests }, Some(named)) if *resource == *named => Self::One {
+                resource,
+                requests: requests + 1,
+            },
+            _ => Self::Kept,
+        };
+        matches!(self, Self::One { requests, .. } if *requests >= mute_after)
+    }
 }
 
 impl Connection {
@@ -410,13 +477,18 @@ impl ProbeBlock {
 }
 
 /// HTTP/2 state per connection.
-#[derive(Default)]
 pub struct GrpcDecoder {
     connections: FxHashMap<ConnKey, Connection>,
+    /// Connections muted: capture copies none of their bytes any more.
+    muted: rustc_hash::FxHashSet<ConnKey>,
+    /// [`MUTE_AFTER_REQUESTS`] unless configured; 0 never mutes.
+    pub mute_after: u32,
+    /// Connections muted since start.
+    pub muted_total: u64,
     /// Connections not decoded because the table was full.
     pub skipped_connections: u64,
     /// What capture is asked to do, in order; the stage takes it.
-    pub control: Vec<HpackControl>,
+    pub control: Vec<CaptureControl>,
     /// Per process, whether its HPACK probes were last said to be needed,
     /// and when that was decided.
     field_probes: FxHashMap<u32, (bool, u64)>,
@@ -427,10 +499,27 @@ pub struct GrpcDecoder {
     pub tables_refused: u64,
 }
 
+impl Default for GrpcDecoder {
+    fn default() -> Self {
+        Self {
+            connections: FxHashMap::default(),
+            muted: rustc_hash::FxHashSet::default(),
+            mute_after: MUTE_AFTER_REQUESTS,
+            muted_total: 0,
+            skipped_connections: 0,
+            control: Vec::new(),
+            field_probes: FxHashMap::default(),
+            tables_loaded: 0,
+            tables_refused: 0,
+        }
+    }
+}
+
 impl std::fmt::Debug for GrpcDecoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GrpcDecoder")
             .field("connections", &self.connections.len())
+            .field("muted", &self.muted.len())
             .field("skipped_connections", &self.skipped_connections)
             .finish()
     }
@@ -449,11 +538,15 @@ impl GrpcDecoder {
             ConnAction::ConnectedBeforeStart => (Side::Client, true),
             ConnAction::OpenAtStart => return Vec::new(),
             ConnAction::Closed => {
+                if self.muted.remove(&conn.conn) {
+                    self.control.push(CaptureControl::Unmute(conn.conn));
+                }
                 let Some(connection) = self.connections.remove(&conn.conn) else {
                     return Vec::new();
                 };
                 if connection.tables.is_some() {
-                    self.control.push(HpackControl::Forget(conn.conn));
+                    self.control
+                        .push(CaptureControl::Hpack(HpackControl::Forget(conn.conn)));
                 }
                 if connection.needs_fields(conn.ids.ts_ns) {
                     self.update_field_probes(conn.conn.tgid, conn.ids.ts_ns);
@@ -477,6 +570,7 @@ impl GrpcDecoder {
                 tables: None,
                 resets_seen: (0, 0),
                 joined_ts_ns: conn.ids.ts_ns,
+                keys: KeysSeen::default(),
             },
         );
         Vec::new()
@@ -544,15 +638,46 @@ impl GrpcDecoder {
                 ..TableSync::default()
             });
             tracing::debug!(conn = ?data.conn, side = ?connection.side, "HPACK tables asked for");
-            self.control.push(HpackControl::Ask(data.conn));
+            self.control
+                .push(CaptureControl::Hpack(HpackControl::Ask(data.conn)));
         }
         pair_probe_headers(connection);
         let exchanges = connection.http2.take_exchanges();
         let side = connection.side;
+        let mute_after = self.mute_after;
+        let mute = mute_after > 0
+            && exchanges
+                .iter()
+                .any(|exchange| connection.keys.note(exchange, mute_after));
         if fields_changed {
             self.update_field_probes(data.conn.tgid, data.ids.ts_ns);
         }
+        if mute {
+            self.mute(data.conn, data.ids.ts_ns);
+        }
         call_messages(data.conn, side, exchanges)
+    }
+
+    /// Stops decoding a connection and asks capture to copy none of its
+    /// bytes: it carries one resource other than Pods ([`KeysSeen`]). Its
+    /// calls in flight are dropped with it: none can be about a Pod.
+    fn mute(&mut self, conn: ConnKey, now_ns: u64) {
+        let Some(connection) = self.connections.remove(&conn) else {
+            return;
+        };
+        if connection.tables.is_some() {
+            self.control
+                .push(CaptureControl::Hpack(HpackControl::Forget(conn)));
+        }
+        if connection.needs_fields(now_ns) {
+            self.update_field_probes(conn.tgid, now_ns);
+        }
+        if let KeysSeen::One { resource, requests } = &connection.keys {
+            tracing::debug!(?conn, resource = %String::from_utf8_lossy(resource), requests, "connection muted");
+        }
+        self.muted.insert(conn);
+        self.muted_total += 1;
+        self.control.push(CaptureControl::Mute(conn));
     }
 
     /// A copy of one of a connection's HPACK tables: the decoder's is
@@ -597,7 +722,18 @@ impl GrpcDecoder {
     /// A process ended: it needs no HPACK probes any more.
     pub fn on_exit(&mut self, tgid: u32) {
         self.field_probes.remove(&tgid);
-        self.control.push(HpackControl::Exited(tgid));
+        self.control
+            .push(CaptureControl::Hpack(HpackControl::Exited(tgid)));
+        let gone: Vec<ConnKey> = self
+            .muted
+            .iter()
+            .filter(|conn| conn.tgid == tgid)
+            .copied()
+            .collect();
+        for conn in gone {
+            self.muted.remove(&conn);
+            self.control.push(CaptureControl::Unmute(conn));
+        }
     }
 
     /// Records the outcome of loading a copy; returns whether the
@@ -634,7 +770,8 @@ impl GrpcDecoder {
                     *load = TableLoad::Waiting {
                         attempts: attempts + 1,
                     };
-                    self.control.push(HpackControl::Again(conn, side));
+                    self.control
+                        .push(CaptureControl::Hpack(HpackControl::Again(conn, side)));
                     return false;
                 }
             }
@@ -642,7 +779,8 @@ impl GrpcDecoder {
         if !matches!(tables.decoder, TableLoad::Waiting { .. })
             && !matches!(tables.encoder, TableLoad::Waiting { .. })
         {
-            self.control.push(HpackControl::Forget(conn));
+            self.control
+                .push(CaptureControl::Hpack(HpackControl::Forget(conn)));
             if let Some(connection) = self.connections.get_mut(&conn) {
                 if !connection.needs_fields(u64::MAX) {
                     // The wire decodes every block from here on: the blocks
@@ -665,7 +803,10 @@ impl GrpcDecoder {
         let before = self.field_probes.insert(tgid, (needed, now_ns));
         if before.map(|(needed, _)| needed) != Some(needed) {
             self.control
-                .push(HpackControl::FieldProbes { tgid, needed });
+                .push(CaptureControl::Hpack(HpackControl::FieldProbes {
+                    tgid,
+                    needed,
+                }));
         }
     }
 
@@ -724,7 +865,7 @@ fn load_copy(
 /// loaded. Returns whether anything changed.
 fn tables_forgotten(
     connection: &mut Connection,
-    control: &mut Vec<HpackControl>,
+    control: &mut Vec<CaptureControl>,
     conn: ConnKey,
     now_ns: u64,
 ) -> bool {
@@ -750,7 +891,7 @@ fn tables_forgotten(
             if *load == TableLoad::Loaded {
                 *load = TableLoad::default();
                 if !asked {
-                    control.push(HpackControl::Ask(conn));
+                    control.push(CaptureControl::Hpack(HpackControl::Ask(conn)));
                     tables.asked_ts_ns = now_ns;
                     asked = true;
                 }
@@ -932,4 +1073,66 @@ fn etcd_message(conn: ConnKey, side: Side, call: &GrpcCall) -> Option<EtcdMessag
         start_ts_ns: call.start_ts_ns,
         end_ts_ns: call.end_ts_ns,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_decode::http2::HalfStream;
+
+    use super::*;
+
+    fn request(path: &str, body: &[u8]) -> Exchange {
+        Exchange {
+            stream_id: 1,
+            request: HalfStream {
+                external_headers: vec![(":path".to_owned(), path.to_owned())],
+                body: body.to_vec(),
+                ..HalfStream::default()
+            },
+            response: HalfStream::default(),
+            reset_code: None,
+            complete: true,
+        }
+    }
+
+    const TXN: &str = "/etcdserverpb.KV/Txn";
+
+    #[test]
+    fn a_connection_of_one_resource_is_muted_after_enough_requests() {
+        let mut keys = KeysSeen::default();
+        let lease = request(TXN, b"\x0a\x20/registry/leases/kube-node-lease/n1");
+        for _ in 1..4 {
+            assert!(!keys.note(&lease, 4));
+        }
+        // A lease grant names no key: neither counted nor keeping.
+        assert!(!keys.note(&request("/etcdserverpb.Lease/LeaseGrant", b"\x08\x3c"), 4));
+        assert!(keys.note(&lease, 4));
+    }
+
+    #[test]
+    fn pods_other_resources_and_other_protocols_keep_a_connection() {
+        let lease = request(TXN, b"/registry/leases/kube-node-lease/n1");
+        let cases = [
+            request(TXN, b"/registry/pods/default/web"),
+            request(TXN, b"/registry/events/default/e1"),
+            request("/runtime.v1.RuntimeService/ContainerStatus", b""),
+            request("/api/v1/namespaces/default/pods", b""),
+        ];
+        for other in cases {
+            let mut keys = KeysSeen::default();
+            assert!(!keys.note(&lease, 2));
+            assert!(!keys.note(&other, 2));
+            for _ in 0..4 {
+                assert!(!keys.note(&lease, 2), "kept after {:?}", other.path());
+            }
+        }
+        let mut compressed = request(TXN, b"/registry/leases/kube-node-lease/n1");
+        compressed
+            .request
+            .external_headers
+            .push(("grpc-encoding".to_owned(), "gzip".to_owned()));
+        let mut keys = KeysSeen::default();
+        assert!(!keys.note(&compressed, 1));
+        assert!(!keys.note(&lease, 1));
+    }
 }

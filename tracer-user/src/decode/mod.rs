@@ -15,7 +15,7 @@ pub mod table_copies;
 pub mod wal_writes;
 
 pub use functions::FuncMessage;
-pub use grpc_calls::{CriMessage, EtcdMessage, GrpcDecoder, RestMessage};
+pub use grpc_calls::{CriMessage, EtcdMessage, GrpcDecoder, MUTE_AFTER_REQUESTS, RestMessage};
 pub use headers::{HeaderAttributor, HeaderMessage};
 pub use table_copies::{TableAssembler, TableCopyMessage};
 pub use wal_writes::{WalDecoder, WalMessage};
@@ -23,8 +23,8 @@ pub use wal_writes::{WalDecoder, WalMessage};
 use tracer_common::io::{ConnAction, Direction, FdKind};
 
 use crate::capture::{
-    ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, FileOpenRecord, ForkRecord,
-    FsyncRecord, HpackControl, RawEvent,
+    CaptureControl, ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, FileOpenRecord,
+    ForkRecord, FsyncRecord, RawEvent,
 };
 
 /// What a component did, as far as one record tells.
@@ -105,6 +105,22 @@ impl DataMoved {
     }
 }
 
+/// Choices of the decode stage.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeOptions {
+    /// Finished etcd KV requests of one resource other than Pods after which
+    /// a connection is muted (0: never), see [`MUTE_AFTER_REQUESTS`].
+    pub mute_after: u32,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        Self {
+            mute_after: MUTE_AFTER_REQUESTS,
+        }
+    }
+}
+
 /// The decode stage's state: what ties events to one another.
 #[derive(Debug, Default)]
 pub struct Decoder {
@@ -119,8 +135,15 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    /// What capture is asked to do since the last call (see [`HpackControl`]).
-    pub fn take_control(&mut self) -> Vec<HpackControl> {
+    /// A decoder that makes `options`' choices.
+    pub fn new(options: &DecodeOptions) -> Self {
+        let mut decoder = Self::default();
+        decoder.grpc.mute_after = options.mute_after;
+        decoder
+    }
+
+    /// What capture is asked to do since the last call (see [`CaptureControl`]).
+    pub fn take_control(&mut self) -> Vec<CaptureControl> {
         std::mem::take(&mut self.grpc.control)
     }
 

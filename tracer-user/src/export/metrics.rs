@@ -192,6 +192,9 @@ pub struct Metrics {
     otlp_spans_dropped: Gauge,
     hpack_probes_attached: Gauge,
     hpack_probes_reattached: Gauge,
+    muted_connections: Gauge,
+    muted_connections_total: Gauge,
+    mutes_refused: Gauge,
     cpu_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     resident_bytes: Gauge,
 }
@@ -262,6 +265,24 @@ impl Default for Metrics {
             "Times an executable's HPACK probes were attached again after a detach (a total since start)",
             hpack_probes_reattached.clone(),
         );
+        let muted_connections = Gauge::default();
+        registry.register(
+            "muted_connections",
+            "Connections whose bytes the kernel programs no longer copy (etcd clients of one resource other than Pods)",
+            muted_connections.clone(),
+        );
+        let muted_connections_total = Gauge::default();
+        registry.register(
+            "muted_connections_since_start",
+            "Connections muted since start (a total)",
+            muted_connections_total.clone(),
+        );
+        let mutes_refused = Gauge::default();
+        registry.register(
+            "mutes_refused",
+            "Connections left unmuted because the kernel's map of muted connections was full (a total since start)",
+            mutes_refused.clone(),
+        );
         let cpu_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register(
             "process_cpu_seconds",
@@ -284,6 +305,9 @@ impl Default for Metrics {
             otlp_spans_dropped,
             hpack_probes_attached,
             hpack_probes_reattached,
+            muted_connections,
+            muted_connections_total,
+            mutes_refused,
             cpu_seconds,
             resident_bytes,
         }
@@ -325,6 +349,17 @@ impl Metrics {
                 })
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
+    }
+
+    /// How many connections are muted, were muted since start, and how many
+    /// mutes the kernel's map had no room for (see `capture::CaptureControl::Mute`).
+    pub fn set_muted_connections(&self, muted: usize, total: u64, refused: u64) {
+        self.muted_connections
+            .set(i64::try_from(muted).unwrap_or(i64::MAX));
+        self.muted_connections_total
+            .set(i64::try_from(total).unwrap_or(i64::MAX));
+        self.mutes_refused
+            .set(i64::try_from(refused).unwrap_or(i64::MAX));
     }
 
     /// How many executables have their HPACK probes attached, and how many
