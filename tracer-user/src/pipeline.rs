@@ -193,6 +193,13 @@ impl Stages {
                     "copies of HPACK tables of connections older than podtrace"
                 );
             }
+            if decoder.pods.decoded > 0 {
+                tracing::debug!(
+                    decoded = decoder.pods.decoded,
+                    reused = decoder.pods.reused,
+                    "Pod objects in etcd values"
+                );
+            }
             if decoder.grpc.muted_total > 0 {
                 tracing::info!(
                     connections = decoder.grpc.muted_total,

@@ -137,6 +137,21 @@ pub fn resources_named(request_body: &[u8]) -> ResourcesNamed<'_> {
 
 /// Every Pod clue in an etcd KV request: Pod keys, and Pods in written values.
 pub fn clues_from_kv_request(request: &crate::etcd::KvRequest) -> Vec<PodClue> {
+    clues_from_kv_request_with(request, |value| {
+        match crate::kube::decode_stored_object(value) {
+            Ok(crate::kube::StoredObject::Pod(pod)) => Some(*pod),
+            _ => None,
+        }
+    })
+}
+
+/// [`clues_from_kv_request`], with the Pods in values written under Pod keys
+/// decoded by `decode_pod` (a caller that sees the same value several times
+/// can keep what it decoded).
+pub fn clues_from_kv_request_with(
+    request: &crate::etcd::KvRequest,
+    mut decode_pod: impl FnMut(&[u8]) -> Option<PodIdentity>,
+) -> Vec<PodClue> {
     let mut clues: Vec<PodClue> = request
         .keys()
         .into_iter()
@@ -145,10 +160,8 @@ pub fn clues_from_kv_request(request: &crate::etcd::KvRequest) -> Vec<PodClue> {
     clues.dedup();
     for put in request.puts() {
         if pod_from_storage_key(&put.key).is_some() {
-            if let Ok(crate::kube::StoredObject::Pod(pod)) =
-                crate::kube::decode_stored_object(&put.value)
-            {
-                clues.push(PodClue::Object(*pod));
+            if let Some(pod) = decode_pod(&put.value) {
+                clues.push(PodClue::Object(pod));
             }
         }
     }

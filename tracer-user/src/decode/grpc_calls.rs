@@ -26,14 +26,14 @@ use tracer_decode::{
     grpc::GrpcCall,
     http2::{Exchange, Http2Connection, Limits, SeenStream, TableCopy, TableLoadError, TablePoint},
     identity::{
-        PodClue, PodIdentity, ResourcesNamed, clues_from_kv_request, may_hold_pod_clue,
+        PodClue, PodIdentity, ResourcesNamed, clues_from_kv_request_with, may_hold_pod_clue,
         resources_named,
     },
     kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
     rest::{RestRequest, Verb},
 };
 
-use super::{HeaderMessage, Message, TableCopyMessage};
+use super::{HeaderMessage, Message, TableCopyMessage, pod_values::PodValues};
 use crate::capture::{CaptureControl, ConnKey, ConnRecord, DataRecord, HpackControl};
 
 /// Connections decoded at once; past it new ones are counted and skipped.
@@ -527,7 +527,7 @@ impl std::fmt::Debug for GrpcDecoder {
 
 impl GrpcDecoder {
     /// Starts or ends decoding a connection; a close yields its last calls.
-    pub fn on_conn(&mut self, conn: &ConnRecord) -> Vec<Message> {
+    pub fn on_conn(&mut self, conn: &ConnRecord, pods: &mut PodValues) -> Vec<Message> {
         if conn.fd_kind != FdKind::Socket {
             return Vec::new();
         }
@@ -551,7 +551,7 @@ impl GrpcDecoder {
                 if connection.needs_fields(conn.ids.ts_ns) {
                     self.update_field_probes(conn.conn.tgid, conn.ids.ts_ns);
                 }
-                return call_messages(conn.conn, connection.side, connection.http2.finish());
+                return call_messages(conn.conn, connection.side, connection.http2.finish(), pods);
             }
         };
         if self.connections.len() >= MAX_CONNECTIONS {
@@ -577,7 +577,7 @@ impl GrpcDecoder {
     }
 
     /// Feeds a chunk of a decoded connection; yields the calls it finished.
-    pub fn on_data(&mut self, data: &DataRecord) -> Vec<Message> {
+    pub fn on_data(&mut self, data: &DataRecord, pods: &mut PodValues) -> Vec<Message> {
         let Some(connection) = self.connections.get_mut(&data.conn) else {
             return Vec::new();
         };
@@ -655,7 +655,7 @@ impl GrpcDecoder {
         if mute {
             self.mute(data.conn, data.ids.ts_ns);
         }
-        call_messages(data.conn, side, exchanges)
+        call_messages(data.conn, side, exchanges, pods)
     }
 
     /// Stops decoding a connection and asks capture to copy none of its
@@ -911,7 +911,12 @@ fn pair_probe_headers(connection: &mut Connection) {
     }
 }
 
-fn call_messages(conn: ConnKey, side: Side, mut exchanges: Vec<Exchange>) -> Vec<Message> {
+fn call_messages(
+    conn: ConnKey,
+    side: Side,
+    mut exchanges: Vec<Exchange>,
+    pods: &mut PodValues,
+) -> Vec<Message> {
     // Not decoded at all: etcd KV calls that cannot name a Pod.
     exchanges.retain(|exchange| !kv_call_without_pod(exchange));
     let mut messages: Vec<Message> = exchanges
@@ -939,7 +944,7 @@ fn call_messages(conn: ConnKey, side: Side, mut exchanges: Vec<Exchange>) -> Vec
                         end_ts_ns: call.end_ts_ns,
                     }));
                 }
-                etcd_message(conn, side, &call).map(Message::Etcd)
+                etcd_message(conn, side, &call, pods).map(Message::Etcd)
             }),
     );
     messages
@@ -1051,11 +1056,16 @@ fn status_message(call: &GrpcCall) -> Option<String> {
     Some(cut(status.message.clone()?))
 }
 
-fn etcd_message(conn: ConnKey, side: Side, call: &GrpcCall) -> Option<EtcdMessage> {
+fn etcd_message(
+    conn: ConnKey,
+    side: Side,
+    call: &GrpcCall,
+    pods: &mut PodValues,
+) -> Option<EtcdMessage> {
     let kv = KvCall::from_grpc(call)?;
     let request = kv.request?.ok()?;
     let write = request.write_kind()?;
-    let clues = clues_from_kv_request(&request);
+    let clues = clues_from_kv_request_with(&request, |value| pods.pod(value));
     if clues.is_empty() {
         return None;
     }

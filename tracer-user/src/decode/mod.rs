@@ -10,6 +10,7 @@
 pub mod functions;
 pub mod grpc_calls;
 pub mod headers;
+pub mod pod_values;
 pub mod process;
 pub mod table_copies;
 pub mod wal_writes;
@@ -17,6 +18,7 @@ pub mod wal_writes;
 pub use functions::FuncMessage;
 pub use grpc_calls::{CriMessage, EtcdMessage, GrpcDecoder, MUTE_AFTER_REQUESTS, RestMessage};
 pub use headers::{HeaderAttributor, HeaderMessage};
+pub use pod_values::PodValues;
 pub use table_copies::{TableAssembler, TableCopyMessage};
 pub use wal_writes::{WalDecoder, WalMessage};
 
@@ -132,6 +134,8 @@ pub struct Decoder {
     pub wal: WalDecoder,
     /// Copies of Go HPACK tables being put together.
     pub tables: TableAssembler,
+    /// Pods decoded from etcd values, for their next sightings.
+    pub pods: PodValues,
 }
 
 impl Decoder {
@@ -166,8 +170,8 @@ impl Decoder {
                     self.grpc.on_header(header);
                 }
                 let mut messages: Vec<Message> = headers.into_iter().map(Message::Header).collect();
-                messages.extend(self.grpc.on_data(&data));
-                messages.extend(self.wal.on_data(&data).map(Message::Wal));
+                messages.extend(self.grpc.on_data(&data, &mut self.pods));
+                messages.extend(self.wal.on_data(&data, &mut self.pods).map(Message::Wal));
                 messages.push(Message::Data(DataMoved::of(&data)));
                 messages
             }
@@ -175,7 +179,7 @@ impl Decoder {
                 if conn.fd_kind == FdKind::WalFile && conn.change == ConnAction::Closed {
                     self.wal.on_close(&conn.conn);
                 }
-                let mut messages = self.grpc.on_conn(&conn);
+                let mut messages = self.grpc.on_conn(&conn, &mut self.pods);
                 messages.push(Message::Conn(conn));
                 messages
             }

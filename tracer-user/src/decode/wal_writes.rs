@@ -11,11 +11,11 @@ use rustc_hash::FxHashMap;
 
 use tracer_common::io::{Direction, FdKind};
 use tracer_decode::{
-    identity::{PodClue, clues_from_kv_request, may_hold_pod_clue},
+    identity::{PodClue, clues_from_kv_request_with, may_hold_pod_clue},
     wal::{EntryPayload, RecordKind, WalEntry, WalReader},
 };
 
-use super::grpc_calls::request_fingerprint;
+use super::{grpc_calls::request_fingerprint, pod_values::PodValues};
 use crate::capture::{ConnKey, DataRecord};
 
 /// WAL segments read at once (etcd keeps one open for writing; a few more
@@ -62,7 +62,7 @@ pub struct WalDecoder {
 
 impl WalDecoder {
     /// Reads a write to a WAL segment; other data yields nothing.
-    pub fn on_data(&mut self, data: &DataRecord) -> Option<WalMessage> {
+    pub fn on_data(&mut self, data: &DataRecord, pods: &mut PodValues) -> Option<WalMessage> {
         if data.fd_kind != FdKind::WalFile || data.direction != Direction::Egress {
             return None;
         }
@@ -92,7 +92,7 @@ impl WalDecoder {
                 continue;
             };
             if let EntryPayload::Kv { request, .. } = &entry.payload {
-                let clues = clues_from_kv_request(request);
+                let clues = clues_from_kv_request_with(request, |value| pods.pod(value));
                 if !clues.is_empty() {
                     message.pod_entries.push(WalPodEntry {
                         index: entry.index,
