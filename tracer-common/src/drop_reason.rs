@@ -19,7 +19,9 @@ pub enum DropReason {
     ArgsTruncated = 4,
     /// An exec's filename was longer than `FILENAME_BYTES` and was cut.
     FilenameTruncated = 5,
-    /// A uprobe fired with an attach cookie outside `PROBE_HITS` (a loader bug).
+    /// A program's slot was not where the loader should have put it: a uprobe
+    /// fired with an attach cookie outside `PROBE_HITS`, or a hooked
+    /// syscall's program was missing from `SYSCALL_PROGRAMS` (loader bugs).
     ProbeSlotOutOfRange = 6,
     /// The `FDS` map is full: a socket or file could not be followed.
     FdMapFull = 7,

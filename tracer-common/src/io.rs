@@ -65,8 +65,8 @@ pub enum IoSyscall {
 }
 
 impl IoSyscall {
-    /// Every hooked syscall; the loader attaches `sys_enter_NAME` and
-    /// `sys_exit_NAME` programs for each.
+    /// Every hooked syscall; the loader puts its `sys_enter_NAME` and
+    /// `sys_exit_NAME` programs into `SYSCALL_PROGRAMS`.
     pub const ALL: [IoSyscall; 15] = [
         IoSyscall::Read,
         IoSyscall::Write,
@@ -84,6 +84,63 @@ impl IoSyscall {
         IoSyscall::Fdatasync,
         IoSyscall::Openat,
     ];
+
+    /// Its number on x86-64 (arch/x86/entry/syscalls/syscall_64.tbl): what
+    /// the `sys_enter` raw tracepoint is given, and `pt_regs.orig_ax` holds
+    /// at `sys_exit`.
+    pub const fn x86_64_nr(self) -> i64 {
+        match self {
+            IoSyscall::Read => 0,
+            IoSyscall::Write => 1,
+            IoSyscall::Close => 3,
+            IoSyscall::Readv => 19,
+            IoSyscall::Writev => 20,
+            IoSyscall::Connect => 42,
+            IoSyscall::Accept => 43,
+            IoSyscall::Sendto => 44,
+            IoSyscall::Recvfrom => 45,
+            IoSyscall::Sendmsg => 46,
+            IoSyscall::Recvmsg => 47,
+            IoSyscall::Fsync => 74,
+            IoSyscall::Fdatasync => 75,
+            IoSyscall::Openat => 257,
+            IoSyscall::Accept4 => 288,
+        }
+    }
+
+    /// The hooked syscall with x86-64 number `nr`, if it is one.
+    #[inline(always)]
+    pub const fn from_x86_64_nr(nr: i64) -> Option<IoSyscall> {
+        Some(match nr {
+            0 => IoSyscall::Read,
+            1 => IoSyscall::Write,
+            3 => IoSyscall::Close,
+            19 => IoSyscall::Readv,
+            20 => IoSyscall::Writev,
+            42 => IoSyscall::Connect,
+            43 => IoSyscall::Accept,
+            44 => IoSyscall::Sendto,
+            45 => IoSyscall::Recvfrom,
+            46 => IoSyscall::Sendmsg,
+            47 => IoSyscall::Recvmsg,
+            74 => IoSyscall::Fsync,
+            75 => IoSyscall::Fdatasync,
+            257 => IoSyscall::Openat,
+            288 => IoSyscall::Accept4,
+            _ => return None,
+        })
+    }
+
+    /// Slot of its enter program in `SYSCALL_PROGRAMS`; the exit program's
+    /// is the next one.
+    pub const fn enter_slot(self) -> u32 {
+        2 * self as u32
+    }
+
+    /// Slot of its exit program in `SYSCALL_PROGRAMS`.
+    pub const fn exit_slot(self) -> u32 {
+        2 * self as u32 + 1
+    }
 
     /// The syscall's name, as in `syscalls:sys_enter_NAME`.
     pub const fn name(self) -> &'static str {

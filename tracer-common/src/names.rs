@@ -16,6 +16,17 @@ pub const MAP_PROBE_HITS: &str = "PROBE_HITS";
 pub const PROGRAM_GO_PROBE_HIT: &str = "go_probe_hit";
 /// Hash map `io::FdKey` → `io::FdInfo`: sockets and files followed.
 pub const MAP_FDS: &str = "FDS";
+/// Program array: each hooked syscall's enter and exit programs, at
+/// `io::IoSyscall::enter_slot`/`exit_slot`, tail-called from
+/// [`PROGRAM_SYS_ENTER`] and [`PROGRAM_SYS_EXIT`].
+pub const MAP_SYSCALL_PROGRAMS: &str = "SYSCALL_PROGRAMS";
+/// Raw tracepoint `sys_enter`: every syscall enters it; the hooked ones go on
+/// to their `sys_enter_NAME` program. Two attachments instead of one perf
+/// event per syscall tracepoint: detaching each of those waits for RCU under
+/// the kernel's event mutex, ~70 ms apiece in a VM, and made a stop take 2.5 s.
+pub const PROGRAM_SYS_ENTER: &str = "sys_enter";
+/// Raw tracepoint `sys_exit`, likewise to `sys_exit_NAME`.
+pub const PROGRAM_SYS_EXIT: &str = "sys_exit";
 /// Hash map pid_tgid → `io::ActiveCall`: syscalls between enter and exit.
 pub const MAP_ACTIVE_CALLS: &str = "ACTIVE_CALLS";
 /// Array index → `io::GoTlsOffsets`: per probed Go binary.

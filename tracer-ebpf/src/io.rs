@@ -1,20 +1,27 @@
-//! Socket, WAL file and fsync capture on syscall tracepoints.
+//! Socket, WAL file and fsync capture on the `sys_enter` and `sys_exit` raw
+//! tracepoints.
 //!
-//! For each hooked syscall (`tracer_common::io::IoSyscall`) an enter program
-//! keeps the arguments in `ACTIVE_CALLS` and an exit program acts on the
-//! result. Both return at once unless the process is a target at depth 0 (a
-//! Kubernetes component itself, not a container it started) and, for data
-//! syscalls, the fd is one podtrace follows (`FDS`): sockets from connect and
-//! accept (and /proc at start), WAL files from openat in etcd.
+//! Every syscall enters [`sys_enter`] and [`sys_exit`]; a hooked one
+//! (`tracer_common::io::IoSyscall`) goes on, by tail call, to its own enter
+//! program, which keeps the arguments in `ACTIVE_CALLS`, and exit program,
+//! which acts on the result — one program per syscall and side keeps each
+//! small enough for the verifier. Both return at once unless the process is
+//! a target at depth 0 (a Kubernetes component itself, not a container it
+//! started) and, for data syscalls, the fd is one podtrace follows (`FDS`):
+//! sockets from connect and accept (and /proc at start), WAL files from
+//! openat in etcd.
 //!
-//! Syscall tracepoint records (include/trace/events/syscalls.h, v6.18): the
-//! arguments are 8-byte fields from offset 16 in `sys_enter_*`, the return
-//! value an 8-byte field at offset 16 in `sys_exit_*`.
+//! Raw tracepoint arguments (include/trace/events/syscalls.h, v6.18):
+//! `sys_enter(struct pt_regs *regs, long id)`, `sys_exit(struct pt_regs
+//! *regs, long ret)`; the syscall's arguments are in `regs` (x86-64: `di`,
+//! `si`, `dx`), its number at exit in `regs->orig_ax`. 32-bit (ia32)
+//! syscalls have other numbers and are skipped, as the syscall tracepoints
+//! skipped them.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id},
-    macros::tracepoint,
-    programs::TracePointContext,
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
 };
 use tracer_common::{
     config::TARGET_WAL,
@@ -28,18 +35,21 @@ use tracer_common::{
 };
 
 use crate::{
-    kernel_read::{Space, read_str, read_user, read_user_bytes},
+    kernel_read::{Space, read_kernel, read_str, read_user, read_user_bytes},
     maps::{
-        ACTIVE_CALLS, BPF_RB_NO_WAKEUP, EVENTS, FDS, MUTED_CONNS, SCRATCH, SCRATCH_BYTES, config,
-        count_drop, output_flags, submit_flags, target_of,
+        ACTIVE_CALLS, BPF_RB_NO_WAKEUP, EVENTS, FDS, MUTED_CONNS, SCRATCH, SCRATCH_BYTES,
+        SYSCALL_PROGRAMS, config, count_drop, output_flags, submit_flags, target_of,
     },
     record::{Ids, header, now_ns},
 };
 
-/// Offset of the first argument in a `sys_enter_*` record.
-const ENTER_ARGS_OFFSET: usize = 16;
-/// Offset of the return value in a `sys_exit_*` record.
-const EXIT_RET_OFFSET: usize = 16;
+/// Offsets in x86-64 `struct pt_regs` (arch/x86/include/asm/ptrace.h): the
+/// first three syscall arguments, the syscall number, the code segment.
+const PT_REGS_ARGS: [u32; 3] = [112, 104, 96];
+const PT_REGS_ORIG_AX: u32 = 120;
+const PT_REGS_CS: u32 = 136;
+/// `__USER32_CS`: the code segment of a 32-bit task (ia32 syscall numbers).
+const USER32_CS: u64 = 0x23;
 /// Records a WAL write is split into at most (see [`wal_write`]): 8 parts
 /// of 8191 bytes keep whole the 33–41 KiB writes etcd makes under a load of
 /// 16 writers (4 parts cut ~65 a second); 16 parts make `sys_exit_write`
@@ -48,21 +58,60 @@ const MAX_WAL_CHUNKS: u32 = 8;
 /// `EINPROGRESS`: a non-blocking connect (Go's) that is under way.
 const EINPROGRESS: i64 = 115;
 
+/// Every syscall's entry: a hooked one goes on to its enter program.
+#[raw_tracepoint(tracepoint = "sys_enter")]
+fn sys_enter(ctx: RawTracePointContext) -> i32 {
+    let nr: i64 = ctx.arg(1);
+    if let Some(syscall) = IoSyscall::from_x86_64_nr(nr) {
+        if !ia32(ctx.arg(0)) {
+            // SAFETY: the context is this program's; the slot holds a raw
+            // tracepoint program, as the kernel checks.
+            unsafe { SYSCALL_PROGRAMS.tail_call(&ctx, syscall.enter_slot()) };
+            // Only reached when the slot is empty.
+            count_drop(DropReason::ProbeSlotOutOfRange);
+        }
+    }
+    0
+}
+
+/// Every syscall's return: a hooked one goes on to its exit program.
+#[raw_tracepoint(tracepoint = "sys_exit")]
+fn sys_exit(ctx: RawTracePointContext) -> i32 {
+    let regs: u64 = ctx.arg(0);
+    let Ok(nr) = read_kernel::<i64>(regs, PT_REGS_ORIG_AX) else {
+        return 0;
+    };
+    if let Some(syscall) = IoSyscall::from_x86_64_nr(nr) {
+        if !ia32(regs) {
+            // SAFETY: as in `sys_enter`.
+            unsafe { SYSCALL_PROGRAMS.tail_call(&ctx, syscall.exit_slot()) };
+            count_drop(DropReason::ProbeSlotOutOfRange);
+        }
+    }
+    0
+}
+
+/// Whether the syscall was made by 32-bit code, whose numbers are not x86-64's.
+#[inline(always)]
+fn ia32(regs: u64) -> bool {
+    read_kernel::<u64>(regs, PT_REGS_CS).is_ok_and(|cs| cs == USER32_CS)
+}
+
 /// One enter and one exit program per syscall, each a thin wrapper around the
-/// shared handlers.
+/// shared handlers, tail-called from `sys_enter` and `sys_exit`.
 macro_rules! syscall_programs {
     ($($syscall:ident: $enter:ident, $exit:ident;)+) => {
         $(
-            #[tracepoint]
-            fn $enter(ctx: TracePointContext) -> u32 {
+            #[raw_tracepoint]
+            fn $enter(ctx: RawTracePointContext) -> i32 {
                 if let Err(reason) = on_enter(&ctx, IoSyscall::$syscall) {
                     count_drop(reason);
                 }
                 0
             }
 
-            #[tracepoint]
-            fn $exit(ctx: TracePointContext) -> u32 {
+            #[raw_tracepoint]
+            fn $exit(ctx: RawTracePointContext) -> i32 {
                 if let Err(reason) = on_exit(&ctx, IoSyscall::$syscall) {
                     count_drop(reason);
                 }
@@ -99,14 +148,14 @@ fn new_conn_id() -> u64 {
     ((now_ns() << 8) | cpu) & !tracer_common::io::USER_CONN_ID_BIT
 }
 
+/// The `index`th argument of the syscall being entered.
 #[inline(always)]
-fn arg(ctx: &TracePointContext, index: usize) -> Result<u64, DropReason> {
-    // SAFETY: offsets inside the sys_enter record (see the module docs).
-    unsafe { ctx.read_at::<u64>(ENTER_ARGS_OFFSET + 8 * index) }.map_err(|_| DropReason::ReadFailed)
+fn arg(ctx: &RawTracePointContext, index: usize) -> Result<u64, DropReason> {
+    read_kernel::<u64>(ctx.arg(0), PT_REGS_ARGS[index]).map_err(|_| DropReason::ReadFailed)
 }
 
 #[inline(always)]
-fn on_enter(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason> {
+fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropReason> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let Some(target) = target_of(tgid) else {
@@ -161,7 +210,7 @@ fn on_enter(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReaso
 }
 
 #[inline(always)]
-fn on_exit(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason> {
+fn on_exit(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropReason> {
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: the value is copied out before the entry is removed.
     let Some(call) = (unsafe { ACTIVE_CALLS.get(pid_tgid) }).copied() else {
@@ -172,8 +221,7 @@ fn on_exit(ctx: &TracePointContext, syscall: IoSyscall) -> Result<(), DropReason
         // An enter whose exit was never seen (the thread was killed); stale.
         return Ok(());
     }
-    // SAFETY: offset of `ret` inside the sys_exit record.
-    let ret = unsafe { ctx.read_at::<i64>(EXIT_RET_OFFSET) }.map_err(|_| DropReason::ReadFailed)?;
+    let ret: i64 = ctx.arg(1);
     let ids = Ids::from_pid_tgid(pid_tgid);
     match syscall {
         IoSyscall::Write if call.fd_kind == FdKind::WalFile as u8 => wal_write(ids, &call, ret),

@@ -90,8 +90,9 @@ pub(crate) fn binprm_filename(bprm: u64, offsets: &KernelOffsets) -> Result<u64,
     read_kernel::<u64>(bprm, offsets.binprm_filename)
 }
 
+/// Reads a `T` from kernel memory at `base + offset`.
 #[inline(always)]
-fn read_kernel<T: Copy>(base: u64, offset: u32) -> Result<T, i32> {
+pub(crate) fn read_kernel<T: Copy>(base: u64, offset: u32) -> Result<T, i32> {
     let ptr = base.wrapping_add(u64::from(offset)) as *const T;
     // SAFETY: bpf_probe_read_kernel validates the address and fails on a bad one.
     unsafe { bpf_probe_read_kernel(ptr) }

@@ -3,7 +3,7 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
 };
 use tracer_common::{
     config::{
@@ -14,9 +14,9 @@ use tracer_common::{
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
     io::{
         ActiveCall, DATA_BYTES_MAX, DataEvent, FdInfo, FdKey, GoCallKey, GoHpackCoders, GoTlsConn,
-        GoTlsConnKey, GoTlsOffsets, GoTlsRead, HpackSync, MAX_ACTIVE_CALLS, MAX_GO_BINARIES,
-        MAX_GO_TLS_CONNS, MAX_GO_TLS_READS, MAX_HPACK_SYNCS, MAX_MUTED_CONNS, MAX_TRACKED_FDS,
-        ProcessConnKey,
+        GoTlsConnKey, GoTlsOffsets, GoTlsRead, HpackSync, IoSyscall, MAX_ACTIVE_CALLS,
+        MAX_GO_BINARIES, MAX_GO_TLS_CONNS, MAX_GO_TLS_READS, MAX_HPACK_SYNCS, MAX_MUTED_CONNS,
+        MAX_TRACKED_FDS, ProcessConnKey,
     },
 };
 
@@ -44,6 +44,12 @@ pub(crate) static PROBE_HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(M
 /// Sockets and files of targets that podtrace follows.
 #[map]
 pub(crate) static FDS: HashMap<FdKey, FdInfo> = HashMap::with_max_entries(MAX_TRACKED_FDS, 0);
+
+/// Each hooked syscall's enter and exit programs (`IoSyscall::enter_slot`,
+/// `exit_slot`), filled by user space before `sys_enter`/`sys_exit` attach.
+#[map]
+pub(crate) static SYSCALL_PROGRAMS: ProgramArray =
+    ProgramArray::with_max_entries(2 * IoSyscall::ALL.len() as u32, 0);
 
 /// Syscalls between enter and exit, by pid_tgid (one per thread at a time).
 #[map]

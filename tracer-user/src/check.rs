@@ -79,7 +79,6 @@ pub fn run_checks() -> Vec<Finding> {
             ProgramType::RawTracePoint,
             Need::Required,
         ),
-        program_support("tracepoints", ProgramType::TracePoint, Need::Required),
         pmu(
             "uprobes",
             "uprobe",
@@ -142,14 +141,11 @@ fn tracefs() -> Finding {
     ]
     .into_iter()
     .find(|path| Path::new(path).is_dir());
+    // Raw tracepoints attach by name and uprobes through the uprobe PMU
+    // (sysfs): neither needs tracefs. Reported for whoever debugs a host.
     match mounted {
-        Some(path) => finding("tracefs", Need::Required, true, format!("mounted ({path})")),
-        None => finding(
-            "tracefs",
-            Need::Required,
-            false,
-            "not mounted: `mount -t tracefs nodev /sys/kernel/tracing` (tracepoint attach needs it)",
-        ),
+        Some(path) => finding("tracefs", Need::NotUsed, true, format!("mounted ({path})")),
+        None => finding("tracefs", Need::NotUsed, false, "not mounted"),
     }
 }
 

@@ -10,9 +10,9 @@ use std::{collections::HashMap, net::SocketAddr, os::unix::fs::MetadataExt as _,
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, ProgramArray, RingBuf},
     programs::{
-        ProgramError, RawTracePoint, TracePoint, UProbe,
+        ProgramError, RawTracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
@@ -28,9 +28,9 @@ use tracer_common::{
     },
     names::{
         GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_GO_BINARIES,
-        MAP_GO_FUNCS, MAP_TARGET_COMMS, MAP_TARGETS, PROGRAM_GO_FUNC, PROGRAM_GO_HPACK_FIELD,
-        PROGRAM_GO_TLS_READ, PROGRAM_GO_TLS_READ_COPY, PROGRAM_GO_TLS_READ_RET,
-        PROGRAM_GO_TLS_WRITE,
+        MAP_GO_FUNCS, MAP_SYSCALL_PROGRAMS, MAP_TARGET_COMMS, MAP_TARGETS, PROGRAM_GO_FUNC,
+        PROGRAM_GO_HPACK_FIELD, PROGRAM_GO_TLS_READ, PROGRAM_GO_TLS_READ_COPY,
+        PROGRAM_GO_TLS_READ_RET, PROGRAM_GO_TLS_WRITE, PROGRAM_SYS_ENTER, PROGRAM_SYS_EXIT,
     },
 };
 
@@ -85,7 +85,7 @@ pub enum CaptureError {
     #[error("the eBPF object has no map {0}")]
     MissingMap(&'static str),
     /// A syscall program is missing from the object.
-    #[error("the eBPF object has no tracepoint program {0}")]
+    #[error("the eBPF object has no syscall program {0}")]
     MissingSyscallProgram(String),
     /// Loading or attaching a syscall program failed.
     #[error("program {name}: {source}")]
@@ -215,12 +215,18 @@ impl Probes {
             program.attach(spec.tracepoint).map_err(wrap)?;
         }
 
+        // The per-syscall programs go into SYSCALL_PROGRAMS before the two
+        // raw tracepoints that call them attach.
+        let mut slots = Vec::with_capacity(2 * IoSyscall::ALL.len());
         for syscall in IoSyscall::ALL {
-            for (phase, program_name) in [
-                ("enter", format!("sys_enter_{}", syscall.name())),
-                ("exit", format!("sys_exit_{}", syscall.name())),
+            for (slot, program_name) in [
+                (
+                    syscall.enter_slot(),
+                    format!("sys_enter_{}", syscall.name()),
+                ),
+                (syscall.exit_slot(), format!("sys_exit_{}", syscall.name())),
             ] {
-                let program: &mut TracePoint = ebpf
+                let program: &mut RawTracePoint = ebpf
                     .program_mut(&program_name)
                     .and_then(|program| program.try_into().ok())
                     .ok_or_else(|| CaptureError::MissingSyscallProgram(program_name.clone()))?;
@@ -229,9 +235,29 @@ impl Probes {
                     source,
                 };
                 program.load().map_err(wrap)?;
-                program.attach("syscalls", &program_name).map_err(wrap)?;
-                tracing::trace!(syscall = syscall.name(), phase, "attached");
+                let fd = program
+                    .fd()
+                    .and_then(|fd| fd.try_clone().map_err(Into::into));
+                slots.push((slot, fd.map_err(wrap)?));
             }
+        }
+        let name = MAP_SYSCALL_PROGRAMS;
+        let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
+        let mut programs =
+            ProgramArray::try_from(map).map_err(|source| CaptureError::Map { name, source })?;
+        for (slot, fd) in &slots {
+            programs
+                .set(*slot, fd, 0)
+                .map_err(|source| CaptureError::Map { name, source })?;
+        }
+        for name in [PROGRAM_SYS_ENTER, PROGRAM_SYS_EXIT] {
+            let program: &mut RawTracePoint = ebpf
+                .program_mut(name)
+                .and_then(|program| program.try_into().ok())
+                .ok_or(CaptureError::MissingProgram(name))?;
+            let wrap = |source| CaptureError::Program { name, source };
+            program.load().map_err(wrap)?;
+            program.attach(name).map_err(wrap)?;
         }
 
         for name in [
