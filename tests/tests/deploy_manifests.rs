@@ -806,11 +806,9 @@ const CAPABILITIES: [&str; 6] = [
 ];
 
 /// Host paths the agent mounts, read-only, at the same path.
-const HOST_MOUNTS: [&str; 3] = [
-    "/sys/kernel/btf",
-    "/sys/kernel/tracing",
-    "/sys/kernel/debug",
-];
+/// The only host path: kernel types. Raw tracepoints and uprobes need no
+/// tracefs, and a mount with propagation fails on hosts whose mounts are private.
+const HOST_MOUNTS: [&str; 1] = ["/sys/kernel/btf"];
 
 #[test]
 fn the_base_daemonset_runs_unprivileged_with_host_pid_its_capabilities_and_read_only_host_mounts() {
@@ -842,6 +840,7 @@ fn the_base_daemonset_runs_unprivileged_with_host_pid_its_capabilities_and_read_
         .collect();
     let mut mounted = BTreeSet::new();
     for mount in container.volume_mounts.iter().flatten() {
+        assert_eq!(mount.mount_propagation, None, "{} propagates", mount.name);
         if let Some(host_path) = host_paths.get(mount.name.as_str()) {
             assert_eq!(mount.read_only, Some(true), "{host_path} read-only");
             assert_eq!(&mount.mount_path, host_path, "{host_path} at its own path");
@@ -926,10 +925,8 @@ fn every_capability_and_host_mount_says_why() {
         let before = line_before_item(&text, "add:", capability);
         assert!(before.starts_with('#'), "{capability} has no comment");
     }
-    for volume in ["btf", "tracefs", "debugfs"] {
-        let before = line_before_item(&text, "volumeMounts:", volume);
-        assert!(before.starts_with('#'), "mount {volume} has no comment");
-    }
+    let before = line_before_item(&text, "volumeMounts:", "btf");
+    assert!(before.starts_with('#'), "mount btf has no comment");
     for why in ["hostPID:", "tolerations:", "appArmorProfile:"] {
         let index = text.find(why).unwrap_or_else(|| panic!("no {why}"));
         let before = text[..index].trim_end().lines().last().unwrap().trim();
