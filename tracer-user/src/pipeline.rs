@@ -74,6 +74,11 @@ struct Stages {
     export: JoinHandle<anyhow::Result<()>>,
 }
 
+/// How long a stop waits for the OTLP endpoint to take the last spans: the
+/// agent must exit within 2 s of SIGTERM (its Pod's grace period is for the
+/// whole Pod), and detaching the probes takes about half a second.
+const OTLP_FLUSH_AT_STOP: Duration = Duration::from_millis(1200);
+
 /// What the stages after capture do: how the decode stage treats
 /// connections, and where finished spans go besides the terminal.
 #[derive(Debug, Default)]
@@ -136,7 +141,14 @@ impl SpanSinks {
 
     async fn close(self) {
         if let Some(otlp) = self.otlp {
-            let counts = otlp.shutdown().await;
+            let counts = otlp.shutdown(OTLP_FLUSH_AT_STOP).await;
+            if counts.spans_unflushed > 0 {
+                tracing::warn!(
+                    spans = counts.spans_unflushed,
+                    within = ?OTLP_FLUSH_AT_STOP,
+                    "OTLP endpoint did not take these spans before the stop: lost"
+                );
+            }
             tracing::info!(
                 sent = counts.spans_sent,
                 dropped = counts.spans_dropped(),

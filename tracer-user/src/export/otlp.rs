@@ -190,12 +190,14 @@ pub struct OtlpCounts {
     pub batches_failed: u64,
     /// Export attempts that failed, including those retried successfully.
     pub attempts_failed: u64,
+    /// Spans still queued or in flight when shutdown's time was up.
+    pub spans_unflushed: u64,
 }
 
 impl OtlpCounts {
     /// All spans lost, whatever the reason.
     pub fn spans_dropped(&self) -> u64 {
-        self.spans_dropped_queue_full + self.spans_dropped_export_failed
+        self.spans_dropped_queue_full + self.spans_dropped_export_failed + self.spans_unflushed
     }
 }
 
@@ -225,6 +227,7 @@ impl OtlpCounters {
             batches_sent: load(&self.batches_sent),
             batches_failed: load(&self.batches_failed),
             attempts_failed: load(&self.attempts_failed),
+            spans_unflushed: 0,
         }
     }
 }
@@ -327,15 +330,31 @@ impl OtlpExporter {
     }
 
     /// Stops taking spans and sends what is queued, one attempt per batch
-    /// (a batch being retried gets no more backoff), then returns the final
-    /// counts. Takes at most about one `export_timeout` per queued batch.
-    pub async fn shutdown(self) -> OtlpCounts {
-        self.stopping.cancel();
-        drop(self.queue);
-        if let Err(error) = self.task.await {
-            warn!(%error, "OTLP exporter task ended abnormally; queued spans are lost");
+    /// (a batch being retried gets no more backoff), for at most `within`:
+    /// an endpoint that does not answer must not hold the agent past its
+    /// Pod's grace period. Returns the final counts, with the spans still
+    /// queued or in flight then as `spans_unflushed`.
+    pub async fn shutdown(self, within: Duration) -> OtlpCounts {
+        let OtlpExporter {
+            queue,
+            counters,
+            stopping,
+            mut task,
+        } = self;
+        stopping.cancel();
+        drop(queue);
+        match tokio::time::timeout(within, &mut task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                warn!(%error, "OTLP exporter task ended abnormally; queued spans are lost");
+            }
+            Err(_) => task.abort(),
         }
-        self.counters.snapshot()
+        let mut counts = counters.snapshot();
+        counts.spans_unflushed = counts
+            .spans_queued
+            .saturating_sub(counts.spans_sent + counts.spans_dropped_export_failed);
+        counts
     }
 }
 
@@ -926,7 +945,7 @@ pub(crate) mod tests {
         }
         wait_until("the spans", || received.span_count() == spans.len()).await;
         assert_requests_carry(&received.requests(), &spans);
-        let counts = exporter.shutdown().await;
+        let counts = exporter.shutdown(Duration::from_secs(10)).await;
         assert_eq!(counts.spans_sent, 3);
         assert_eq!(counts.spans_dropped(), 0);
         assert!(counts.batches_sent >= 1);
@@ -957,7 +976,7 @@ pub(crate) mod tests {
             *received.http_content_types.lock().unwrap(),
             ["application/x-protobuf"]
         );
-        exporter.shutdown().await;
+        exporter.shutdown(Duration::from_secs(10)).await;
     }
 
     /// The endpoint is down: spans beyond the queue are dropped at once and
@@ -1016,7 +1035,7 @@ pub(crate) mod tests {
         })
         .await;
         assert_requests_carry(&received.requests(), &spans);
-        let counts = exporter.shutdown().await;
+        let counts = exporter.shutdown(Duration::from_secs(10)).await;
         assert_eq!(counts.spans_sent, spans.len() as u64);
         assert_eq!(counts.spans_dropped(), offered as u64);
     }
@@ -1043,11 +1062,40 @@ pub(crate) mod tests {
         for span in pod_spans() {
             exporter.export(span);
         }
-        let counts = tokio::time::timeout(Duration::from_secs(10), exporter.shutdown())
-            .await
-            .unwrap();
+        let counts = tokio::time::timeout(
+            Duration::from_secs(10),
+            exporter.shutdown(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
         assert_eq!(counts.spans_sent, 3);
+        assert_eq!(counts.spans_unflushed, 0);
         assert_requests_carry(&received.requests(), &pod_spans());
+    }
+
+    #[tokio::test]
+    async fn shutdown_gives_up_on_an_endpoint_that_never_answers_and_counts_what_it_kept() {
+        // Accepts connections (the kernel's backlog) and never answers.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap();
+        for protocol in [OtlpProtocol::Grpc, OtlpProtocol::HttpProtobuf] {
+            let options = OtlpOptions {
+                export_timeout: Duration::from_secs(30),
+                ..options(protocol, addr)
+            };
+            let exporter = OtlpExporter::start(options).unwrap();
+            for span in pod_spans() {
+                exporter.export(span);
+            }
+            // Let the first batch go out and hang.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let started = Instant::now();
+            let counts = exporter.shutdown(Duration::from_millis(300)).await;
+            assert!(started.elapsed() < Duration::from_secs(2), "{protocol:?}");
+            assert_eq!(counts.spans_sent, 0);
+            assert_eq!(counts.spans_unflushed, 3, "{protocol:?}");
+            assert_eq!(counts.spans_dropped(), 3);
+        }
     }
 
     #[tokio::test]
@@ -1081,7 +1129,7 @@ pub(crate) mod tests {
             })
             .await;
             assert!(holds_canary(&received.wire_bytes()));
-            exporter.shutdown().await;
+            exporter.shutdown(Duration::from_secs(10)).await;
         }
     }
 
