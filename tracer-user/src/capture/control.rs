@@ -57,11 +57,7 @@ impl MutedConns {
         let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
         let mut map: BpfHashMap<_, ProcessConnKey, u8> =
             BpfHashMap::try_from(map).map_err(|source| CaptureError::Map { name, source })?;
-        let key = ProcessConnKey {
-            tgid: conn.tgid,
-            _pad: 0,
-            conn_id: conn.conn_id,
-        };
+        let key = conn.map_key();
         if !muted {
             if self.conns.remove(&conn) {
                 // Gone already if the process exited: nothing to undo.

@@ -138,7 +138,7 @@ impl HpackProbes {
             HpackControl::Again(conn, side) => {
                 if self.syncs.contains(&conn) {
                     let syncs: BpfHashMap<_, ProcessConnKey, HpackSync> = sync_map(ebpf)?;
-                    let done = syncs.get(&key(conn), 0).map_or(0, |sync| sync.done);
+                    let done = syncs.get(&conn.map_key(), 0).map_or(0, |sync| sync.done);
                     let bit = match side {
                         HeaderSide::Decoder => HPACK_SYNC_DECODER_DONE,
                         HeaderSide::Encoder => HPACK_SYNC_ENCODER_DONE,
@@ -150,7 +150,7 @@ impl HpackProbes {
                 if self.syncs.remove(&conn) {
                     let mut syncs: BpfHashMap<_, ProcessConnKey, HpackSync> = sync_map(ebpf)?;
                     // Gone already if the process exited: nothing to undo.
-                    let _ = syncs.remove(&key(conn));
+                    let _ = syncs.remove(&conn.map_key());
                     self.write_count(ebpf)?;
                 }
             }
@@ -167,7 +167,7 @@ impl HpackProbes {
                 if !gone.is_empty() {
                     let mut syncs: BpfHashMap<_, ProcessConnKey, HpackSync> = sync_map(ebpf)?;
                     for conn in gone {
-                        let _ = syncs.remove(&key(conn));
+                        let _ = syncs.remove(&conn.map_key());
                         self.syncs.remove(&conn);
                     }
                     self.write_count(ebpf)?;
@@ -225,14 +225,6 @@ impl HpackProbes {
     }
 }
 
-fn key(conn: ConnKey) -> ProcessConnKey {
-    ProcessConnKey {
-        tgid: conn.tgid,
-        _pad: 0,
-        conn_id: conn.conn_id,
-    }
-}
-
 fn sync_map(
     ebpf: &mut Ebpf,
 ) -> Result<BpfHashMap<&mut aya::maps::MapData, ProcessConnKey, HpackSync>, CaptureError> {
@@ -244,7 +236,7 @@ fn sync_map(
 fn set_sync(ebpf: &mut Ebpf, conn: ConnKey, done: u32) -> Result<(), CaptureError> {
     let mut syncs = sync_map(ebpf)?;
     syncs
-        .insert(key(conn), HpackSync { done, _pad: 0 }, 0)
+        .insert(conn.map_key(), HpackSync { done, _pad: 0 }, 0)
         .map_err(|source| CaptureError::Map {
             name: MAP_HPACK_SYNC,
             source,

@@ -133,6 +133,18 @@ pub struct ConnKey {
     pub conn_id: u64,
 }
 
+impl ConnKey {
+    /// The same connection as the kernel's maps key it (`HPACK_SYNC`,
+    /// `MUTED_CONNS`).
+    pub(crate) fn map_key(self) -> tracer_common::io::ProcessConnKey {
+        tracer_common::io::ProcessConnKey {
+            tgid: self.tgid,
+            _pad: 0,
+            conn_id: self.conn_id,
+        }
+    }
+}
+
 /// Bytes a target moved through a followed socket or file.
 #[derive(Clone, PartialEq, Eq)]
 pub struct DataRecord {
