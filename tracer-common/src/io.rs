@@ -85,30 +85,9 @@ impl IoSyscall {
         IoSyscall::Openat,
     ];
 
-    /// Its number on x86-64 (arch/x86/entry/syscalls/syscall_64.tbl): what
-    /// the `sys_enter` raw tracepoint is given, and `pt_regs.orig_ax` holds
-    /// at `sys_exit`.
-    pub const fn x86_64_nr(self) -> i64 {
-        match self {
-            IoSyscall::Read => 0,
-            IoSyscall::Write => 1,
-            IoSyscall::Close => 3,
-            IoSyscall::Readv => 19,
-            IoSyscall::Writev => 20,
-            IoSyscall::Connect => 42,
-            IoSyscall::Accept => 43,
-            IoSyscall::Sendto => 44,
-            IoSyscall::Recvfrom => 45,
-            IoSyscall::Sendmsg => 46,
-            IoSyscall::Recvmsg => 47,
-            IoSyscall::Fsync => 74,
-            IoSyscall::Fdatasync => 75,
-            IoSyscall::Openat => 257,
-            IoSyscall::Accept4 => 288,
-        }
-    }
-
-    /// The hooked syscall with x86-64 number `nr`, if it is one.
+    /// The hooked syscall with x86-64 number `nr`
+    /// (arch/x86/entry/syscalls/syscall_64.tbl): what the `sys_enter` raw
+    /// tracepoint is given, and `pt_regs.orig_ax` holds at `sys_exit`.
     #[inline(always)]
     pub const fn from_x86_64_nr(nr: i64) -> Option<IoSyscall> {
         Some(match nr {
