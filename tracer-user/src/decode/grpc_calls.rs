@@ -724,16 +724,14 @@ impl GrpcDecoder {
         self.field_probes.remove(&tgid);
         self.control
             .push(CaptureControl::Hpack(HpackControl::Exited(tgid)));
-        let gone: Vec<ConnKey> = self
-            .muted
-            .iter()
-            .filter(|conn| conn.tgid == tgid)
-            .copied()
-            .collect();
-        for conn in gone {
-            self.muted.remove(&conn);
-            self.control.push(CaptureControl::Unmute(conn));
-        }
+        let control = &mut self.control;
+        self.muted.retain(|conn| {
+            let gone = conn.tgid == tgid;
+            if gone {
+                control.push(CaptureControl::Unmute(*conn));
+            }
+            !gone
+        });
     }
 
     /// Records the outcome of loading a copy; returns whether the
