@@ -137,12 +137,15 @@ pub fn resources_named(request_body: &[u8]) -> ResourcesNamed<'_> {
 
 /// Every Pod clue in an etcd KV request: Pod keys, and Pods in written values.
 pub fn clues_from_kv_request(request: &crate::etcd::KvRequest) -> Vec<PodClue> {
-    clues_from_kv_request_with(request, |value| {
-        match crate::kube::decode_stored_object(value) {
-            Ok(crate::kube::StoredObject::Pod(pod)) => Some(*pod),
-            _ => None,
-        }
-    })
+    clues_from_kv_request_with(request, pod_in_value)
+}
+
+/// The Pod an etcd value stores, if it stores one.
+pub fn pod_in_value(value: &[u8]) -> Option<PodIdentity> {
+    match crate::kube::decode_stored_object(value) {
+        Ok(crate::kube::StoredObject::Pod(pod)) => Some(*pod),
+        _ => None,
+    }
 }
 
 /// [`clues_from_kv_request`], with the Pods in values written under Pod keys

@@ -8,10 +8,7 @@
 use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
-use tracer_decode::{
-    identity::PodIdentity,
-    kube::{StoredObject, decode_stored_object},
-};
+use tracer_decode::identity::{PodIdentity, pod_in_value};
 
 /// Values kept: writes in flight at once, three sightings each, with room.
 const MAX_VALUES: usize = 256;
@@ -37,10 +34,7 @@ impl PodValues {
             return pod.clone();
         }
         self.decoded += 1;
-        let pod = match decode_stored_object(value) {
-            Ok(StoredObject::Pod(pod)) => Some(*pod),
-            _ => None,
-        };
+        let pod = pod_in_value(value);
         if self.order.len() >= MAX_VALUES {
             if let Some(oldest) = self.order.pop_front() {
                 self.pods.remove(&oldest);
