@@ -203,16 +203,7 @@ impl Probes {
         }
 
         for spec in LIFECYCLE_PROGRAMS {
-            let program: &mut RawTracePoint = ebpf
-                .program_mut(spec.program)
-                .and_then(|program| program.try_into().ok())
-                .ok_or(CaptureError::MissingProgram(spec.program))?;
-            let wrap = |source| CaptureError::Program {
-                name: spec.program,
-                source,
-            };
-            program.load().map_err(wrap)?;
-            program.attach(spec.tracepoint).map_err(wrap)?;
+            attach_raw_tracepoint(&mut ebpf, spec.program, spec.tracepoint)?;
         }
 
         // The per-syscall programs go into SYSCALL_PROGRAMS before the two
@@ -250,14 +241,9 @@ impl Probes {
                 .set(*slot, fd, 0)
                 .map_err(|source| CaptureError::Map { name, source })?;
         }
+        // Each attaches to the raw tracepoint of its own name.
         for name in [PROGRAM_SYS_ENTER, PROGRAM_SYS_EXIT] {
-            let program: &mut RawTracePoint = ebpf
-                .program_mut(name)
-                .and_then(|program| program.try_into().ok())
-                .ok_or(CaptureError::MissingProgram(name))?;
-            let wrap = |source| CaptureError::Program { name, source };
-            program.load().map_err(wrap)?;
-            program.attach(name).map_err(wrap)?;
+            attach_raw_tracepoint(&mut ebpf, name, name)?;
         }
 
         for name in [
@@ -812,6 +798,22 @@ fn map_mut<'a, K: aya::Pod, V: aya::Pod>(
 ) -> Result<BpfHashMap<&'a mut MapData, K, V>, CaptureError> {
     let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
     BpfHashMap::try_from(map).map_err(|source| CaptureError::Map { name, source })
+}
+
+/// Loads the raw tracepoint program `name` and attaches it to `tracepoint`.
+fn attach_raw_tracepoint(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    tracepoint: &str,
+) -> Result<(), CaptureError> {
+    let program: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .and_then(|program| program.try_into().ok())
+        .ok_or(CaptureError::MissingProgram(name))?;
+    let wrap = |source| CaptureError::Program { name, source };
+    program.load().map_err(wrap)?;
+    program.attach(tracepoint).map_err(wrap)?;
+    Ok(())
 }
 
 /// Sets slot `index` of the array map `name`.
