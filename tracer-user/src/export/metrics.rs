@@ -223,77 +223,65 @@ impl Default for Metrics {
             "Duration of each phase of a Pod's creation; exemplars carry the trace id",
             phases.clone(),
         );
-        let pods_traced = Counter::default();
-        registry.register(
+        let pods_traced: Counter = registered(
+            &mut registry,
             "pods_traced",
             "Pod creations traced to the end (reported Running)",
-            pods_traced.clone(),
         );
-        let incomplete_traces = Counter::default();
-        registry.register(
+        let incomplete_traces: Counter = registered(
+            &mut registry,
             "incomplete_traces",
             "Pod traces exported incomplete (timed out, deleted, or podtrace stopped first)",
-            incomplete_traces.clone(),
         );
-        let kernel_drops = Family::<ReasonLabel, Gauge>::default();
-        registry.register(
+        let kernel_drops: Family<ReasonLabel, Gauge> = registered(
+            &mut registry,
             "kernel_drops",
             "Events, bytes or entries the kernel side dropped or cut, by reason (a total since start)",
-            kernel_drops.clone(),
         );
-        let export_failures = Counter::default();
-        registry.register(
+        let export_failures: Counter = registered(
+            &mut registry,
             "export_failures",
             "Span batches the OTLP-JSON file could not take",
-            export_failures.clone(),
         );
-        let otlp_spans_dropped = Gauge::default();
-        registry.register(
+        let otlp_spans_dropped: Gauge = registered(
+            &mut registry,
             "otlp_spans_dropped",
             "Spans the OTLP exporter dropped (queue full or export failed; a total since start)",
-            otlp_spans_dropped.clone(),
         );
-        let hpack_probes_attached = Gauge::default();
-        registry.register(
+        let hpack_probes_attached: Gauge = registered(
+            &mut registry,
             "hpack_probes_attached",
             "Executables whose HPACK header-field probes are attached (only while a connection older than podtrace needs them)",
-            hpack_probes_attached.clone(),
         );
-        let hpack_probes_reattached = Gauge::default();
-        registry.register(
+        let hpack_probes_reattached: Gauge = registered(
+            &mut registry,
             "hpack_probes_reattached",
             "Times an executable's HPACK probes were attached again after a detach (a total since start)",
-            hpack_probes_reattached.clone(),
         );
-        let muted_connections = Gauge::default();
-        registry.register(
+        let muted_connections: Gauge = registered(
+            &mut registry,
             "muted_connections",
             "Connections whose bytes the kernel programs no longer copy (etcd clients of one resource other than Pods)",
-            muted_connections.clone(),
         );
-        let muted_connections_total = Gauge::default();
-        registry.register(
+        let muted_connections_total: Gauge = registered(
+            &mut registry,
             "muted_connections_since_start",
             "Connections muted since start (a total)",
-            muted_connections_total.clone(),
         );
-        let mutes_refused = Gauge::default();
-        registry.register(
+        let mutes_refused: Gauge = registered(
+            &mut registry,
             "mutes_refused",
             "Connections left unmuted because the kernel's map of muted connections was full (a total since start)",
-            mutes_refused.clone(),
         );
-        let cpu_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
+        let cpu_seconds: Gauge<f64, std::sync::atomic::AtomicU64> = registered(
+            &mut registry,
             "process_cpu_seconds",
             "CPU time podtrace has used, user and system (a total since start)",
-            cpu_seconds.clone(),
         );
-        let resident_bytes = Gauge::default();
-        registry.register(
+        let resident_bytes: Gauge = registered(
+            &mut registry,
             "process_resident_memory_bytes",
             "podtrace's resident memory",
-            resident_bytes.clone(),
         );
         Self {
             registry,
@@ -312,6 +300,18 @@ impl Default for Metrics {
             resident_bytes,
         }
     }
+}
+
+/// A new metric, registered under `name` with `help`: the registry keeps one
+/// handle, the caller the other.
+fn registered<M: prometheus_client::registry::Metric + Clone + Default>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+) -> M {
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 impl Metrics {
