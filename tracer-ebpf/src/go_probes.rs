@@ -133,32 +133,58 @@ const MAX_CONN_WRAPPERS: usize = 3;
 /// cmux); such wrappers embed the `net.Conn` as their first field, so when a
 /// candidate does not lead to a followed socket of this process, the data
 /// word of the interface at its start is tried next — and last, client-go's
-/// `closableConn`, whose `net.Conn` follows a func field.
+/// `closableConn`, whose `net.Conn` follows a func field. `None` for a
+/// process that is not a component and for a connection user space muted
+/// (`MUTED_CONNS`): nothing to copy.
 #[inline(always)]
-fn tls_conn_socket(tgid: u32, tls_conn: u64, cookie: u64) -> Result<(u32, FdInfo), DropReason> {
+fn tls_conn_socket(
+    tgid: u32,
+    tls_conn: u64,
+    cookie: u64,
+) -> Result<Option<(u32, FdInfo)>, DropReason> {
     let key = GoTlsConnKey {
         tgid,
         _pad: 0,
         tls_conn,
     };
+    let mut cached = None;
     // SAFETY: the value is copied out at once.
     if let Some(known) = unsafe { GO_TLS_CONNS.get(key) }.copied() {
         let fd_key = FdKey { tgid, fd: known.fd };
         // SAFETY: as above.
         match unsafe { FDS.get(fd_key) }.copied() {
             // Still the same socket on that fd: no need to walk the chain.
-            Some(info) if info.conn_id == known.conn_id => return Ok((known.fd, info)),
+            Some(info) if info.conn_id == known.conn_id => cached = Some((known.fd, info)),
             _ => {}
         }
     }
-    let (fd, info) = walk_tls_conn(tgid, tls_conn, cookie)?;
-    let known = GoTlsConn {
-        conn_id: info.conn_id,
-        fd,
-        _pad: 0,
+    let (fd, info) = match cached {
+        Some(found) => found,
+        None => {
+            if !is_component(tgid) {
+                return Ok(None);
+            }
+            let (fd, info) = walk_tls_conn(tgid, tls_conn, cookie)?;
+            let known = GoTlsConn {
+                conn_id: info.conn_id,
+                fd,
+                _pad: 0,
+            };
+            let _ = GO_TLS_CONNS.insert(key, known, 0);
+            (fd, info)
+        }
     };
-    let _ = GO_TLS_CONNS.insert(key, known, 0);
-    Ok((fd, info))
+    // A muted connection's hit ends here, after two lookups: most hits on
+    // a control plane's etcd connections are such.
+    if muted(tgid, info.conn_id) {
+        return Ok(None);
+    }
+    // Entries are made for components only; this is for a process that
+    // ended, leaving them, and whose tgid was reused.
+    if cached.is_some() && !is_component(tgid) {
+        return Ok(None);
+    }
+    Ok(Some((fd, info)))
 }
 
 /// [`tls_conn_socket`] the long way, through the `net.Conn` chain.
@@ -219,9 +245,14 @@ fn followed_socket(tgid: u32, conn: u64, offsets: &GoTlsOffsets) -> Option<(u32,
 #[inline(always)]
 pub(crate) fn component_ids() -> Option<Ids> {
     let ids = Ids::current();
-    target_of(ids.tgid)
-        .filter(|target| target.depth == 0)
-        .map(|_| ids)
+    is_component(ids.tgid).then_some(ids)
+}
+
+/// Whether the process is a component itself (a target at depth 0), not a
+/// container it started.
+#[inline(always)]
+fn is_component(tgid: u32) -> bool {
+    target_of(tgid).is_some_and(|target| target.depth == 0)
 }
 
 #[inline(always)]
@@ -245,18 +276,15 @@ fn try_tls_write(ctx: &ProbeContext) -> Result<(), DropReason> {
     if go_abi::growing_stack(ctx, cookie) {
         return Ok(());
     }
-    let Some(ids) = component_ids() else {
-        return Ok(());
-    };
+    let ids = Ids::current();
     let (tls_conn, buf, len) = (
         go_abi::word(ctx, 0),
         go_abi::word(ctx, 1),
         go_abi::word(ctx, 2),
     );
-    let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, cookie)?;
-    if muted(ids.tgid, info.conn_id) {
+    let Some((fd, info)) = tls_conn_socket(ids.tgid, tls_conn, cookie)? else {
         return Ok(());
-    }
+    };
     if hpack_table::sync_wanted() {
         // The encoder's table now includes every block in this write and
         // before: the copy goes ahead of the write's record.
@@ -290,13 +318,10 @@ fn try_tls_read(ctx: &ProbeContext) -> Result<(), DropReason> {
     if go_abi::growing_stack(ctx, cookie) {
         return Ok(());
     }
-    let Some(ids) = component_ids() else {
+    let ids = Ids::current();
+    let Some((fd, info)) = tls_conn_socket(ids.tgid, go_abi::word(ctx, 0), cookie)? else {
         return Ok(());
     };
-    let (fd, info) = tls_conn_socket(ids.tgid, go_abi::word(ctx, 0), cookie)?;
-    if muted(ids.tgid, info.conn_id) {
-        return Ok(());
-    }
     let g = go_abi::current_g(ctx);
     if hpack_table::sync_wanted() {
         // Go's reader asks for bytes only once it has parsed every whole
@@ -386,7 +411,9 @@ fn tls_read_ret_from_spill_slots(
 ) -> Result<(), DropReason> {
     let tls_conn = go_abi::stack_word(ctx, 8)?;
     let buf = go_abi::stack_word(ctx, 16)?;
-    let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, cookie)?;
+    let Some((fd, info)) = tls_conn_socket(ids.tgid, tls_conn, cookie)? else {
+        return Ok(());
+    };
     tls_plaintext_read(ctx, ids, fd, info, buf, go_abi::word(ctx, 0))
 }
 
@@ -402,9 +429,6 @@ fn tls_plaintext_read(
     addr: u64,
     n: u64,
 ) -> Result<(), DropReason> {
-    if muted(ids.tgid, info.conn_id) {
-        return Ok(());
-    }
     if hpack_table::sync_wanted() {
         let g = go_abi::current_g(ctx);
         hpack_table::copy_if_asked(ids, info.conn_id, g, HeaderSide::Decoder);
@@ -435,12 +459,12 @@ fn go_tls_read_copy(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn try_tls_read_copy(ctx: &ProbeContext) -> Result<(), DropReason> {
-    let Some(ids) = component_ids() else {
-        return Ok(());
-    };
+    let ids = Ids::current();
     let cookie = attach_cookie(ctx);
     let tls_conn = go_abi::stack_word(ctx, cookie >> GO_TLS_COPY_SPILL_SHIFT)?;
-    let (fd, info) = tls_conn_socket(ids.tgid, tls_conn, cookie)?;
+    let Some((fd, info)) = tls_conn_socket(ids.tgid, tls_conn, cookie)? else {
+        return Ok(());
+    };
     // runtime.memmove(to, from, n): RBX and RCX.
     tls_plaintext_read(
         ctx,

@@ -58,23 +58,27 @@ const MAX_WAL_CHUNKS: u32 = 8;
 /// `EINPROGRESS`: a non-blocking connect (Go's) that is under way.
 const EINPROGRESS: i64 = 115;
 
-/// Every syscall's entry: a hooked one goes on to its enter program.
+/// Every syscall's entry: a hooked one goes on to its enter program, which
+/// checks for 32-bit code itself once it knows the call is worth keeping
+/// (most hooked calls are not: reads and writes of sockets whose plaintext
+/// the TLS probes deliver).
 #[raw_tracepoint(tracepoint = "sys_enter")]
 fn sys_enter(ctx: RawTracePointContext) -> i32 {
     let nr: i64 = ctx.arg(1);
     if let Some(syscall) = IoSyscall::from_x86_64_nr(nr) {
-        if !ia32(ctx.arg(0)) {
-            // SAFETY: the context is this program's; the slot holds a raw
-            // tracepoint program, as the kernel checks.
-            unsafe { SYSCALL_PROGRAMS.tail_call(&ctx, syscall.enter_slot()) };
-            // Only reached when the slot is empty.
-            count_drop(DropReason::ProbeSlotOutOfRange);
-        }
+        // SAFETY: the context is this program's; the slot holds a raw
+        // tracepoint program, as the kernel checks.
+        unsafe { SYSCALL_PROGRAMS.tail_call(&ctx, syscall.enter_slot()) };
+        // Only reached when the slot is empty.
+        count_drop(DropReason::ProbeSlotOutOfRange);
     }
     0
 }
 
-/// Every syscall's return: a hooked one goes on to its exit program.
+/// Every syscall's return: one whose enter program kept it
+/// (`ACTIVE_CALLS`) goes on to its exit program. The lookup here spares
+/// every other hooked call the tail call; the enter program checked for
+/// 32-bit code, and a thread does not change mode inside a syscall.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 fn sys_exit(ctx: RawTracePointContext) -> i32 {
     let regs: u64 = ctx.arg(0);
@@ -82,7 +86,8 @@ fn sys_exit(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     if let Some(syscall) = IoSyscall::from_x86_64_nr(nr) {
-        if !ia32(regs) {
+        // SAFETY: only whether the entry exists is read.
+        if unsafe { ACTIVE_CALLS.get(bpf_get_current_pid_tgid()) }.is_some() {
             // SAFETY: as in `sys_enter`.
             unsafe { SYSCALL_PROGRAMS.tail_call(&ctx, syscall.exit_slot()) };
             count_drop(DropReason::ProbeSlotOutOfRange);
@@ -158,23 +163,16 @@ fn arg(ctx: &RawTracePointContext, index: usize) -> Result<u64, DropReason> {
 fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropReason> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
-    let Some(target) = target_of(tgid) else {
-        return Ok(());
-    };
-    if target.depth != 0 {
-        return Ok(());
-    }
-    let args = [arg(ctx, 0)?, arg(ctx, 1)?, arg(ctx, 2)?];
     let followed = match syscall {
         // These create the fds podtrace follows.
-        IoSyscall::Connect | IoSyscall::Accept | IoSyscall::Accept4 => None,
-        IoSyscall::Openat if target.flags & TARGET_WAL != 0 => None,
-        IoSyscall::Openat => return Ok(()),
-        // The rest act on an fd that must already be followed.
+        IoSyscall::Connect | IoSyscall::Accept | IoSyscall::Accept4 | IoSyscall::Openat => None,
+        // The rest act on an fd that must already be followed: asked first,
+        // as it rules out most calls in one lookup (the target check below
+        // is for a followed fd whose process ended and whose tgid was reused).
         _ => {
             let key = FdKey {
                 tgid,
-                fd: args[0] as u32,
+                fd: arg(ctx, 0)? as u32,
             };
             // SAFETY: the value is copied out at once.
             match unsafe { FDS.get(key) }.copied() {
@@ -196,9 +194,18 @@ fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRe
             }
         }
     };
+    let Some(target) = target_of(tgid) else {
+        return Ok(());
+    };
+    if target.depth != 0 || ia32(ctx.arg(0)) {
+        return Ok(());
+    }
+    if syscall == IoSyscall::Openat && target.flags & TARGET_WAL == 0 {
+        return Ok(());
+    }
     let call = ActiveCall {
         ts_ns: now_ns(),
-        args,
+        args: [arg(ctx, 0)?, arg(ctx, 1)?, arg(ctx, 2)?],
         conn_id: followed.map_or(0, |info| info.conn_id),
         syscall: syscall as u8,
         fd_kind: followed.map_or(0, |info| info.kind),
