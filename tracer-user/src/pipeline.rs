@@ -205,11 +205,15 @@ impl Stages {
                     "copies of HPACK tables of connections older than podtrace"
                 );
             }
-            if decoder.pods.decoded > 0 {
+            let (pods_decoded, pods_reused) = decoder.once.pods.counts();
+            let (requests_decoded, requests_reused) = decoder.once.kv_requests.counts();
+            if pods_decoded + requests_decoded > 0 {
                 tracing::debug!(
-                    decoded = decoder.pods.decoded,
-                    reused = decoder.pods.reused,
-                    "Pod objects in etcd values"
+                    pods_decoded,
+                    pods_reused,
+                    requests_decoded,
+                    requests_reused,
+                    "Pod objects in etcd values and etcd requests naming Pods, decoded once"
                 );
             }
             if decoder.grpc.muted_total > 0 {

@@ -22,18 +22,15 @@ use rustc_hash::FxHashMap;
 use tracer_common::io::{ConnAction, Direction, FdKind, HeaderSide};
 use tracer_decode::{
     cri::{ContainerFacts, CriCall},
-    etcd::{KvCall, WriteKind},
+    etcd::{KV_SERVICE, KvResponse, WriteKind},
     grpc::GrpcCall,
     http2::{Exchange, Http2Connection, Limits, SeenStream, TableCopy, TableLoadError, TablePoint},
-    identity::{
-        PodClue, PodIdentity, ResourcesNamed, clues_from_kv_request_with, may_hold_pod_clue,
-        resources_named,
-    },
+    identity::{PodClue, PodIdentity, ResourcesNamed, may_hold_pod_clue, resources_named},
     kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
     rest::{RestRequest, Verb},
 };
 
-use super::{HeaderMessage, Message, TableCopyMessage, pod_values::PodValues};
+use super::{HeaderMessage, Message, TableCopyMessage, decoded_once::DecodedOnce};
 use crate::capture::{CaptureControl, ConnKey, ConnRecord, DataRecord, HpackControl};
 
 /// Connections decoded at once; past it new ones are counted and skipped.
@@ -527,7 +524,7 @@ impl std::fmt::Debug for GrpcDecoder {
 
 impl GrpcDecoder {
     /// Starts or ends decoding a connection; a close yields its last calls.
-    pub fn on_conn(&mut self, conn: &ConnRecord, pods: &mut PodValues) -> Vec<Message> {
+    pub fn on_conn(&mut self, conn: &ConnRecord, once: &mut DecodedOnce) -> Vec<Message> {
         if conn.fd_kind != FdKind::Socket {
             return Vec::new();
         }
@@ -551,7 +548,7 @@ impl GrpcDecoder {
                 if connection.needs_fields(conn.ids.ts_ns) {
                     self.update_field_probes(conn.conn.tgid, conn.ids.ts_ns);
                 }
-                return call_messages(conn.conn, connection.side, connection.http2.finish(), pods);
+                return call_messages(conn.conn, connection.side, connection.http2.finish(), once);
             }
         };
         if self.connections.len() >= MAX_CONNECTIONS {
@@ -577,7 +574,7 @@ impl GrpcDecoder {
     }
 
     /// Feeds a chunk of a decoded connection; yields the calls it finished.
-    pub fn on_data(&mut self, data: &DataRecord, pods: &mut PodValues) -> Vec<Message> {
+    pub fn on_data(&mut self, data: &DataRecord, once: &mut DecodedOnce) -> Vec<Message> {
         let Some(connection) = self.connections.get_mut(&data.conn) else {
             return Vec::new();
         };
@@ -655,7 +652,7 @@ impl GrpcDecoder {
         if mute {
             self.mute(data.conn, data.ids.ts_ns);
         }
-        call_messages(data.conn, side, exchanges, pods)
+        call_messages(data.conn, side, exchanges, once)
     }
 
     /// Stops decoding a connection and asks capture to copy none of its
@@ -913,7 +910,7 @@ fn call_messages(
     conn: ConnKey,
     side: Side,
     mut exchanges: Vec<Exchange>,
-    pods: &mut PodValues,
+    once: &mut DecodedOnce,
 ) -> Vec<Message> {
     // Not decoded at all: etcd KV calls that cannot name a Pod.
     exchanges.retain(|exchange| !kv_call_without_pod(exchange));
@@ -942,7 +939,7 @@ fn call_messages(
                         end_ts_ns: call.end_ts_ns,
                     }));
                 }
-                etcd_message(conn, side, &call, pods).map(Message::Etcd)
+                etcd_message(conn, side, &call, once).map(Message::Etcd)
             }),
     );
     messages
@@ -1058,23 +1055,26 @@ fn etcd_message(
     conn: ConnKey,
     side: Side,
     call: &GrpcCall,
-    pods: &mut PodValues,
+    once: &mut DecodedOnce,
 ) -> Option<EtcdMessage> {
-    let kv = KvCall::from_grpc(call)?;
-    let request = kv.request?.ok()?;
-    let write = request.write_kind()?;
-    let clues = clues_from_kv_request_with(&request, |value| pods.pod(value));
-    if clues.is_empty() {
+    if call.service.as_deref() != Some(KV_SERVICE) {
         return None;
     }
-    let response = kv.response.and_then(Result::ok);
+    let method = call.method.as_deref()?;
+    // The client's call and etcd's are the same message: decoded once.
+    let facts = once
+        .kv_requests
+        .facts(method, call.request_bytes()?, &mut once.pods)?;
+    let response = call
+        .response_bytes()
+        .and_then(|bytes| KvResponse::decode(method, bytes).ok());
     Some(EtcdMessage {
         conn,
         side,
-        method: request.method().to_owned(),
-        write,
-        clues,
-        fingerprint: request_fingerprint(&request),
+        method: facts.method.to_owned(),
+        write: facts.write,
+        clues: facts.clues,
+        fingerprint: facts.fingerprint,
         revision: response.as_ref().and_then(|r| r.revision()),
         txn_succeeded: response.as_ref().and_then(|r| r.txn_succeeded()),
         status_code: call.status.as_ref().map(|status| status.code),

@@ -7,18 +7,18 @@
 //! of WAL writes ([`wal_writes`]), decoded with `tracer-decode`, and what
 //! Kubernetes components' probed functions did ([`functions`]).
 
+pub mod decoded_once;
 pub mod functions;
 pub mod grpc_calls;
 pub mod headers;
-pub mod pod_values;
 pub mod process;
 pub mod table_copies;
 pub mod wal_writes;
 
+pub use decoded_once::DecodedOnce;
 pub use functions::FuncMessage;
 pub use grpc_calls::{CriMessage, EtcdMessage, GrpcDecoder, MUTE_AFTER_REQUESTS, RestMessage};
 pub use headers::{HeaderAttributor, HeaderMessage};
-pub use pod_values::PodValues;
 pub use table_copies::{TableAssembler, TableCopyMessage};
 pub use wal_writes::{WalDecoder, WalMessage};
 
@@ -134,8 +134,8 @@ pub struct Decoder {
     pub wal: WalDecoder,
     /// Copies of Go HPACK tables being put together.
     pub tables: TableAssembler,
-    /// Pods decoded from etcd values, for their next sightings.
-    pub pods: PodValues,
+    /// Pods and etcd requests decoded, for their next sightings.
+    pub once: DecodedOnce,
 }
 
 impl Decoder {
@@ -170,8 +170,12 @@ impl Decoder {
                     self.grpc.on_header(header);
                 }
                 let mut messages: Vec<Message> = headers.into_iter().map(Message::Header).collect();
-                messages.extend(self.grpc.on_data(&data, &mut self.pods));
-                messages.extend(self.wal.on_data(&data, &mut self.pods).map(Message::Wal));
+                messages.extend(self.grpc.on_data(&data, &mut self.once));
+                messages.extend(
+                    self.wal
+                        .on_data(&data, &mut self.once.pods)
+                        .map(Message::Wal),
+                );
                 messages.push(Message::Data(DataMoved::of(&data)));
                 messages
             }
@@ -179,7 +183,7 @@ impl Decoder {
                 if conn.fd_kind == FdKind::WalFile && conn.change == ConnAction::Closed {
                     self.wal.on_close(&conn.conn);
                 }
-                let mut messages = self.grpc.on_conn(&conn, &mut self.pods);
+                let mut messages = self.grpc.on_conn(&conn, &mut self.once);
                 messages.push(Message::Conn(conn));
                 messages
             }

@@ -15,7 +15,7 @@ use tracer_decode::{
     wal::{EntryPayload, RecordKind, WalEntry, WalReader},
 };
 
-use super::{grpc_calls::request_fingerprint, pod_values::PodValues};
+use super::{decoded_once::PodValues, grpc_calls::request_fingerprint};
 use crate::capture::{ConnKey, DataRecord};
 
 /// WAL segments read at once (etcd keeps one open for writing; a few more

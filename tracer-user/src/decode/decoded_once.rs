@@ -1,0 +1,234 @@
+//! What was decoded from bytes seen before, kept by a hash of the bytes.
+//!
+//! One Pod write shows the same bytes up to three times on a control-plane
+//! node: kube-apiserver's gRPC Txn and etcd's view of it are the same
+//! message byte for byte, and the WAL entry holds the same Pod value.
+//! Decoding them was most of the agent's work on a Pod write load; a second
+//! sighting now costs a hash: [`PodValues`] for the Pod in a value (all
+//! three), [`KvRequests`] for what a whole KV request says (client and
+//! server).
+
+use std::{
+    collections::VecDeque,
+    hash::{Hash as _, Hasher as _},
+};
+
+use rustc_hash::FxHashMap;
+use tracer_decode::{
+    etcd::{KvRequest, WriteKind},
+    identity::{PodClue, PodIdentity, clues_from_kv_request_with, pod_in_value},
+};
+
+use super::grpc_calls::request_fingerprint;
+
+/// Entries kept per cache: writes in flight at once, several sightings
+/// each, with room.
+const MAX_ENTRIES: usize = 256;
+
+/// Both caches, as the decoders take them.
+#[derive(Debug, Default)]
+pub struct DecodedOnce {
+    /// Pods in etcd values.
+    pub pods: PodValues,
+    /// etcd KV requests that name Pods.
+    pub kv_requests: KvRequests,
+}
+
+/// A bounded first-in first-out map from the 128-bit hash of some bytes to
+/// what they decoded to, counting decodes and reuses.
+#[derive(Debug)]
+struct ByDigest<V> {
+    entries: FxHashMap<[u8; 16], V>,
+    order: VecDeque<[u8; 16]>,
+    /// Bytes decoded (misses), and sightings answered from the cache.
+    decoded: u64,
+    reused: u64,
+}
+
+impl<V> Default for ByDigest<V> {
+    fn default() -> Self {
+        Self {
+            entries: FxHashMap::default(),
+            order: VecDeque::new(),
+            decoded: 0,
+            reused: 0,
+        }
+    }
+}
+
+impl<V: Clone> ByDigest<V> {
+    /// What the bytes of digest `key` decode to, by `decode` the first time.
+    fn get_or_decode(&mut self, key: [u8; 16], decode: impl FnOnce() -> V) -> V {
+        if let Some(value) = self.entries.get(&key) {
+            self.reused += 1;
+            return value.clone();
+        }
+        self.decoded += 1;
+        let value = decode();
+        if self.order.len() >= MAX_ENTRIES {
+            if let Some(oldest) = self.order.pop_front() {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.order.push_back(key);
+        self.entries.insert(key, value.clone());
+        value
+    }
+}
+
+/// The cache key of `bytes`. 128 bits: a collision would give one Pod write
+/// another's identity.
+fn digest(seed: u64, bytes: &[u8]) -> [u8; 16] {
+    twox_hash::XxHash3_128::oneshot_with_seed(seed, bytes).to_le_bytes()
+}
+
+/// Pods decoded from etcd values.
+#[derive(Debug, Default)]
+pub struct PodValues(ByDigest<Option<PodIdentity>>);
+
+impl PodValues {
+    /// The Pod stored in `value`, if it is one.
+    pub fn pod(&mut self, value: &[u8]) -> Option<PodIdentity> {
+        self.0
+            .get_or_decode(digest(0, value), || pod_in_value(value))
+    }
+
+    /// Values decoded, and sightings answered from the cache.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.0.decoded, self.0.reused)
+    }
+}
+
+/// What an etcd KV write request says about Pods, from its message bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvRequestFacts {
+    /// `Txn`, `Put`, `DeleteRange`.
+    pub method: &'static str,
+    /// Create, update or delete.
+    pub write: WriteKind,
+    /// The Pod keys and the identity in written Pod objects.
+    pub clues: Vec<PodClue>,
+    /// See [`request_fingerprint`].
+    pub fingerprint: [u8; 16],
+}
+
+/// etcd KV requests decoded from gRPC messages.
+#[derive(Debug, Default)]
+pub struct KvRequests(ByDigest<Option<KvRequestFacts>>);
+
+impl KvRequests {
+    /// The facts of the `method` request in `message` (uncompressed), if it
+    /// decodes, writes, and names a Pod; `pods` decodes the values it writes.
+    pub fn facts(
+        &mut self,
+        method: &str,
+        message: &[u8],
+        pods: &mut PodValues,
+    ) -> Option<KvRequestFacts> {
+        // The method is part of what the bytes mean: a Put and a Txn could
+        // in principle share them.
+        let mut seed = rustc_hash::FxHasher::default();
+        method.hash(&mut seed);
+        let seed = seed.finish();
+        self.0.get_or_decode(digest(seed, message), || {
+            let request = KvRequest::decode(method, message).ok()?;
+            let write = request.write_kind()?;
+            let clues = clues_from_kv_request_with(&request, |value| pods.pod(value));
+            (!clues.is_empty()).then(|| KvRequestFacts {
+                method: request.method(),
+                write,
+                clues,
+                fingerprint: request_fingerprint(&request),
+            })
+        })
+    }
+
+    /// Requests decoded, and sightings answered from the cache.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.0.decoded, self.0.reused)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message as _;
+    use tracer_decode::pb::etcdserverpb::{
+        Compare, PutRequest, RequestOp, TxnRequest, compare, request_op,
+    };
+
+    use super::*;
+
+    /// A Txn as kube-apiserver creates a Pod: the key must not exist, then
+    /// a put of the Pod (stored as kube-apiserver's protobuf serializer
+    /// stores it; see the decode crate's testdata README).
+    fn pod_create_txn() -> Vec<u8> {
+        let key = b"/registry/pods/default/web-7d4b9".to_vec();
+        let pod = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/decode/testdata/pod-web-7d4b9.k8spb"
+        ))
+        .unwrap_or_else(|error| panic!("the Pod's test bytes: {error}"));
+        TxnRequest {
+            compare: vec![Compare {
+                result: compare::CompareResult::Equal as i32,
+                target: compare::CompareTarget::Mod as i32,
+                key: key.clone(),
+                range_end: Vec::new(),
+                target_union: Some(compare::TargetUnion::ModRevision(0)),
+            }],
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key,
+                    value: pod,
+                    ..PutRequest::default()
+                })),
+            }],
+            failure: Vec::new(),
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn a_value_seen_again_is_not_decoded_again_and_the_cache_stays_bounded() {
+        let mut values = PodValues::default();
+        // Not a Pod: remembered as such too.
+        assert_eq!(values.pod(b"not a stored object"), None);
+        assert_eq!(values.pod(b"not a stored object"), None);
+        assert_eq!(values.counts(), (1, 1));
+        for i in 0..(MAX_ENTRIES + 10) {
+            values.pod(format!("value {i}").as_bytes());
+        }
+        assert_eq!(values.0.entries.len(), MAX_ENTRIES);
+        assert_eq!(values.0.order.len(), MAX_ENTRIES);
+        values.pod(b"not a stored object");
+        assert_eq!(
+            values.counts().0,
+            2 + MAX_ENTRIES as u64 + 10,
+            "evicted first"
+        );
+    }
+
+    #[test]
+    fn a_request_seen_on_both_sides_is_decoded_once_with_the_same_facts() {
+        let message = pod_create_txn();
+        let (mut requests, mut pods) = (KvRequests::default(), PodValues::default());
+        let client = requests.facts("Txn", &message, &mut pods);
+        let server = requests.facts("Txn", &message, &mut pods);
+        let facts = client
+            .clone()
+            .unwrap_or_else(|| panic!("a Pod create names its Pod"));
+        assert_eq!(facts.write, WriteKind::Create);
+        assert!(
+            facts
+                .clues
+                .iter()
+                .any(|clue| matches!(clue, PodClue::Object(_)))
+        );
+        assert_eq!(client, server);
+        assert_eq!(requests.counts(), (1, 1));
+        assert_eq!(pods.counts(), (1, 0), "the value too is decoded once");
+        // The same bytes as another method are another request.
+        requests.facts("Put", &message, &mut pods);
+        assert_eq!(requests.counts(), (2, 1));
+    }
+}
