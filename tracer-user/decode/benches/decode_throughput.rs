@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 use tracer_decode::Chunk;
 use tracer_decode::cri::CriCall;
 use tracer_decode::etcd::KvCall;
+use tracer_decode::etcd::KvRequest;
 use tracer_decode::grpc::GrpcCall;
 use tracer_decode::http1::Http1Connection;
 use tracer_decode::http2::Http2Connection;
 use tracer_decode::kube::decode_stored_object;
 use tracer_decode::recording::read_recording;
 use tracer_decode::rest::RestRequest;
-use tracer_decode::wal::{RecordKind, WalEntry, WalReader};
+use tracer_decode::wal::{RecordKind, WalKvEntry, WalReader};
 use tracer_decode::watch::{WatchDecoder, WatchFormat};
 
 const RUN_FOR: Duration = Duration::from_millis(500);
@@ -148,7 +149,11 @@ fn main() -> Result<(), String> {
             records
                 .iter()
                 .filter(|r| r.kind == RecordKind::Entry)
-                .filter(|r| WalEntry::decode(r).is_ok())
+                .filter_map(|r| WalKvEntry::decode(r).ok())
+                .filter(|entry| match &entry.request {
+                    Some((method, bytes)) => KvRequest::decode(method, bytes).is_ok(),
+                    None => true,
+                })
                 .count()
         }),
     );

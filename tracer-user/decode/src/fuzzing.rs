@@ -15,7 +15,7 @@ use crate::http2::{Http2Connection, Limits};
 use crate::identity::clues_from_kv_request;
 use crate::kube::decode_stored_object;
 use crate::rest::RestRequest;
-use crate::wal::{MAX_RECORD_BYTES, RecordKind, WalEntry, WalReader};
+use crate::wal::{MAX_RECORD_BYTES, RecordKind, WalKvEntry, WalReader};
 use crate::watch::{MAX_EVENT_BYTES, WatchDecoder, WatchFormat};
 use crate::{Chunk, Direction};
 
@@ -160,7 +160,13 @@ pub fn wal(data: &[u8]) -> Footprint {
                 assert!(record.data.len() <= MAX_RECORD_BYTES);
                 footprint.saw(record.data.len());
                 if record.kind == RecordKind::Entry {
-                    let _ = WalEntry::decode(&record);
+                    if let Ok(WalKvEntry {
+                        request: Some((method, bytes)),
+                        ..
+                    }) = WalKvEntry::decode(&record)
+                    {
+                        let _ = crate::etcd::KvRequest::decode(method, &bytes);
+                    }
                 }
             }
         }

@@ -4,9 +4,9 @@
 //! node: kube-apiserver's gRPC Txn and etcd's view of it are the same
 //! message byte for byte, and the WAL entry holds the same Pod value.
 //! Decoding them was most of the agent's work on a Pod write load; a second
-//! sighting now costs a hash: [`PodValues`] for the Pod in a value (all
-//! three), [`KvRequests`] for what a whole KV request says (client and
-//! server).
+//! sighting now costs a hash: [`PodValues`] for the Pod in a value,
+//! [`KvRequests`] for what a whole KV request says (all three, when etcd's
+//! encoding of the WAL entry's request is the client's, as it usually is).
 
 use std::{
     collections::VecDeque,
@@ -104,8 +104,8 @@ impl PodValues {
 pub struct KvRequestFacts {
     /// `Txn`, `Put`, `DeleteRange`.
     pub method: &'static str,
-    /// Create, update or delete.
-    pub write: WriteKind,
+    /// Create, update or delete; `None` for a read (a Range in a WAL entry).
+    pub write: Option<WriteKind>,
     /// The Pod keys and the identity in written Pod objects.
     pub clues: Vec<PodClue>,
     /// See [`request_fingerprint`].
@@ -117,8 +117,9 @@ pub struct KvRequestFacts {
 pub struct KvRequests(ByDigest<Option<KvRequestFacts>>);
 
 impl KvRequests {
-    /// The facts of the `method` request in `message` (uncompressed), if it
-    /// decodes, writes, and names a Pod; `pods` decodes the values it writes.
+    /// The facts of the `method` request in `message` (uncompressed: from
+    /// the wire, or a WAL entry's), if it decodes and names a Pod; `pods`
+    /// decodes the values it writes.
     pub fn facts(
         &mut self,
         method: &str,
@@ -132,7 +133,7 @@ impl KvRequests {
         let seed = seed.finish();
         self.0.get_or_decode(digest(seed, message), || {
             let request = KvRequest::decode(method, message).ok()?;
-            let write = request.write_kind()?;
+            let write = request.write_kind();
             let clues = clues_from_kv_request_with(&request, |value| pods.pod(value));
             (!clues.is_empty()).then(|| KvRequestFacts {
                 method: request.method(),
@@ -217,7 +218,7 @@ mod tests {
         let facts = client
             .clone()
             .unwrap_or_else(|| panic!("a Pod create names its Pod"));
-        assert_eq!(facts.write, WriteKind::Create);
+        assert_eq!(facts.write, Some(WriteKind::Create));
         assert!(
             facts
                 .clues

@@ -1072,7 +1072,7 @@ fn etcd_message(
         conn,
         side,
         method: facts.method.to_owned(),
-        write: facts.write,
+        write: facts.write?,
         clues: facts.clues,
         fingerprint: facts.fingerprint,
         revision: response.as_ref().and_then(|r| r.revision()),

@@ -171,11 +171,7 @@ impl Decoder {
                 }
                 let mut messages: Vec<Message> = headers.into_iter().map(Message::Header).collect();
                 messages.extend(self.grpc.on_data(&data, &mut self.once));
-                messages.extend(
-                    self.wal
-                        .on_data(&data, &mut self.once.pods)
-                        .map(Message::Wal),
-                );
+                messages.extend(self.wal.on_data(&data, &mut self.once).map(Message::Wal));
                 messages.push(Message::Data(DataMoved::of(&data)));
                 messages
             }

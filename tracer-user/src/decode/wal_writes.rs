@@ -11,11 +11,11 @@ use rustc_hash::FxHashMap;
 
 use tracer_common::io::{Direction, FdKind};
 use tracer_decode::{
-    identity::{PodClue, clues_from_kv_request_with, may_hold_pod_clue},
-    wal::{EntryPayload, RecordKind, WalEntry, WalReader},
+    identity::{PodClue, may_hold_pod_clue},
+    wal::{RecordKind, WalKvEntry, WalReader},
 };
 
-use super::{decoded_once::PodValues, grpc_calls::request_fingerprint};
+use super::decoded_once::DecodedOnce;
 use crate::capture::{ConnKey, DataRecord};
 
 /// WAL segments read at once (etcd keeps one open for writing; a few more
@@ -62,7 +62,7 @@ pub struct WalDecoder {
 
 impl WalDecoder {
     /// Reads a write to a WAL segment; other data yields nothing.
-    pub fn on_data(&mut self, data: &DataRecord, pods: &mut PodValues) -> Option<WalMessage> {
+    pub fn on_data(&mut self, data: &DataRecord, once: &mut DecodedOnce) -> Option<WalMessage> {
         if data.fd_kind != FdKind::WalFile || data.direction != Direction::Egress {
             return None;
         }
@@ -87,20 +87,22 @@ impl WalDecoder {
             if !may_hold_pod_clue(&record.data) {
                 continue;
             }
-            let Ok(entry) = WalEntry::decode(record) else {
+            let Ok(entry) = WalKvEntry::decode(record) else {
                 self.bad_records += 1;
                 continue;
             };
-            if let EntryPayload::Kv { request, .. } = &entry.payload {
-                let clues = clues_from_kv_request_with(request, |value| pods.pod(value));
-                if !clues.is_empty() {
-                    message.pod_entries.push(WalPodEntry {
-                        index: entry.index,
-                        term: entry.term,
-                        clues,
-                        fingerprint: request_fingerprint(request),
-                    });
-                }
+            let Some((method, request)) = &entry.request else {
+                continue;
+            };
+            // The request the client sent, usually byte for byte: decoded
+            // already when its gRPC call was.
+            if let Some(facts) = once.kv_requests.facts(method, request, &mut once.pods) {
+                message.pod_entries.push(WalPodEntry {
+                    index: entry.index,
+                    term: entry.term,
+                    clues: facts.clues,
+                    fingerprint: facts.fingerprint,
+                });
             }
         }
         Some(message)

@@ -5,14 +5,15 @@
 //! a little-endian 8-byte word whose low 56 bits are the record length and
 //! whose top byte, when its high bit is set, holds the padding length in its
 //! low 3 bits; then `walpb.Record`, then the padding to 8 bytes), and for
-//! entry records the [`WalEntry`] with the KV request the Raft entry carries.
+//! entry records the [`WalKvEntry`] with the KV request the Raft entry carries.
 //! Limits: `README.md` here.
 
 use prost::Message;
 
 use crate::Decoded;
+#[cfg(doc)]
 use crate::etcd::KvRequest;
-use crate::pb::{etcdserverpb, raftpb, walpb};
+use crate::pb::{raftpb, walpb};
 
 /// Largest record accepted: etcd's own limit on a WAL record (10 MiB).
 pub const MAX_RECORD_BYTES: usize = 10 << 20;
@@ -158,81 +159,75 @@ pub fn find_record_boundary(buf: &[u8]) -> Option<usize> {
     })
 }
 
-/// A Raft entry from an entry record.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WalEntry {
+/// A Raft entry from an entry record, its KV request left as its message
+/// bytes (decode them with [`KvRequest::decode`]): they are the client's
+/// request as etcd encoded it again, most often the same bytes as on the
+/// wire, so a caller that keeps what it decoded from the wire decodes each
+/// request once. Other requests (leases, auth, cluster), empty entries and
+/// configuration changes carry none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalKvEntry {
     /// Raft term.
     pub term: u64,
     /// Raft index.
     pub index: u64,
-    /// What the entry carries.
-    pub payload: EntryPayload,
+    /// The KV method (`Put`, `Txn`, …, as [`KvRequest::decode`] takes it)
+    /// and its request message, if the entry is a KV request.
+    pub request: Option<(&'static str, Vec<u8>)>,
 }
 
-/// The content of a Raft entry.
-#[derive(Debug, Clone, PartialEq)]
-pub enum EntryPayload {
-    /// A KV write (Put, DeleteRange, Txn, Range, Compact) with its request header id.
-    Kv { request_id: u64, request: KvRequest },
-    /// Another etcd request (lease, auth, cluster), named by its field.
-    OtherRequest { request_id: u64 },
-    /// An empty normal entry (a new leader's first entry).
-    Empty,
-    /// A configuration change.
-    ConfChange,
-    /// Data that is not an InternalRaftRequest (e.g. etcd 2 requests).
-    Undecodable { len_bytes: usize },
+/// `etcdserverpb.InternalRaftRequest` with only its KV requests, as bytes
+/// (the tags are those of the full message; the rest is skipped).
+#[derive(Clone, PartialEq, prost::Message)]
+struct InternalKvRequestBytes {
+    #[prost(bytes = "vec", optional, tag = "3")]
+    range: Option<Vec<u8>>,
+    #[prost(bytes = "vec", optional, tag = "4")]
+    put: Option<Vec<u8>>,
+    #[prost(bytes = "vec", optional, tag = "5")]
+    delete_range: Option<Vec<u8>>,
+    #[prost(bytes = "vec", optional, tag = "6")]
+    txn: Option<Vec<u8>>,
+    #[prost(bytes = "vec", optional, tag = "7")]
+    compaction: Option<Vec<u8>>,
 }
 
-impl WalEntry {
-    /// Decodes an entry record's data.
-    pub fn decode(record: &WalRecord) -> Result<WalEntry, WalError> {
+impl WalKvEntry {
+    /// Decodes an entry record's data down to its KV request's bytes.
+    pub fn decode(record: &WalRecord) -> Result<WalKvEntry, WalError> {
         let entry =
             raftpb::Entry::decode(record.data.as_slice()).map_err(|e| WalError::BadEntry {
                 reason: e.to_string(),
             })?;
+        let normal = entry
+            .r#type
+            .is_none_or(|t| t == raftpb::EntryType::EntryNormal as i32);
         let data = entry.data.unwrap_or_default();
-        let payload = if entry.r#type != Some(raftpb::EntryType::EntryNormal as i32)
-            && entry.r#type.is_some()
-        {
-            EntryPayload::ConfChange
-        } else if data.is_empty() {
-            EntryPayload::Empty
+        let request = if normal && !data.is_empty() {
+            InternalKvRequestBytes::decode(data.as_slice())
+                .ok()
+                .and_then(|kv| {
+                    let InternalKvRequestBytes {
+                        range,
+                        put,
+                        delete_range,
+                        txn,
+                        compaction,
+                    } = kv;
+                    put.map(|bytes| ("Put", bytes))
+                        .or_else(|| txn.map(|bytes| ("Txn", bytes)))
+                        .or_else(|| delete_range.map(|bytes| ("DeleteRange", bytes)))
+                        .or_else(|| range.map(|bytes| ("Range", bytes)))
+                        .or_else(|| compaction.map(|bytes| ("Compact", bytes)))
+                })
         } else {
-            match etcdserverpb::InternalRaftRequest::decode(data.as_slice()) {
-                Ok(request) => internal_request(request),
-                Err(_) => EntryPayload::Undecodable {
-                    len_bytes: data.len(),
-                },
-            }
+            None
         };
-        Ok(WalEntry {
+        Ok(WalKvEntry {
             term: entry.term.unwrap_or_default(),
             index: entry.index.unwrap_or_default(),
-            payload,
-        })
-    }
-}
-
-fn internal_request(request: etcdserverpb::InternalRaftRequest) -> EntryPayload {
-    let request_id = request.header.as_ref().map_or(request.id, |h| h.id);
-    let kv = if let Some(put) = request.put {
-        Some(KvRequest::Put(put))
-    } else if let Some(txn) = request.txn {
-        Some(KvRequest::Txn(txn))
-    } else if let Some(delete) = request.delete_range {
-        Some(KvRequest::DeleteRange(delete))
-    } else if let Some(range) = request.range {
-        Some(KvRequest::Range(range))
-    } else {
-        request.compaction.map(KvRequest::Compact)
-    };
-    match kv {
-        Some(request) => EntryPayload::Kv {
-            request_id,
             request,
-        },
-        None => EntryPayload::OtherRequest { request_id },
+        })
     }
 }
 

@@ -1,14 +1,23 @@
 use super::*;
+use crate::etcd::KvRequest;
 use crate::identity::{PodClue, clues_from_kv_request};
 use crate::testdata;
 
 const WAL: &str = "etcd-3.4.23-member.wal";
 
-fn entries(records: &[WalRecord]) -> Vec<WalEntry> {
+/// The KV requests of the entry records, decoded.
+fn requests(records: &[WalRecord]) -> Vec<KvRequest> {
     records
         .iter()
         .filter(|r| r.kind == RecordKind::Entry)
-        .filter_map(|r| WalEntry::decode(r).ok())
+        .filter_map(|r| WalKvEntry::decode(r).ok())
+        .filter_map(|entry| {
+            let (method, bytes) = entry.request?;
+            Some(
+                KvRequest::decode(method, &bytes)
+                    .unwrap_or_else(|error| panic!("entry {}: {error}", entry.index)),
+            )
+        })
         .collect()
 }
 
@@ -18,14 +27,10 @@ fn whole_file_from_its_start() {
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(records.first().map(|r| r.kind), Some(RecordKind::Crc));
     assert_eq!(records.get(1).map(|r| r.kind), Some(RecordKind::Metadata));
-    let entries = entries(&records);
-    let keys: Vec<String> = entries
+    let requests = requests(&records);
+    let keys: Vec<String> = requests
         .iter()
-        .filter_map(|e| match &e.payload {
-            EntryPayload::Kv { request, .. } => Some(request.keys()),
-            _ => None,
-        })
-        .flatten()
+        .flat_map(KvRequest::keys)
         .map(|k| String::from_utf8_lossy(k).into_owned())
         .collect();
     assert!(
@@ -41,11 +46,8 @@ fn whole_file_from_its_start() {
 #[test]
 fn wal_txn_carries_the_pod_uid() {
     let (records, _) = WalReader::at_file_start().push(&testdata::bytes(WAL), false);
-    let uid = entries(&records).iter().find_map(|e| match &e.payload {
-        EntryPayload::Kv {
-            request: request @ KvRequest::Txn(_),
-            ..
-        } => clues_from_kv_request(request)
+    let uid = requests(&records).iter().find_map(|request| match request {
+        KvRequest::Txn(_) => clues_from_kv_request(request)
             .into_iter()
             .find_map(|c| match c {
                 PodClue::Object(pod) => pod.uid,
@@ -89,4 +91,35 @@ fn truncated_write_resynchronises() {
     records.extend(reader.push(&file[2500..], false).0);
     assert!(records.len() < all.len());
     assert_eq!(records.last(), all.last());
+}
+
+#[test]
+fn a_wal_entry_holds_the_request_bytes_the_client_sent() {
+    // The same etcd run recorded both (testdata/README.md): the Txn that
+    // etcdctl sent over gRPC and the WAL entry etcd made of it.
+    let mut connection = crate::http2::Http2Connection::default();
+    for chunk in testdata::chunks("etcdctl-txn-create-pod.rec") {
+        connection.push(&chunk);
+    }
+    let sent: Vec<Vec<u8>> = connection
+        .finish()
+        .iter()
+        .filter_map(crate::grpc::GrpcCall::from_exchange)
+        .filter(|call| call.method.as_deref() == Some("Txn"))
+        .filter_map(|call| call.request_bytes().map(<[u8]>::to_vec))
+        .collect();
+    assert_eq!(sent.len(), 1, "one Txn on the wire");
+    let (records, _) = WalReader::at_file_start().push(&testdata::bytes(WAL), false);
+    let logged: Vec<Vec<u8>> = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Entry)
+        .filter_map(|r| WalKvEntry::decode(r).ok()?.request)
+        .filter(|(method, _)| *method == "Txn")
+        .map(|(_, bytes)| bytes)
+        .collect();
+    assert!(
+        logged.contains(&sent[0]),
+        "{} Txn entries, none the same bytes",
+        logged.len()
+    );
 }
