@@ -24,9 +24,15 @@
 //! (real etcd, containerd and runc), without, with and without podtrace;
 //! each Pod's time from create to Running stored, median and max.
 //!
+//! With `--baseline-agent PATH` (an earlier podtrace build) each round has
+//! a leg with that agent too, beside the leg with this one (their order
+//! alternates), and the report adds this agent's figures over the earlier
+//! one's: a change measured against its baseline in one invocation, which
+//! the drift between invocations on a small machine otherwise hides.
+//!
 //! Root. Flags: `--seconds N` per leg, `--rounds N`, `--workers N`,
 //! `--conns N`, `--mix pods|not-pods` (repeatable; default both),
-//! `--pod-start N`.
+//! `--pod-start N`, `--baseline-agent PATH`.
 
 #![allow(
     clippy::unwrap_used,
@@ -36,7 +42,7 @@
 
 use std::{
     collections::BTreeMap,
-    path::Path,
+    path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
 };
@@ -71,6 +77,10 @@ struct Args {
     /// average the drift out of the ratios.
     #[arg(long, default_value_t = 2)]
     rounds: usize,
+    /// An earlier podtrace binary to compare with: each round gets a leg
+    /// with it too.
+    #[arg(long, value_name = "PATH")]
+    baseline_agent: Option<PathBuf>,
     /// Pods that `podtrace-demo` creates at once in each leg of the Pod
     /// start benchmark (0: skip it).
     #[arg(long, default_value_t = 10)]
@@ -135,14 +145,32 @@ fn main() -> anyhow::Result<()> {
         let traced = [etcd.pid(), load.pid()];
         let mut without = vec![leg_with_cpu(&traced, || load.leg(leg))?];
         let mut with = Vec::new();
-        for _ in 0..args.rounds.max(1) {
-            with.push(leg_with_cpu(&traced, || leg_with_agent(&mut load, leg))?);
+        let mut baseline = Vec::new();
+        let current = podtrace_tests::podtrace_binary();
+        for round in 0..args.rounds.max(1) {
+            if let Some(earlier) = &args.baseline_agent {
+                // Alternated, so that neither agent always follows a leg
+                // without one.
+                let mut legs = [(earlier, &mut baseline), (&current, &mut with)];
+                if round % 2 == 1 {
+                    legs.reverse();
+                }
+                for (binary, results) in legs {
+                    results.push(leg_with_cpu(&traced, || {
+                        leg_with_agent(&mut load, leg, binary)
+                    })?);
+                }
+            } else {
+                with.push(leg_with_cpu(&traced, || {
+                    leg_with_agent(&mut load, leg, &current)
+                })?);
+            }
             without.push(leg_with_cpu(&traced, || load.leg(leg))?);
         }
         for result in without
             .iter()
             .map(|(result, _)| result)
-            .chain(with.iter().map(|(with, _)| &with.load))
+            .chain(with.iter().chain(&baseline).map(|(with, _)| &with.load))
         {
             if result.errors > 0 {
                 bail!(
@@ -153,7 +181,12 @@ fn main() -> anyhow::Result<()> {
                 );
             }
         }
-        reports.push(Report { mix, without, with });
+        reports.push(Report {
+            mix,
+            without,
+            with,
+            baseline,
+        });
     }
     let pod_start = (args.pod_start > 0)
         .then(|| pod_start_legs(args.pod_start))
@@ -257,9 +290,10 @@ struct WithAgent {
 fn leg_with_agent(
     load: &mut podtrace_tests::components::etcd_load::EtcdLoad,
     leg: Duration,
+    binary: &Path,
 ) -> anyhow::Result<WithAgent> {
     let out = tempfile::NamedTempFile::new()?;
-    let agent = Agent::start(&["--target", "etcd-load"], out.path());
+    let agent = Agent::start_binary(binary, &["--target", "etcd-load"], out.path());
     let cpu_before = process_cpu_s(agent.pid())?;
     let started = Instant::now();
     let (result, window) = std::thread::scope(|scope| {
@@ -402,7 +436,12 @@ struct Report {
     mix: KeyMix,
     without: Vec<(LegResult, [f64; 2])>,
     with: Vec<(WithAgent, [f64; 2])>,
+    /// Legs with `--baseline-agent`, if given.
+    baseline: Vec<(WithAgent, [f64; 2])>,
 }
+
+/// Legs with one agent.
+type AgentLegs = [(WithAgent, [f64; 2])];
 
 /// Sums of a set of legs.
 #[derive(Default)]
@@ -447,18 +486,27 @@ impl Legs {
 impl Report {
     fn print(&self) {
         let base = Legs::of(self.without.iter().map(|(leg, cpu)| (leg, cpu)));
-        let traced = Legs::of(self.with.iter().map(|(with, cpu)| (&with.load, cpu)));
         println!("{}", self.mix.label());
         println!(
             "  {:<10} {:>10} {:>9} {:>9}",
             "leg", "writes/s", "p50 ms", "p99 ms"
         );
+        // In the order they ran: each round's legs with an agent (the
+        // baseline agent's first in even rounds), then one without.
         let mut legs = Vec::new();
         for (index, (without, _)) in self.without.iter().enumerate() {
             legs.push(("without", without));
-            if let Some((with, _)) = self.with.get(index) {
-                legs.push(("with", &with.load));
+            let mut round = Vec::new();
+            if let Some((earlier, _)) = self.baseline.get(index) {
+                round.push(("baseline", &earlier.load));
             }
+            if let Some((with, _)) = self.with.get(index) {
+                round.push(("with", &with.load));
+            }
+            if index % 2 == 1 {
+                round.reverse();
+            }
+            legs.extend(round);
         }
         for (leg, result) in legs {
             println!(
@@ -469,77 +517,101 @@ impl Report {
                 result.p99_us as f64 / 1000.0
             );
         }
-        println!(
-            "  with / without (all legs): throughput {:.3}, p50 {:.3}, p99 {:.3}",
-            traced.rate() / base.rate().max(f64::EPSILON),
-            traced.p50_ms() / base.p50_ms().max(f64::EPSILON),
-            traced.p99_ms() / base.p99_ms().max(f64::EPSILON),
-        );
-        let agent_cpu_s: f64 = self.with.iter().map(|(with, _)| with.agent_cpu_s).sum();
-        let cpu_share = agent_cpu_s / traced.seconds.max(f64::EPSILON);
-        println!(
-            "  agent CPU: {:.1} % of a core; {:.2} % of a core per 1000 writes/s",
-            100.0 * cpu_share,
-            100.0 * cpu_share / (traced.rate() / 1000.0).max(f64::EPSILON)
-        );
-        // What the traced processes themselves spend per write: uprobe
-        // traps and BPF programs run on their threads.
-        for (index, process) in ["etcd", "etcd-load"].iter().enumerate() {
-            let per_write =
-                |legs: &Legs| 1e6 * legs.traced_cpu_s[index] / legs.writes.max(1) as f64;
+        if self.baseline.is_empty() {
+            print_agent_legs(&self.with, &base);
+        } else {
+            let (earlier, traced) = (agent_legs(&self.baseline), agent_legs(&self.with));
+            println!("  baseline agent (--baseline-agent):");
+            print_agent_legs(&self.baseline, &base);
+            println!("  this agent:");
+            print_agent_legs(&self.with, &base);
             println!(
-                "  {process} CPU per write (µs, without / with): {:.0} / {:.0}",
-                per_write(&base),
-                per_write(&traced)
-            );
-        }
-        let mut programs: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-        for (with, _) in &self.with {
-            for (name, (runs, ns)) in &with.programs {
-                let entry = programs.entry(name).or_default();
-                entry.0 += runs;
-                entry.1 += ns;
-            }
-        }
-        let window_s: f64 = self.with.iter().map(|(with, _)| with.programs_s).sum();
-        let window_s = window_s.max(f64::EPSILON);
-        let total_ns: u64 = programs.values().map(|(_, ns)| ns).sum();
-        println!(
-            "  BPF programs: {:.1} % of a core in all (statistics on for {window_s:.0} s of the legs)",
-            100.0 * total_ns as f64 / 1e9 / window_s
-        );
-        let mut programs: Vec<_> = programs.into_iter().collect();
-        programs.sort_by_key(|(_, (_, ns))| std::cmp::Reverse(*ns));
-        for (name, (runs, ns)) in programs {
-            let per_s = runs as f64 / window_s;
-            println!(
-                "    {:<20} {:>9.0} runs/s {:>7.0} ns/run {:>6.2} runs/write",
-                name,
-                per_s,
-                ns as f64 / runs.max(1) as f64,
-                per_s / traced.rate().max(f64::EPSILON),
-            );
-        }
-        for (with, _) in &self.with {
-            println!("  drops: {}", with.drops);
-        }
-        let mut spans: BTreeMap<&(String, &str), usize> = BTreeMap::new();
-        for (with, _) in &self.with {
-            for (key, count) in &with.spans {
-                *spans.entry(key).or_default() += count;
-            }
-        }
-        if !spans.is_empty() {
-            let spans: Vec<String> = spans
-                .iter()
-                .map(|((name, kind), count)| format!("{name} ({kind}) {count}"))
-                .collect();
-            println!(
-                "  spans exported for the legs' {} writes: {}",
-                traced.writes,
-                spans.join(", ")
+                "  this agent / baseline agent: throughput {:.3}, p50 {:.3}, p99 {:.3}",
+                traced.rate() / earlier.rate().max(f64::EPSILON),
+                traced.p50_ms() / earlier.p50_ms().max(f64::EPSILON),
+                traced.p99_ms() / earlier.p99_ms().max(f64::EPSILON),
             );
         }
         println!();
+    }
+}
+
+/// The sums of the legs with one agent.
+fn agent_legs(legs: &AgentLegs) -> Legs {
+    Legs::of(legs.iter().map(|(with, cpu)| (&with.load, cpu)))
+}
+
+/// One agent's figures over the legs with it against the legs without (`base`).
+fn print_agent_legs(legs: &AgentLegs, base: &Legs) {
+    let traced = &agent_legs(legs);
+    println!(
+        "  with / without (all legs): throughput {:.3}, p50 {:.3}, p99 {:.3}",
+        traced.rate() / base.rate().max(f64::EPSILON),
+        traced.p50_ms() / base.p50_ms().max(f64::EPSILON),
+        traced.p99_ms() / base.p99_ms().max(f64::EPSILON),
+    );
+    let agent_cpu_s: f64 = legs.iter().map(|(with, _)| with.agent_cpu_s).sum();
+    let cpu_share = agent_cpu_s / traced.seconds.max(f64::EPSILON);
+    println!(
+        "  agent CPU: {:.1} % of a core; {:.2} % of a core per 1000 writes/s",
+        100.0 * cpu_share,
+        100.0 * cpu_share / (traced.rate() / 1000.0).max(f64::EPSILON)
+    );
+    // What the traced processes themselves spend per write: uprobe
+    // traps and BPF programs run on their threads.
+    for (index, process) in ["etcd", "etcd-load"].iter().enumerate() {
+        let per_write = |legs: &Legs| 1e6 * legs.traced_cpu_s[index] / legs.writes.max(1) as f64;
+        println!(
+            "  {process} CPU per write (µs, without / with): {:.0} / {:.0}",
+            per_write(base),
+            per_write(traced)
+        );
+    }
+    let mut programs: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for (with, _) in legs {
+        for (name, (runs, ns)) in &with.programs {
+            let entry = programs.entry(name).or_default();
+            entry.0 += runs;
+            entry.1 += ns;
+        }
+    }
+    let window_s: f64 = legs.iter().map(|(with, _)| with.programs_s).sum();
+    let window_s = window_s.max(f64::EPSILON);
+    let total_ns: u64 = programs.values().map(|(_, ns)| ns).sum();
+    println!(
+        "  BPF programs: {:.1} % of a core in all (statistics on for {window_s:.0} s of the legs)",
+        100.0 * total_ns as f64 / 1e9 / window_s
+    );
+    let mut programs: Vec<_> = programs.into_iter().collect();
+    programs.sort_by_key(|(_, (_, ns))| std::cmp::Reverse(*ns));
+    for (name, (runs, ns)) in programs {
+        let per_s = runs as f64 / window_s;
+        println!(
+            "    {:<20} {:>9.0} runs/s {:>7.0} ns/run {:>6.2} runs/write",
+            name,
+            per_s,
+            ns as f64 / runs.max(1) as f64,
+            per_s / traced.rate().max(f64::EPSILON),
+        );
+    }
+    for (with, _) in legs {
+        println!("  drops: {}", with.drops);
+    }
+    let mut spans: BTreeMap<&(String, &str), usize> = BTreeMap::new();
+    for (with, _) in legs {
+        for (key, count) in &with.spans {
+            *spans.entry(key).or_default() += count;
+        }
+    }
+    if !spans.is_empty() {
+        let spans: Vec<String> = spans
+            .iter()
+            .map(|((name, kind), count)| format!("{name} ({kind}) {count}"))
+            .collect();
+        println!(
+            "  spans exported for the legs' {} writes: {}",
+            traced.writes,
+            spans.join(", ")
+        );
     }
 }

@@ -31,7 +31,13 @@ impl Agent {
     /// Starts `podtrace run --quiet ARGS --metrics-addr 127.0.0.1:0 --out OUT`
     /// and waits until it has attached (at most a minute).
     pub fn start(args: &[&str], out: &Path) -> Self {
-        let mut child = Command::new(podtrace_binary())
+        Self::start_binary(&podtrace_binary(), args, out)
+    }
+
+    /// [`Agent::start`] with another podtrace binary (an earlier build, to
+    /// compare against).
+    pub fn start_binary(binary: &Path, args: &[&str], out: &Path) -> Self {
+        let mut child = Command::new(binary)
             .args(["run", "--quiet"])
             .args(args)
             .args(["--metrics-addr", "127.0.0.1:0", "--out"])
