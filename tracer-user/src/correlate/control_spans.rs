@@ -907,7 +907,7 @@ mod tests {
             side,
             method: "Txn".into(),
             write,
-            clues,
+            clues: clues.into(),
             fingerprint: [fingerprint; 16],
             revision: Some(5),
             txn_succeeded: Some(true),
@@ -929,7 +929,7 @@ mod tests {
                 .map(|(i, (name, uid, fingerprint))| WalPodEntry {
                     index: 10 + i as u64,
                     term: 2,
-                    clues: clues(name, Some(uid), None, "Pending"),
+                    clues: clues(name, Some(uid), None, "Pending").into(),
                     fingerprint: [*fingerprint; 16],
                 })
                 .collect(),
@@ -942,7 +942,7 @@ mod tests {
             pod_entries: vec![WalPodEntry {
                 index,
                 term: 2,
-                clues,
+                clues: clues.into(),
                 fingerprint: [fingerprint; 16],
             }],
             ..wal_write(&[], at_ms)

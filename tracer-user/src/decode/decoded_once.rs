@@ -11,6 +11,7 @@
 use std::{
     collections::VecDeque,
     hash::{Hash as _, Hasher as _},
+    sync::Arc,
 };
 
 use rustc_hash::FxHashMap;
@@ -106,8 +107,9 @@ pub struct KvRequestFacts {
     pub method: &'static str,
     /// Create, update or delete; `None` for a read (a Range in a WAL entry).
     pub write: Option<WriteKind>,
-    /// The Pod keys and the identity in written Pod objects.
-    pub clues: Vec<PodClue>,
+    /// The Pod keys and the identity in written Pod objects (shared: every
+    /// sighting of the request hands on the same).
+    pub clues: Arc<[PodClue]>,
     /// See [`request_fingerprint`].
     pub fingerprint: [u8; 16],
 }
@@ -138,7 +140,7 @@ impl KvRequests {
             (!clues.is_empty()).then(|| KvRequestFacts {
                 method: request.method(),
                 write,
-                clues,
+                clues: clues.into(),
                 fingerprint: request_fingerprint(&request),
             })
         })

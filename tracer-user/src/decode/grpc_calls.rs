@@ -17,6 +17,8 @@
 //! before podtrace started has no block; a block whose frame was lost, as
 //! the read a Go reader was blocked in when the probes attached, no stream).
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
 
 use tracer_common::io::{ConnAction, Direction, FdKind, HeaderSide};
@@ -121,7 +123,7 @@ pub struct EtcdMessage {
     /// Create, update or delete.
     pub write: WriteKind,
     /// The Pod keys and the identity in written Pod objects.
-    pub clues: Vec<PodClue>,
+    pub clues: Arc<[PodClue]>,
     /// Digest of the request's canonical bytes: the same for the client's
     /// call, the server's and the Raft entry in the WAL.
     pub fingerprint: [u8; 16],

@@ -7,6 +7,8 @@
 //! wherever the capture joins the file: the reader finds record boundaries
 //! itself, and a truncated capture costs the records it cut, counted.
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
 
 use tracer_common::io::{Direction, FdKind};
@@ -30,7 +32,7 @@ pub struct WalPodEntry {
     /// Raft term.
     pub term: u64,
     /// The Pod keys and identity in the entry's request.
-    pub clues: Vec<PodClue>,
+    pub clues: Arc<[PodClue]>,
     /// See [`super::grpc_calls::EtcdMessage::fingerprint`].
     pub fingerprint: [u8; 16],
 }
