@@ -6,6 +6,10 @@
 //! correlation joins: a sandbox id links CRI calls to the Pod whose
 //! RunPodSandbox created it, a container id links StartContainer to its sandbox.
 
+use std::sync::LazyLock;
+
+use memchr::memmem;
+
 /// Identity fields of a Pod, as far as one message shows them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodIdentity {
@@ -81,7 +85,11 @@ const POD_KEY_PREFIX: &[u8] = b"/registry/pods/";
 /// verbatim in the protobuf. Most of a control plane's writes (leases,
 /// events, endpoints) fail this scan and are never decoded.
 pub fn may_hold_pod_clue(request_body: &[u8]) -> bool {
-    memchr::memmem::find(request_body, POD_KEY_PREFIX).is_some()
+    // Built once: building the searcher cost as much as a 2 KiB scan, and
+    // this runs on every etcd request and WAL entry.
+    static POD_KEYS: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(POD_KEY_PREFIX));
+    POD_KEYS.find(request_body).is_some()
 }
 
 /// Where kube-apiserver's keys start (the default `--etcd-prefix`).
@@ -111,7 +119,9 @@ pub enum ResourcesNamed<'a> {
 /// errs towards [`ResourcesNamed::PodsOrSeveral`].
 pub fn resources_named(request_body: &[u8]) -> ResourcesNamed<'_> {
     let mut named = ResourcesNamed::None;
-    for at in memchr::memmem::find_iter(request_body, REGISTRY_PREFIX) {
+    static REGISTRY_KEYS: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(REGISTRY_PREFIX));
+    for at in REGISTRY_KEYS.find_iter(request_body) {
         let rest = &request_body[at + REGISTRY_PREFIX.len()..];
         let rest = &rest[..rest.len().min(MAX_SEGMENT_BYTES + 1)];
         let Some(end) = memchr::memchr(b'/', rest) else {
