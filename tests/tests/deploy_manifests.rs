@@ -6,14 +6,18 @@
 //!   them); the Prometheus Operator's PodMonitor and PrometheusRule go into
 //!   types written here after the operator's CRD schema (v0.93), with unknown
 //!   fields denied.
-//! - Each kustomization builds: there is no kustomize binary here, so its
-//!   resources, ConfigMap generators, RFC 6902 patches, namespace and image
-//!   transformers are applied as kustomize does; every path it names exists,
+//! - Each kustomization builds, and the base with each component: there is
+//!   no kustomize binary here, so resources, components, ConfigMap
+//!   generators, RFC 6902 patches, namespace and image transformers are
+//!   applied as kustomize does; every path it names exists,
 //!   every patch's target exists and every patch applies. The built objects
 //!   are validated as above, plus a few rules the API server enforces.
 //! - The DaemonSet has what DESIGN.md §8 asks: hostPID, the listed
 //!   capabilities and no others, read-only host mounts, not privileged
-//!   (except in the privileged overlay), control-plane tolerations.
+//!   (except in the privileged overlay), control-plane tolerations; the base
+//!   has no field newer than Kubernetes 1.28 (appArmorProfile is 1.30's: a
+//!   component swaps it in) and no CAP_SYS_RESOURCE (a component for kernels
+//!   before 5.11).
 //! - Every PromQL expression (rules and dashboard) parses (promql-parser) and
 //!   names only series the agent exports — read from tracer-user's own
 //!   `Metrics` exposition — or that the rules record; the latency alerts keep
@@ -78,6 +82,17 @@ const KUSTOMIZATIONS: [&str; 5] = [
     "overlays/privileged",
     "monitoring",
 ];
+
+/// The components an operator adds to a kustomization (`components:`), for a
+/// range of releases or kernels; each is checked on top of the base.
+const COMPONENTS: [&str; 2] = ["components/apparmor-field", "components/memlock"];
+
+/// `base` with `component` added, as a kustomization naming it would build.
+fn build_with_component(component: &str) -> Build {
+    let mut build = build("base");
+    apply_component(&deploy_dir().join(component), &mut build);
+    build
+}
 
 /// deploy/image/ is the image recipe (another concern, not manifests).
 const NOT_MANIFESTS: [&str; 1] = ["image"];
@@ -475,6 +490,8 @@ struct Kustomization {
     #[serde(default)]
     resources: Vec<String>,
     #[serde(default)]
+    components: Vec<String>,
+    #[serde(default)]
     patches: Vec<KustomizePatch>,
     #[serde(default)]
     images: Vec<KustomizeImage>,
@@ -558,22 +575,58 @@ fn cluster_scoped(kind: &str) -> bool {
     )
 }
 
-/// `kustomize build DIR`, for what deploy/ uses.
-fn kustomize_build(dir: &Path) -> Build {
+/// The `kustomization.yaml` in `dir`, of kind `kind` (`Kustomization`, or
+/// `Component` for what a kustomization's `components:` names), and its path.
+fn read_kustomization(dir: &Path, kind: &str) -> (Kustomization, String) {
     let file = dir.join("kustomization.yaml");
     let origin = file.display().to_string();
     let documents = yaml_documents(&file);
     assert_eq!(documents.len(), 1, "{origin}: one document");
     let kustomization: Kustomization = strict(&documents[0], &origin);
-    assert_eq!(
-        kustomization.api_version, "kustomize.config.k8s.io/v1beta1",
-        "{origin}"
-    );
-    assert_eq!(kustomization.kind, "Kustomization", "{origin}");
-    let mut build = Build::default();
-    build.files.insert(file.clone());
+    let api_version = match kind {
+        "Component" => "kustomize.config.k8s.io/v1alpha1",
+        _ => "kustomize.config.k8s.io/v1beta1",
+    };
+    assert_eq!(kustomization.api_version, api_version, "{origin}");
+    assert_eq!(kustomization.kind, kind, "{origin}");
+    (kustomization, origin)
+}
 
-    for resource in &kustomization.resources {
+/// `kustomize build DIR`, for what deploy/ uses.
+fn kustomize_build(dir: &Path) -> Build {
+    let (kustomization, origin) = read_kustomization(dir, "Kustomization");
+    let mut build = Build::default();
+    build.files.insert(dir.join("kustomization.yaml"));
+    add_resources(dir, &origin, &kustomization.resources, &mut build);
+    // Components come after the resources, before the kustomization's own
+    // generators, patches and transformers, as in kustomize.
+    for component in &kustomization.components {
+        apply_component(&dir.join(component), &mut build);
+    }
+    add_generated_config_maps(dir, &origin, &kustomization, &mut build);
+    apply_patches(dir, &origin, &kustomization.patches, &mut build);
+    apply_namespace_and_images(&origin, &kustomization, &mut build);
+    build
+}
+
+/// What a `components:` entry does to a build: its resources are added and
+/// its patches applied to everything built so far.
+fn apply_component(dir: &Path, build: &mut Build) {
+    let (component, origin) = read_kustomization(dir, "Component");
+    build.files.insert(dir.join("kustomization.yaml"));
+    add_resources(dir, &origin, &component.resources, build);
+    assert!(
+        component.components.is_empty()
+            && component.images.is_empty()
+            && component.namespace.is_none()
+            && component.config_map_generator.is_empty(),
+        "{origin}: only resources and patches are emulated in a component"
+    );
+    apply_patches(dir, &origin, &component.patches, build);
+}
+
+fn add_resources(dir: &Path, origin: &str, resources: &[String], build: &mut Build) {
+    for resource in resources {
         let path = dir.join(resource);
         assert!(
             path.exists(),
@@ -590,7 +643,14 @@ fn kustomize_build(dir: &Path) -> Build {
             build.files.insert(path);
         }
     }
+}
 
+fn add_generated_config_maps(
+    dir: &Path,
+    origin: &str,
+    kustomization: &Kustomization,
+    build: &mut Build,
+) {
     for generator in &kustomization.config_map_generator {
         let options = generator.options.as_ref();
         assert_eq!(
@@ -625,8 +685,10 @@ fn kustomize_build(dir: &Path) -> Build {
             .objects
             .push((config_map, format!("{origin} (generator)")));
     }
+}
 
-    for patch in &kustomization.patches {
+fn apply_patches(dir: &Path, origin: &str, patches: &[KustomizePatch], build: &mut Build) {
+    for patch in patches {
         let (text, patch_origin) = match (&patch.path, &patch.patch) {
             (Some(path), None) => {
                 let path = dir.join(path);
@@ -673,7 +735,9 @@ fn kustomize_build(dir: &Path) -> Build {
             "{patch_origin}: its target must be one object of the build, not {matched}"
         );
     }
+}
 
+fn apply_namespace_and_images(origin: &str, kustomization: &Kustomization, build: &mut Build) {
     if let Some(namespace) = &kustomization.namespace {
         for (object, _) in &mut build.objects {
             let kind = object["kind"].as_str().unwrap_or_default().to_owned();
@@ -719,7 +783,6 @@ fn kustomize_build(dir: &Path) -> Build {
             image.name
         );
     }
-    build
 }
 
 fn build(relative: &str) -> Build {
@@ -731,8 +794,16 @@ fn build(relative: &str) -> Build {
 
 #[test]
 fn every_kustomization_builds_and_every_object_validates_against_its_type() {
-    for relative in KUSTOMIZATIONS {
-        let build = build(relative);
+    let builds = KUSTOMIZATIONS
+        .iter()
+        .map(|relative| (relative.to_string(), build(relative)))
+        .chain(COMPONENTS.iter().map(|component| {
+            (
+                format!("base + {component}"),
+                build_with_component(component),
+            )
+        }));
+    for (relative, build) in builds {
         assert!(!build.objects.is_empty(), "{relative}: builds nothing");
         let mut names = BTreeSet::new();
         for (object, origin) in &build.objects {
@@ -760,6 +831,9 @@ fn every_manifest_file_is_applied_by_some_kustomization_and_validates_on_its_own
     let mut used = BTreeSet::new();
     for relative in KUSTOMIZATIONS {
         used.extend(build(relative).files);
+    }
+    for component in COMPONENTS {
+        used.extend(build_with_component(component).files);
     }
     let mut pending = vec![deploy_dir()];
     let mut seen = 0;
@@ -796,12 +870,11 @@ fn every_manifest_file_is_applied_by_some_kustomization_and_validates_on_its_own
 /// The capabilities the agent holds, each for a reason given in
 /// daemonset.yaml: CAP_SYS_ADMIN because Linux 6.16 (and stable kernels
 /// since July 2025) require it for uprobes again.
-const CAPABILITIES: [&str; 6] = [
+const CAPABILITIES: [&str; 5] = [
     "BPF",
     "PERFMON",
     "SYS_ADMIN",
     "SYS_PTRACE",
-    "SYS_RESOURCE",
     "DAC_READ_SEARCH",
 ];
 
@@ -927,7 +1000,11 @@ fn every_capability_and_host_mount_says_why() {
     }
     let before = line_before_item(&text, "volumeMounts:", "btf");
     assert!(before.starts_with('#'), "mount btf has no comment");
-    for why in ["hostPID:", "tolerations:", "appArmorProfile:"] {
+    for why in [
+        "hostPID:",
+        "tolerations:",
+        "container.apparmor.security.beta.kubernetes.io/podtrace:",
+    ] {
         let index = text.find(why).unwrap_or_else(|| panic!("no {why}"));
         let before = text[..index].trim_end().lines().last().unwrap().trim();
         assert!(before.starts_with('#'), "{why} has no comment");
@@ -1848,4 +1925,54 @@ fn the_dashboard_queries_only_exported_series_every_panel_has_a_data_source_and_
             "the dashboard never shows {family}"
         );
     }
+}
+
+/// The Pod template's annotations and its Pod-level securityContext.
+fn apparmor_of(build: &Build) -> (Option<String>, Option<Value>) {
+    let daemon_set = build.find("DaemonSet", "podtrace");
+    let template = &daemon_set["spec"]["template"];
+    let annotation = template["metadata"]["annotations"]
+        ["container.apparmor.security.beta.kubernetes.io/podtrace"]
+        .as_str()
+        .map(str::to_owned);
+    let field = template["spec"]["securityContext"]
+        .get("appArmorProfile")
+        .cloned();
+    (annotation, field)
+}
+
+#[test]
+fn the_base_uses_no_field_newer_than_kubernetes_1_28_and_the_apparmor_component_swaps_in_the_field()
+{
+    // appArmorProfile exists from 1.30; a 1.28 or 1.29 API server refuses
+    // the whole object over it (strict decoding: unknown field).
+    let base = build("base");
+    for (object, origin) in &base.objects {
+        let text = object.to_string();
+        assert!(
+            !text.contains("appArmorProfile"),
+            "{origin}: appArmorProfile is 1.30+"
+        );
+    }
+    assert_eq!(apparmor_of(&base), (Some("unconfined".to_owned()), None));
+    let with_field = build_with_component("components/apparmor-field");
+    assert_eq!(
+        apparmor_of(&with_field),
+        (None, Some(serde_json::json!({ "type": "Unconfined" })))
+    );
+}
+
+#[test]
+fn cap_sys_resource_comes_only_with_the_memlock_component() {
+    let added = |build: &Build| {
+        let daemon_set: DaemonSet = build.only("DaemonSet");
+        added_capabilities(the_container(
+            &daemon_set.spec.unwrap().template.spec.unwrap(),
+        ))
+    };
+    let base = added(&build("base"));
+    assert!(!base.contains("SYS_RESOURCE"));
+    let mut expected = base.clone();
+    expected.insert("SYS_RESOURCE".to_owned());
+    assert_eq!(added(&build_with_component("components/memlock")), expected);
 }
