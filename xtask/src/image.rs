@@ -69,7 +69,10 @@ const TITLE: &str = "podtrace";
 const DESCRIPTION: &str = "eBPF agent that traces each Kubernetes Pod's creation through \
      the apiserver, etcd, scheduler, kubelet, containerd and runc";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
-const DEFAULT_NAME: &str = concat!("podtrace.local/podtrace:", env!("CARGO_PKG_VERSION"));
+/// The name deploy/ refers to the image by (base/kustomization.yaml), so
+/// that an image imported into a node's containerd is the one the
+/// DaemonSet runs.
+const DEFAULT_NAME: &str = concat!("ghcr.io/podtrace/podtrace:", env!("CARGO_PKG_VERSION"));
 
 /// What `cargo xtask image` was asked for.
 #[derive(Debug, clap::Args)]
@@ -91,7 +94,7 @@ pub(crate) fn image(root: &Path, args: ImageArgs) -> anyhow::Result<()> {
     let binary = match &args.binary {
         Some(binary) => binary.clone(),
         None => {
-            setup::setup(root)?;
+            setup::setup_build()?;
             crate::build_podtrace(root, &[])?
         }
     };
@@ -157,7 +160,7 @@ pub(crate) fn image(root: &Path, args: ImageArgs) -> anyhow::Result<()> {
 /// What the image says about itself besides its files.
 #[derive(Debug)]
 struct ImageMetadata {
-    /// The reference it is loaded as (`podtrace.local/podtrace:0.1.0`).
+    /// The reference it is loaded as (`ghcr.io/podtrace/podtrace:0.1.0`).
     name: String,
     /// The time of every layer entry and the config's `created`.
     created_epoch_s: i64,
@@ -623,6 +626,20 @@ mod tests {
 
     fn json(bytes: &[u8]) -> Value {
         serde_json::from_slice(bytes).unwrap()
+    }
+
+    #[test]
+    fn the_default_name_is_the_image_the_daemonset_runs() {
+        // deploy/base/kustomization.yaml pins `name: REPOSITORY` with
+        // `newTag: TAG`: an image imported under the default name is the one
+        // the DaemonSet asks for, with no registry in between.
+        let kustomization = include_str!("../../deploy/base/kustomization.yaml");
+        let (repository, tag) = DEFAULT_NAME.rsplit_once(':').unwrap();
+        let pinned = format!("- name: {repository}\n    newTag: {tag}\n");
+        assert!(
+            kustomization.contains(&pinned),
+            "deploy/base/kustomization.yaml does not pin {DEFAULT_NAME}"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `cargo xtask setup`: everything podtrace's build and tests need on a fresh
 //! Debian 12 machine, installed only when missing, so a second run takes
-//! seconds and changes nothing. Run as root.
+//! seconds and changes nothing. Run as root. [`setup_build`] installs only
+//! the eBPF toolchain, for building the agent alone (`cargo xtask image`).
 //!
 //! - Debian packages: the eBPF toolchain (rustc-web 1.96 with its library
 //!   source, LLVM 22, bpftool) and the real components the tests drive
@@ -20,9 +21,9 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-/// Debian packages, by purpose.
-const PACKAGES: &[&str] = &[
-    // eBPF toolchain (see ARCHITECTURE.md, "Toolchain").
+/// Debian packages of the eBPF toolchain (see ARCHITECTURE.md, "Toolchain"):
+/// all that building podtrace needs.
+const BUILD_PACKAGES: &[&str] = &[
     "rustc-web",
     "cargo-web",
     "rust-web-src",
@@ -30,6 +31,10 @@ const PACKAGES: &[&str] = &[
     "libzstd-dev",
     "zlib1g-dev",
     "bpftool",
+];
+
+/// Debian packages the tests and benchmarks need besides.
+const TEST_PACKAGES: &[&str] = &[
     // Real components for live tests.
     "etcd-server",
     "etcd-client",
@@ -76,12 +81,26 @@ pub(crate) const GO_VERSIONS: &[&str] = &[
 /// Runs every step.
 pub(crate) fn setup(root: &Path) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
-    apt_packages()?;
+    apt_packages(&[BUILD_PACKAGES, TEST_PACKAGES].concat())?;
     bpf_linker()?;
     bpf_toolchain()?;
     go_toolchains(root)?;
     tracefs()?;
     println!("setup: done in {:.1}s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Only what building podtrace needs (the eBPF toolchain): for `cargo xtask
+/// image`, which packages the agent and runs no test.
+pub(crate) fn setup_build() -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    apt_packages(BUILD_PACKAGES)?;
+    bpf_linker()?;
+    bpf_toolchain()?;
+    println!(
+        "setup: build toolchain done in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -97,14 +116,14 @@ fn require_root(what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn apt_packages() -> anyhow::Result<()> {
-    let missing: Vec<&str> = PACKAGES
+fn apt_packages(packages: &[&str]) -> anyhow::Result<()> {
+    let missing: Vec<&str> = packages
         .iter()
         .copied()
         .filter(|package| !dpkg_installed(package))
         .collect();
     if missing.is_empty() {
-        println!("setup: ✓ Debian packages ({} present)", PACKAGES.len());
+        println!("setup: ✓ Debian packages ({} present)", packages.len());
         return Ok(());
     }
     require_root("installing Debian packages")?;
