@@ -183,15 +183,6 @@ pub struct RestMessage {
     pub end_ts_ns: Option<u64>,
 }
 
-/// The digest that names a KV request wherever it was seen.
-pub fn request_fingerprint(request: &tracer_decode::etcd::KvRequest) -> [u8; 16] {
-    // XXH3-128, not a cryptographic digest: the fingerprint only has to
-    // tell apart the writes in flight at once, and SHA-256 of every Pod
-    // request (three times a write: client, server, WAL) was 5 % of the
-    // agent's time on a Pod write load.
-    twox_hash::XxHash3_128::oneshot(&request.canonical_bytes()).to_le_bytes()
-}
-
 struct Connection {
     side: Side,
     http2: Http2Connection,

@@ -3,7 +3,7 @@
 //! In: bytes etcd wrote to a followed WAL segment (`FdKind::WalFile`). Out:
 //! one [`WalMessage`] per write that completed entries naming Pods, with the
 //! fingerprint of each entry's KV request (the same as the gRPC call's, see
-//! [`super::grpc_calls::request_fingerprint`]). Writes are read from
+//! [`super::decoded_once::request_fingerprint`]). Writes are read from
 //! wherever the capture joins the file: the reader finds record boundaries
 //! itself, and a truncated capture costs the records it cut, counted.
 
