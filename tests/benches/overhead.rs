@@ -148,21 +148,18 @@ fn main() -> anyhow::Result<()> {
         let mut baseline = Vec::new();
         let current = podtrace_tests::podtrace_binary();
         for round in 0..args.rounds.max(1) {
+            let mut agents = vec![(current.as_path(), &mut with)];
             if let Some(earlier) = &args.baseline_agent {
+                agents.insert(0, (earlier.as_path(), &mut baseline));
                 // Alternated, so that neither agent always follows a leg
                 // without one.
-                let mut legs = [(earlier, &mut baseline), (&current, &mut with)];
                 if round % 2 == 1 {
-                    legs.reverse();
+                    agents.reverse();
                 }
-                for (binary, results) in legs {
-                    results.push(leg_with_cpu(&traced, || {
-                        leg_with_agent(&mut load, leg, binary)
-                    })?);
-                }
-            } else {
-                with.push(leg_with_cpu(&traced, || {
-                    leg_with_agent(&mut load, leg, &current)
+            }
+            for (binary, results) in agents {
+                results.push(leg_with_cpu(&traced, || {
+                    leg_with_agent(&mut load, leg, binary)
                 })?);
             }
             without.push(leg_with_cpu(&traced, || load.leg(leg))?);

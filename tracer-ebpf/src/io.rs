@@ -163,6 +163,7 @@ fn arg(ctx: &RawTracePointContext, index: usize) -> Result<u64, DropReason> {
 fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropReason> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
+    let first_arg = arg(ctx, 0)?;
     let followed = match syscall {
         // These create the fds podtrace follows.
         IoSyscall::Connect | IoSyscall::Accept | IoSyscall::Accept4 | IoSyscall::Openat => None,
@@ -172,7 +173,7 @@ fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRe
         _ => {
             let key = FdKey {
                 tgid,
-                fd: arg(ctx, 0)? as u32,
+                fd: first_arg as u32,
             };
             // SAFETY: the value is copied out at once.
             match unsafe { FDS.get(key) }.copied() {
@@ -205,7 +206,7 @@ fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRe
     }
     let call = ActiveCall {
         ts_ns: now_ns(),
-        args: [arg(ctx, 0)?, arg(ctx, 1)?, arg(ctx, 2)?],
+        args: [first_arg, arg(ctx, 1)?, arg(ctx, 2)?],
         conn_id: followed.map_or(0, |info| info.conn_id),
         syscall: syscall as u8,
         fd_kind: followed.map_or(0, |info| info.kind),

@@ -24,7 +24,7 @@ use rustc_hash::FxHashMap;
 use tracer_common::io::{ConnAction, Direction, FdKind, HeaderSide};
 use tracer_decode::{
     cri::{ContainerFacts, CriCall},
-    etcd::{KV_SERVICE, KvResponse, WriteKind},
+    etcd::{KvCall, KvResponse, WriteKind},
     grpc::GrpcCall,
     http2::{Exchange, Http2Connection, Limits, SeenStream, TableCopy, TableLoadError, TablePoint},
     identity::{PodClue, PodIdentity, ResourcesNamed, may_hold_pod_clue, resources_named},
@@ -1050,10 +1050,7 @@ fn etcd_message(
     call: &GrpcCall,
     once: &mut DecodedOnce,
 ) -> Option<EtcdMessage> {
-    if call.service.as_deref() != Some(KV_SERVICE) {
-        return None;
-    }
-    let method = call.method.as_deref()?;
+    let method = KvCall::method_of(call)?;
     // The client's call and etcd's are the same message: decoded once.
     let facts = once
         .kv_requests

@@ -297,13 +297,19 @@ pub struct KvCall {
 }
 
 impl KvCall {
-    /// Decodes a gRPC call to the KV service; `None` for other services or
-    /// calls whose method is unknown.
-    pub fn from_grpc(call: &GrpcCall) -> Option<KvCall> {
+    /// The method of a gRPC call to the KV service (`Txn`, `Put`, …); `None`
+    /// for other services. For a caller that decodes the messages itself.
+    pub fn method_of(call: &GrpcCall) -> Option<&str> {
         if call.service.as_deref() != Some(KV_SERVICE) {
             return None;
         }
-        let method = call.method.as_deref()?;
+        call.method.as_deref()
+    }
+
+    /// Decodes a gRPC call to the KV service; `None` for other services or
+    /// calls whose method is unknown.
+    pub fn from_grpc(call: &GrpcCall) -> Option<KvCall> {
+        let method = Self::method_of(call)?;
         Some(KvCall {
             request: call.request_bytes().map(|b| KvRequest::decode(method, b)),
             response: call.response_bytes().map(|b| KvResponse::decode(method, b)),
