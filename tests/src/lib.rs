@@ -13,6 +13,7 @@
 pub mod agent;
 pub mod components;
 pub mod otlp_json;
+pub mod trees;
 
 use std::{
     fs,

@@ -33,6 +33,8 @@ pub struct ExportedSpan {
     pub status_message: String,
     /// The `k8s.node.name` of the resource that exported it.
     pub resource_node: Option<String>,
+    /// Linked spans: (hex trace id, hex span id).
+    pub links: Vec<(String, String)>,
 }
 
 impl ExportedSpan {
@@ -110,5 +112,17 @@ fn exported_span(span: &Value, resource_node: Option<String>) -> anyhow::Result<
             .unwrap_or_default()
             .to_owned(),
         resource_node,
+        links: array(&span["links"])
+            .iter()
+            .map(|link| {
+                let id = |key: &str| -> anyhow::Result<String> {
+                    Ok(link[key]
+                        .as_str()
+                        .with_context(|| format!("link without {key}"))?
+                        .to_owned())
+                };
+                Ok((id("traceId")?, id("spanId")?))
+            })
+            .collect::<anyhow::Result<_>>()?,
     })
 }

@@ -1228,6 +1228,7 @@ fn exported() -> Exported {
             AttributeValue::Bool(true),
         )],
         status: SpanStatus::Unset,
+        links: Vec::new(),
     }]);
     metrics.set_kernel_drops(&DropCounts::default());
     let text = metrics.encode();

@@ -133,6 +133,7 @@ mod tests {
                 ),
             ],
             status,
+            links: Vec::new(),
         }
     }
 

@@ -271,6 +271,18 @@ impl Stages {
                     "Pod writes not traced: created before podtrace started, or after the creation ended"
                 );
             }
+            if correlator.assembly.after_creation > 0 {
+                tracing::info!(
+                    spans = correlator.assembly.after_creation,
+                    "spans after a Pod's creation and before its teardown (status polls, resyncs): not exported"
+                );
+            }
+            if correlator.assembly.released_at_bound > 0 {
+                tracing::warn!(
+                    pods = correlator.assembly.released_at_bound,
+                    "Pods whose traces went out unsettled: too many Pods or spans held at once"
+                );
+            }
             let (unattributed, dropped) = correlator.span_losses();
             if unattributed + dropped > 0 {
                 tracing::warn!(

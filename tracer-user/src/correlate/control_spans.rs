@@ -625,6 +625,7 @@ impl ControlSpans {
             end_unix_ns,
             attributes,
             status,
+            links: Vec::new(),
         }
     }
 
@@ -848,6 +849,7 @@ impl ControlSpans {
             end_unix_ns: draft.end_unix_ns,
             attributes,
             status: draft.status,
+            links: Vec::new(),
         }
     }
 }

@@ -9,6 +9,7 @@
 //! WAL syncs, and by [`node_spans`] from CRI calls, runc and the container's
 //! first process.
 
+pub mod assembly;
 pub mod component_spans;
 pub mod conn_table;
 pub mod control_spans;
@@ -17,6 +18,7 @@ pub mod pod;
 pub mod process_table;
 pub mod span;
 
+pub use assembly::Assembly;
 pub use component_spans::ComponentSpans;
 pub use conn_table::{ConnActivity, ConnTable, FileSyncActivity};
 pub use control_spans::ControlSpans;
@@ -78,6 +80,9 @@ pub struct Correlator {
     pub node_spans: NodeSpans,
     /// The Kubernetes components' own spans.
     pub component_spans: ComponentSpans,
+    /// Every Pod span passes here last: which trace it belongs to.
+    pub assembly: Assembly,
+    clock: WallClock,
     /// Event time of the next [`Correlator::tick`] made by `observe`.
     next_tick_ns: u64,
 }
@@ -98,7 +103,13 @@ impl Correlator {
                 traces.cluster_id.clone(),
                 traces.node_name.clone(),
             ),
+            assembly: Assembly::new(
+                traces.cluster_id.clone(),
+                traces.node_name.clone(),
+                traces.trace_timeout_ns,
+            ),
             node_spans: NodeSpans::new(clock, traces.cluster_id, traces.node_name),
+            clock,
             next_tick_ns: 0,
         }
     }
@@ -113,7 +124,10 @@ impl Correlator {
             self.component_spans
                 .tick(now_ns, &|ns, name| control.uid_of(ns, name)),
         );
-        self.adopted(finished)
+        let mut activities = self.adopted(finished);
+        let settled = self.assembly.tick(self.clock.unix_ns(now_ns));
+        activities.extend(spans(settled));
+        activities
     }
 
     /// No more messages: everything still waiting, unfinished traces as
@@ -125,7 +139,9 @@ impl Correlator {
             .finish(&|ns, name| control.uid_of(ns, name));
         finished.extend(self.node_spans.finish());
         finished.extend(self.control_spans.finish());
-        self.adopted(finished)
+        let mut activities = self.adopted(finished);
+        activities.extend(spans(self.assembly.finish()));
+        activities
     }
 
     /// Spans nested under the component call they happened in, as
@@ -137,7 +153,22 @@ impl Correlator {
         for (uid, start_ns) in self.component_spans.take_create_requests() {
             self.control_spans.create_request_started(&uid, start_ns);
         }
-        spans(finished).into_iter().collect()
+        self.assembled(finished)
+    }
+
+    /// Spans through [`Assembly`]: those that go out now.
+    fn assembled(&mut self, finished: Vec<Span>) -> Vec<Activity> {
+        if finished.is_empty() {
+            return Vec::new();
+        }
+        let now = finished
+            .iter()
+            .map(|span| span.end_unix_ns)
+            .max()
+            .unwrap_or(0);
+        spans(self.assembly.admit(finished, now))
+            .into_iter()
+            .collect()
     }
 
     /// Takes one message; returns what to report.
@@ -156,7 +187,8 @@ impl Correlator {
     fn observe_message(&mut self, message: Message) -> Vec<Activity> {
         match message {
             Message::Exec(exec) => {
-                let started = spans(self.node_spans.on_exec(&exec));
+                let started = self.node_spans.on_exec(&exec);
+                let started = self.assembled(started);
                 let mut activities = vec![Activity::Process(
                     self.processes.observe(ProcessEvent::Exec(exec)),
                 )];
@@ -170,7 +202,8 @@ impl Correlator {
                 )]
             }
             Message::Exit(exit) => {
-                let finished = spans(self.node_spans.on_exit(&exit));
+                let finished = self.node_spans.on_exit(&exit);
+                let finished = self.assembled(finished);
                 let mut activities = vec![Activity::Process(
                     self.processes.observe(ProcessEvent::Exit(exit)),
                 )];
@@ -187,7 +220,8 @@ impl Correlator {
                 Vec::new()
             }
             Message::Fsync(sync) => {
-                let durable = spans(self.control_spans.on_fsync(&sync));
+                let durable = self.control_spans.on_fsync(&sync);
+                let durable = self.assembled(durable);
                 let mut activities = vec![Activity::FileSync(self.conns.on_fsync(sync))];
                 activities.extend(durable);
                 activities
@@ -203,9 +237,10 @@ impl Correlator {
                 let finished = self.control_spans.on_etcd(&call);
                 self.adopted(finished)
             }
-            Message::Wal(write) => spans(self.control_spans.on_wal(&write))
-                .into_iter()
-                .collect(),
+            Message::Wal(write) => {
+                let finished = self.control_spans.on_wal(&write);
+                self.assembled(finished)
+            }
             Message::Func(call) => {
                 let finished = self.component_spans.on_func(*call);
                 self.adopted(finished)

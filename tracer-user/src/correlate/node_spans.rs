@@ -100,6 +100,8 @@ struct CniRun {
 struct SandboxWindow {
     method: &'static str,
     sandbox_id: String,
+    /// The call's server span: the CNI runs' parent.
+    span_id: SpanId,
     start_ns: u64,
     end_ns: u64,
 }
@@ -445,19 +447,14 @@ impl NodeSpans {
             .or_else(|| sandbox_id.clone())
             .unwrap_or_else(|| format!("pod/{}", pod.uid));
         // Status and other queries repeat about one sandbox or container
-        // (the kubelet asks PodSandboxStatus more than once): the HTTP/2
-        // stream, the same at both ends, tells them apart. The lifecycle
-        // calls, once per sandbox or container, keep the plain key: runc
-        // runs, processes and CNI runs name them as their parents.
+        // (the kubelet asks PodSandboxStatus more than once), and so do the
+        // teardown calls (StopPodSandbox again at the sandbox's removal):
+        // the HTTP/2 stream, the same at both ends, tells them apart. The
+        // creating calls, once per sandbox or container, keep the plain
+        // key: runc runs and processes name them as their parents.
         if !matches!(
             call.method.as_str(),
-            "RunPodSandbox"
-                | "CreateContainer"
-                | "StartContainer"
-                | "StopContainer"
-                | "RemoveContainer"
-                | "StopPodSandbox"
-                | "RemovePodSandbox"
+            "RunPodSandbox" | "CreateContainer" | "StartContainer"
         ) {
             span_key = format!("{span_key}/stream/{}", call.stream_id);
         }
@@ -512,6 +509,7 @@ impl NodeSpans {
             end_unix_ns: end,
             attributes,
             status,
+            links: Vec::new(),
         };
         let runs_cni = match call.method.as_str() {
             "RunPodSandbox" => Some("RunPodSandbox"),
@@ -532,6 +530,7 @@ impl NodeSpans {
             self.sandbox_windows.push_back(SandboxWindow {
                 method,
                 sandbox_id: sandbox_id.clone(),
+                span_id: span.span_id,
                 start_ns,
                 end_ns,
             });
@@ -773,6 +772,7 @@ impl NodeSpans {
             end_unix_ns: end_ns,
             attributes: self.pod_attributes(pod),
             status,
+            links: Vec::new(),
         })
     }
 
@@ -1019,6 +1019,7 @@ impl NodeSpans {
             end_unix_ns: ts,
             attributes,
             status,
+            links: Vec::new(),
         })
     }
 
@@ -1050,7 +1051,7 @@ impl NodeSpans {
             (Some(plugin), Some(pid)) => {
                 SpanId::for_key(pod.trace, format!("cni/{plugin}/{pid}").as_bytes())
             }
-            _ => Self::call_span_id(pod.trace, Side::Server, window.method, sandbox_id),
+            _ => window.span_id,
         };
         let (code, status) = exit_status(run.status);
         let mut attributes = vec![
@@ -1061,6 +1062,9 @@ impl NodeSpans {
             string_attribute("process.executable.name", &run.plugin),
             ("process.exit.code".to_owned(), AttributeValue::Int(code)),
             string_attribute("podtrace.cri.sandbox_id", sandbox_id),
+            // ADD for RunPodSandbox, DEL for the teardown calls: which
+            // trace of the Pod the run belongs to.
+            string_attribute("podtrace.cni.call", window.method),
             string_attribute(
                 "podtrace.attribution",
                 "time: the only sandbox call in progress",
@@ -1080,6 +1084,7 @@ impl NodeSpans {
             end_unix_ns: self.clock.unix_ns(run.end_ns),
             attributes,
             status,
+            links: Vec::new(),
         }))
     }
 
@@ -1121,6 +1126,7 @@ impl NodeSpans {
             end_unix_ns: self.clock.unix_ns(finished.end_ns),
             attributes,
             status,
+            links: Vec::new(),
         })
     }
 }

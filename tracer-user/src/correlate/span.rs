@@ -20,8 +20,23 @@ impl TraceId {
     /// The trace of one Pod: the first 16 bytes of SHA-256 over the cluster
     /// id, a NUL, and the Pod UID.
     pub fn for_pod(cluster_id: &str, pod_uid: &str) -> TraceId {
+        Self::of_pod(b"podtrace/trace\0", cluster_id, pod_uid)
+    }
+
+    /// Lower-case hex, as OTLP-JSON and Jaeger show it.
+    pub fn to_hex(self) -> String {
+        hex(&self.0)
+    }
+
+    /// The trace of a Pod's deletion: like [`TraceId::for_pod`], so that
+    /// every agent derives it alike, and apart from the creation's.
+    pub fn for_pod_deletion(cluster_id: &str, pod_uid: &str) -> TraceId {
+        Self::of_pod(b"podtrace/deletion\0", cluster_id, pod_uid)
+    }
+
+    fn of_pod(domain: &[u8], cluster_id: &str, pod_uid: &str) -> TraceId {
         let digest = Sha256::new()
-            .chain_update(b"podtrace/trace\0")
+            .chain_update(domain)
             .chain_update(cluster_id.as_bytes())
             .chain_update([0])
             .chain_update(pod_uid.as_bytes())
@@ -29,11 +44,6 @@ impl TraceId {
         let mut id = [0; 16];
         id.copy_from_slice(&digest[..16]);
         TraceId(id)
-    }
-
-    /// Lower-case hex, as OTLP-JSON and Jaeger show it.
-    pub fn to_hex(self) -> String {
-        hex(&self.0)
     }
 }
 
@@ -140,6 +150,18 @@ pub struct Span {
     pub attributes: Vec<(String, AttributeValue)>,
     /// Status.
     pub status: SpanStatus,
+    /// Spans of other traces this one follows from (a Pod's deletion
+    /// links to its creation).
+    pub links: Vec<SpanLink>,
+}
+
+/// A link to a span of another trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpanLink {
+    /// The linked span's trace.
+    pub trace_id: TraceId,
+    /// The linked span.
+    pub span_id: SpanId,
 }
 
 impl Span {

@@ -147,6 +147,7 @@ mod tests {
                 ("podtrace.trace.complete".into(), AttributeValue::Bool(true)),
             ],
             status: SpanStatus::Unset,
+            links: Vec::new(),
         };
         let thresholds = [
             "pod_start>5s".parse().unwrap(),

@@ -496,6 +496,7 @@ mod tests {
                 .map(|(k, v)| (k.to_owned(), v))
                 .collect(),
             status: SpanStatus::Unset,
+            links: Vec::new(),
         }
     }
 

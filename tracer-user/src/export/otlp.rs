@@ -38,7 +38,7 @@ use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::correlate::span::{AttributeValue, Span, SpanKind, SpanStatus};
+use crate::correlate::span::{AttributeValue, Span, SpanKind, SpanLink, SpanStatus};
 
 /// The instrumentation scope and `service.name` of everything podtrace exports.
 const SERVICE_NAME: &str = "podtrace";
@@ -559,13 +559,31 @@ pub(crate) fn span_data(span: Span, scope: &InstrumentationScope) -> SpanData {
             .collect(),
         dropped_attributes_count: 0,
         events: SpanEvents::default(),
-        links: SpanLinks::default(),
+        links: span_links(&span.links),
         status: match span.status {
             SpanStatus::Unset => otel::Status::Unset,
             SpanStatus::Error(message) => otel::Status::error(message),
         },
         instrumentation_scope: scope.clone(),
     }
+}
+
+fn span_links(links: &[SpanLink]) -> SpanLinks {
+    let mut all = SpanLinks::default();
+    all.links = links
+        .iter()
+        .map(|link| {
+            let context = SpanContext::new(
+                otel::TraceId::from_bytes(link.trace_id.0),
+                otel::SpanId::from_bytes(link.span_id.0),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            );
+            otel::Link::new(context, Vec::new(), 0)
+        })
+        .collect();
+    all
 }
 
 fn unix_time(ns: u64) -> SystemTime {
@@ -629,6 +647,7 @@ pub(crate) mod tests {
                     ("k8s.namespace.name".to_owned(), string("default")),
                 ],
                 status: SpanStatus::Unset,
+                links: Vec::new(),
             },
             Span {
                 trace_id: trace,
@@ -644,6 +663,7 @@ pub(crate) mod tests {
                     ("podtrace.retried".to_owned(), AttributeValue::Bool(false)),
                 ],
                 status: SpanStatus::Error("rpc error: code = NotFound".to_owned()),
+                links: Vec::new(),
             },
             Span {
                 trace_id: trace,
@@ -655,6 +675,7 @@ pub(crate) mod tests {
                 end_unix_ns: 1_700_000_001_499_900_000,
                 attributes: vec![("rpc.system".to_owned(), string("grpc"))],
                 status: SpanStatus::Unset,
+                links: Vec::new(),
             },
         ]
     }
@@ -705,6 +726,7 @@ pub(crate) mod tests {
                     ),
                 ],
                 status: SpanStatus::Unset,
+                links: Vec::new(),
             },
             Span {
                 trace_id: trace,
@@ -719,6 +741,7 @@ pub(crate) mod tests {
                     ("process.command_args".to_owned(), string(&argv.join(" "))),
                 ],
                 status: SpanStatus::Unset,
+                links: Vec::new(),
             },
         ]
     }

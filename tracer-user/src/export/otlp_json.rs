@@ -185,13 +185,13 @@ pub fn read_spans(text: &str) -> Result<Vec<Span>, OtlpJsonError> {
 fn from_proto(span: opentelemetry_proto::tonic::trace::v1::Span) -> Result<Span, String> {
     use opentelemetry_proto::tonic::{common::v1::any_value, trace::v1::status::StatusCode};
 
-    use crate::correlate::span::{AttributeValue, SpanId, SpanKind, SpanStatus, TraceId};
-    let trace_id = TraceId(
-        span.trace_id
-            .as_slice()
-            .try_into()
-            .map_err(|_| format!("trace id of {} bytes", span.trace_id.len()))?,
-    );
+    use crate::correlate::span::{AttributeValue, SpanId, SpanKind, SpanLink, SpanStatus, TraceId};
+    let trace_id_of = |bytes: &[u8]| -> Result<TraceId, String> {
+        Ok(TraceId(bytes.try_into().map_err(|_| {
+            format!("trace id of {} bytes", bytes.len())
+        })?))
+    };
+    let trace_id = trace_id_of(&span.trace_id)?;
     let span_id = |bytes: &[u8]| -> Result<SpanId, String> {
         Ok(SpanId(bytes.try_into().map_err(|_| {
             format!("span id of {} bytes", bytes.len())
@@ -236,6 +236,16 @@ fn from_proto(span: opentelemetry_proto::tonic::trace::v1::Span) -> Result<Span,
         end_unix_ns: span.end_time_unix_nano,
         attributes,
         status,
+        links: span
+            .links
+            .iter()
+            .map(|link| {
+                Ok(SpanLink {
+                    trace_id: trace_id_of(&link.trace_id)?,
+                    span_id: span_id(&link.span_id)?,
+                })
+            })
+            .collect::<Result<_, String>>()?,
     })
 }
 

@@ -377,6 +377,7 @@ mod tests {
                 ("k8s.pod.uid".into(), AttributeValue::String("u-1".into())),
             ],
             status: SpanStatus::Unset,
+            links: Vec::new(),
         }
     }
 

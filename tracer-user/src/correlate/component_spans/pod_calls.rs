@@ -95,6 +95,7 @@ impl ComponentSpans {
             end_unix_ns: self.clock.unix_ns(ret.ids.ts_ns),
             attributes,
             status,
+            links: Vec::new(),
         }
     }
 
@@ -119,6 +120,7 @@ impl ComponentSpans {
             end_unix_ns: self.clock.unix_ns(entry.ids.ts_ns),
             attributes,
             status: SpanStatus::Unset,
+            links: Vec::new(),
         }
     }
 

@@ -119,6 +119,7 @@ impl ComponentSpans {
             end_unix_ns: self.clock.unix_ns(end_ns),
             attributes,
             status,
+            links: Vec::new(),
         }];
         let client = ClientSide {
             rest: rest.clone(),
@@ -428,6 +429,7 @@ impl ComponentSpans {
             end_unix_ns: self.clock.unix_ns(end_ns),
             attributes: attributes.clone(),
             status,
+            links: Vec::new(),
         }];
         let base: Vec<(String, AttributeValue)> = attributes
             .iter()
@@ -534,6 +536,7 @@ impl ComponentSpans {
             end_unix_ns: self.clock.unix_ns(call.ret.ids.ts_ns),
             attributes,
             status,
+            links: Vec::new(),
         }
     }
 }
@@ -560,6 +563,11 @@ fn http_attributes(rest: &RestMessage) -> Vec<(String, AttributeValue)> {
     }
     if let Some(agent) = &rest.user_agent {
         attributes.push(string_attribute("user_agent.original", agent));
+    }
+    // The phase the response returned: a status update that reports
+    // Running ends the Pod's creation for an agent that sees no etcd.
+    if let Some(phase) = rest.pod.as_ref().and_then(|pod| pod.phase.as_deref()) {
+        attributes.push(string_attribute("k8s.pod.phase", phase));
     }
     if !rest.warnings.is_empty() {
         attributes.push(string_attribute(

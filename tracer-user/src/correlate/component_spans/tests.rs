@@ -145,6 +145,7 @@ fn a_request_gathers_the_calls_of_the_goroutines_it_spawned() {
             string_attribute("db.system.name", "etcd"),
         ],
         status: SpanStatus::Unset,
+        links: Vec::new(),
     };
     spans.adopt(&mut etcd);
     assert_eq!(etcd.parent_span_id, Some(out[4].span_id));

@@ -1,0 +1,542 @@
+//! The last step of correlation: a Pod's creation trace holds exactly its
+//! creation, and its deletion is a trace of its own.
+//!
+//! In: every span the other builders made ([`super::control_spans`],
+//! [`super::node_spans`], [`super::component_spans`]), and the passing of
+//! time. Out: the same spans, each in the trace it belongs to, as
+//! well-formed trees: one root, every child inside its parent's time.
+//!
+//! A Pod's spans are held until its creation has ended and the spans that
+//! were in flight then have come (a few seconds): the creation ends at the
+//! first of its root (the write that reported the Pod Running, or the
+//! timeout), a status update that returned the Pod Running (an agent that
+//! sees the kubelet but not etcd), or the start of the Pod's teardown (an
+//! agent that sees neither holds a Pod's spans until its teardown or the
+//! trace timeout). Then:
+//! - spans that started before the end are the creation's. The node span
+//!   (made here if this agent has node spans but none closed it: a Pod that
+//!   never started) reaches from the kubelet's first work to its last; the
+//!   root covers every span; a span outside its parent's time hangs from
+//!   the nearest ancestor that contains it (the pause process runs after
+//!   RunPodSandbox returned).
+//! - teardown work (StopContainer, StopPodSandbox, RemovePodSandbox and
+//!   their runc and CNI runs, the container's exit, the DELETE request),
+//!   and whatever else runs once the teardown has begun (the kubelet's
+//!   syncs and status updates, the DELETE's etcd write), goes to the Pod's
+//!   deletion trace (`pod.delete ns/name`, id derived from the UID like
+//!   the creation's), whose root links to the creation's.
+//! - what runs after the creation and before any teardown (the kubelet's
+//!   periodic status queries and resyncs) belongs to neither: it is counted
+//!   in [`Assembly::after_creation`], not exported.
+//!
+//! Which agent emits which root: the creation's, the agent that saw etcd
+//! handle the create ([`super::control_spans`]); the deletion's, the agent
+//! of the node that ran the Pod (its node spans are here), else the one
+//! that emitted the creation's root (a Pod deleted before it was bound).
+//! Across agents each holds only its own spans: their clocks differ, and
+//! a tree spread over nodes is as well-formed as their clocks agree.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use super::{
+    pod::string_attribute,
+    span::{AttributeValue, Span, SpanId, SpanKind, SpanLink, SpanStatus, TraceId},
+};
+
+/// How long after a creation ended (in event time) its trace waits for
+/// the spans that were in flight then (the status update's response, the
+/// server span of the write that reported Running).
+pub const SETTLE_NS: u64 = 2_000_000_000;
+/// How long a deletion trace waits for more of its spans after the last
+/// one: the kubelet stops the sandbox and removes it seconds after the
+/// containers.
+pub const DELETION_QUIET_NS: u64 = 10_000_000_000;
+/// Pods whose spans are held at once; past it the oldest goes out as it is.
+const MAX_PODS: usize = 4096;
+/// Spans held for one Pod; past it the Pod's spans go out as they are.
+const MAX_SPANS_PER_POD: usize = 2048;
+
+/// CRI calls that tear a Pod down.
+const TEARDOWN_CALLS: [&str; 4] = [
+    "StopContainer",
+    "RemoveContainer",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+];
+/// Phases a status update reports at the end of a creation.
+const ENDING_PHASES: [&str; 3] = ["Running", "Succeeded", "Failed"];
+
+/// What a span says about where it belongs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// The creation's root (`pod.create …`).
+    CreationRoot,
+    /// Work that tears the Pod down.
+    Teardown,
+    /// Ends the creation on an agent without the root: a status update
+    /// that returned the Pod Running (or finished).
+    EndsCreation,
+    /// Anything else: it belongs to the phase it ran in.
+    Other,
+}
+
+fn role(span: &Span) -> Role {
+    if span.parent_span_id.is_none() && span.name.starts_with("pod.create ") {
+        return Role::CreationRoot;
+    }
+    let attribute = |key| span.string_attribute(key);
+    let teardown = attribute("rpc.method").is_some_and(|m| TEARDOWN_CALLS.contains(&m))
+        || matches!(span.name.as_str(), "runc kill" | "runc delete")
+        || span.name.starts_with("container process exit")
+        || attribute("podtrace.cni.call")
+            .is_some_and(|call| call == "StopPodSandbox" || call == "RemovePodSandbox")
+        || attribute("http.request.method") == Some("DELETE");
+    if teardown {
+        Role::Teardown
+    } else if attribute("k8s.pod.phase").is_some_and(|phase| ENDING_PHASES.contains(&phase))
+        // The request's span, not the calls inside it (which repeat its
+        // attributes): it ends when the answer is in.
+        && attribute("http.route").is_some_and(|route| span.name.ends_with(route))
+    {
+        Role::EndsCreation
+    } else {
+        Role::Other
+    }
+}
+
+/// Whether a span is the node's work on the Pod (the kubelet's, the
+/// runtime's): its parent in the deletion trace is the node span.
+fn on_node(span: &Span) -> bool {
+    span.string_attribute("k8s.node.name").is_some()
+        || span.string_attribute("k8s.component") == Some("kubelet")
+}
+
+/// One Pod's spans on this agent.
+#[derive(Debug, Default)]
+struct PodSpans {
+    /// When its first span arrived (unix ns of event time).
+    first_seen_ns: u64,
+    /// Creation spans held until the creation has settled.
+    creation: Vec<Span>,
+    /// Where the creation ended (unix ns), and when that was learned.
+    ended: Option<(u64, u64)>,
+    /// The creation went out; later spans are the deletion's or nobody's.
+    released: bool,
+    /// The creation's root went through here: this agent roots the Pod.
+    rooted: bool,
+    /// The creation root's `k8s.node.name`: the Pod was bound.
+    bound: bool,
+    /// `k8s.pod.name` and `k8s.namespace.name`, from the spans.
+    name: Option<(String, String)>,
+    uid: Option<String>,
+    /// Start of the earliest teardown span (unix ns).
+    teardown_start: Option<u64>,
+    /// Spans after the creation's end waiting to learn whether the
+    /// teardown had begun when they ran.
+    undecided: Vec<Span>,
+    /// Deletion spans held until the deletion has been quiet a while.
+    deletion: Vec<Span>,
+    /// When the last deletion span arrived (unix ns of event time).
+    deletion_last_ns: u64,
+    /// The deletion went out; later spans are nobody's.
+    deletion_released: bool,
+}
+
+/// Holds Pods' spans until their trace is settled; see the module docs.
+#[derive(Debug)]
+pub struct Assembly {
+    cluster_id: String,
+    node_name: String,
+    /// A creation that does not end within this is released as it is.
+    trace_timeout_ns: u64,
+    pods: HashMap<TraceId, PodSpans>,
+    /// Arrival order of the Pods in `pods`, for the bound.
+    order: VecDeque<TraceId>,
+    /// Pods whose traces have both gone out (not held again).
+    done: HashSet<TraceId>,
+    /// Event time (unix ns), the latest seen.
+    now_ns: u64,
+    /// Spans after a creation and outside any deletion: not exported.
+    pub after_creation: u64,
+    /// Pods whose spans went out unsettled at the bound.
+    pub released_at_bound: u64,
+}
+
+impl Assembly {
+    /// Assembles the traces of cluster `cluster_id` on node `node_name`.
+    pub fn new(cluster_id: String, node_name: String, trace_timeout_ns: u64) -> Self {
+        Self {
+            cluster_id,
+            node_name,
+            trace_timeout_ns,
+            pods: HashMap::new(),
+            order: VecDeque::new(),
+            done: HashSet::new(),
+            now_ns: 0,
+            after_creation: 0,
+            released_at_bound: 0,
+        }
+    }
+
+    fn node_span(&self, trace: TraceId) -> SpanId {
+        SpanId::well_known(trace, &format!("node/{}", self.node_name))
+    }
+
+    /// Takes finished spans at event time `now_unix_ns`; returns those
+    /// that go out at once (not about a Pod's creation or deletion).
+    /// Held traces go out from [`Assembly::tick`].
+    pub fn admit(&mut self, spans: Vec<Span>, now_unix_ns: u64) -> Vec<Span> {
+        self.now_ns = self.now_ns.max(now_unix_ns);
+        let mut out = Vec::new();
+        for span in spans {
+            // Spans of no Pod (unattributed), and of traces made of one
+            // request (a rejected or dry-run create), go out as they are.
+            let Some(uid) = span.string_attribute("k8s.pod.uid").map(str::to_owned) else {
+                out.push(span);
+                continue;
+            };
+            if span.trace_id != TraceId::for_pod(&self.cluster_id, &uid) {
+                out.push(span);
+                continue;
+            }
+            self.place(span, uid, &mut out);
+        }
+        out
+    }
+
+    /// Time passed (unix ns of event time): traces that have settled.
+    pub fn tick(&mut self, now_unix_ns: u64) -> Vec<Span> {
+        self.now_ns = self.now_ns.max(now_unix_ns);
+        self.settle(false)
+    }
+
+    /// No more spans: every held trace goes out as far as it got.
+    pub fn finish(&mut self) -> Vec<Span> {
+        self.settle(true)
+    }
+
+    fn place(&mut self, span: Span, uid: String, out: &mut Vec<Span>) {
+        let trace = span.trace_id;
+        if self.done.contains(&trace) {
+            self.after_creation += 1;
+            return;
+        }
+        if !self.pods.contains_key(&trace) {
+            if self.pods.len() >= MAX_PODS {
+                if let Some(oldest) = self.order.pop_front() {
+                    self.released_at_bound += 1;
+                    out.extend(self.release_all(oldest));
+                }
+            }
+            self.order.push_back(trace);
+        }
+        let now = self.now_ns;
+        let pod = self.pods.entry(trace).or_insert_with(|| PodSpans {
+            first_seen_ns: now,
+            ..PodSpans::default()
+        });
+        if pod.name.is_none() {
+            if let (Some(name), Some(namespace)) = (
+                span.string_attribute("k8s.pod.name"),
+                span.string_attribute("k8s.namespace.name"),
+            ) {
+                pod.name = Some((namespace.to_owned(), name.to_owned()));
+            }
+        }
+        pod.uid.get_or_insert(uid);
+        let role = role(&span);
+        match role {
+            Role::CreationRoot => {
+                pod.rooted = true;
+                pod.bound = span.string_attribute("k8s.node.name").is_some();
+                end_creation(pod, span.end_unix_ns, now);
+            }
+            Role::EndsCreation => end_creation(pod, span.end_unix_ns, now),
+            Role::Teardown => {
+                let start = pod.teardown_start.get_or_insert(span.start_unix_ns);
+                *start = (*start).min(span.start_unix_ns);
+                end_creation(pod, span.start_unix_ns, now);
+            }
+            Role::Other => {}
+        }
+        let after_end = pod.ended.is_some_and(|(end, _)| span.start_unix_ns > end);
+        if role == Role::Teardown {
+            pod.deletion_last_ns = now;
+            pod.deletion.push(span);
+        } else if after_end && role != Role::CreationRoot {
+            pod.undecided.push(span);
+        } else if pod.released {
+            // A creation span later than the settling time allowed for:
+            // its trace went out, it follows alone.
+            out.push(span);
+        } else {
+            pod.creation.push(span);
+        }
+        if pod.creation.len() + pod.deletion.len() + pod.undecided.len() > MAX_SPANS_PER_POD {
+            self.released_at_bound += 1;
+            self.order.retain(|t| *t != trace);
+            out.extend(self.release_all(trace));
+        }
+    }
+
+    /// Releases what has settled (everything when `all`).
+    fn settle(&mut self, all: bool) -> Vec<Span> {
+        let now = self.now_ns;
+        let mut out = Vec::new();
+        let traces: Vec<TraceId> = self.order.iter().copied().collect();
+        for trace in traces {
+            let Some(pod) = self.pods.get_mut(&trace) else {
+                continue;
+            };
+            let creation_due = match pod.ended {
+                Some((_, learned)) => now >= learned.saturating_add(SETTLE_NS),
+                None => now >= pod.first_seen_ns.saturating_add(self.trace_timeout_ns),
+            };
+            if !pod.released && (all || creation_due) {
+                pod.released = true;
+                // Spans placed before the end was known that began after it.
+                let end = pod.ended.map_or(u64::MAX, |(end, _)| end);
+                let (spans, later): (Vec<Span>, Vec<Span>) = std::mem::take(&mut pod.creation)
+                    .into_iter()
+                    .partition(|span| span.start_unix_ns <= end);
+                pod.undecided.extend(later);
+                let creation = self.assemble_creation(trace, spans);
+                out.extend(creation);
+            }
+            let Some(pod) = self.pods.get_mut(&trace) else {
+                continue;
+            };
+            // Spans after the creation: the deletion's if its teardown had
+            // begun when they ran, else nobody's. Decided once they have
+            // had the settling time to learn of a teardown.
+            let teardown = pod.teardown_start;
+            let mut kept = Vec::new();
+            for span in std::mem::take(&mut pod.undecided) {
+                match teardown {
+                    Some(start) if span.end_unix_ns >= start => {
+                        pod.deletion_last_ns = now;
+                        pod.deletion.push(span);
+                    }
+                    _ if all || now >= span.end_unix_ns.saturating_add(SETTLE_NS) => {
+                        self.after_creation += 1;
+                    }
+                    _ => kept.push(span),
+                }
+            }
+            pod.undecided = kept;
+            let deletion_due = !pod.deletion.is_empty()
+                && (all || now >= pod.deletion_last_ns.saturating_add(DELETION_QUIET_NS));
+            if pod.released && deletion_due && !pod.deletion_released {
+                pod.deletion_released = true;
+                let pod = self.pods.remove(&trace).unwrap_or_default();
+                out.extend(self.assemble_deletion(trace, pod));
+                self.order.retain(|t| *t != trace);
+                self.remember_done(trace);
+            } else if pod.released && pod.undecided.is_empty() && pod.deletion.is_empty() && all {
+                self.pods.remove(&trace);
+                self.order.retain(|t| *t != trace);
+            }
+        }
+        out
+    }
+
+    fn remember_done(&mut self, trace: TraceId) {
+        if self.done.len() >= MAX_PODS * 4 {
+            self.done.clear();
+        }
+        self.done.insert(trace);
+    }
+
+    /// Everything held for `trace`, assembled as far as it got.
+    fn release_all(&mut self, trace: TraceId) -> Vec<Span> {
+        let Some(mut pod) = self.pods.remove(&trace) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if !pod.released {
+            out.extend(self.assemble_creation(trace, std::mem::take(&mut pod.creation)));
+        }
+        self.after_creation += pod.undecided.len() as u64;
+        pod.undecided.clear();
+        out.extend(self.assemble_deletion(trace, pod));
+        out
+    }
+
+    /// The creation's spans as a well-formed tree.
+    fn assemble_creation(&self, trace: TraceId, mut spans: Vec<Span>) -> Vec<Span> {
+        let root = SpanId::well_known(trace, "root");
+        let node = self.node_span(trace);
+        ensure_node_span(&mut spans, node, root, &self.node_name);
+        nest(&mut spans, &[node, root]);
+        spans
+    }
+
+    /// The deletion's spans, moved into the deletion trace, as a tree
+    /// under its root (emitted here when this agent is the one to).
+    fn assemble_deletion(&self, creation: TraceId, pod: PodSpans) -> Vec<Span> {
+        let mut spans = pod.deletion;
+        let (Some(uid), false) = (pod.uid.as_deref(), spans.is_empty()) else {
+            return Vec::new();
+        };
+        let trace = TraceId::for_pod_deletion(&self.cluster_id, uid);
+        let root = SpanId::well_known(trace, "root");
+        let node = self.node_span(trace);
+        let creation_root = SpanId::well_known(creation, "root");
+        let creation_node = self.node_span(creation);
+        let held: HashSet<SpanId> = spans.iter().map(|span| span.span_id).collect();
+        for span in &mut spans {
+            span.trace_id = trace;
+            span.parent_span_id = Some(match span.parent_span_id {
+                Some(parent) if parent == creation_node => node,
+                Some(parent) if parent != creation_root && held.contains(&parent) => parent,
+                // A parent left in the creation (the container's exit
+                // under StartContainer) or on another agent.
+                _ if on_node(span) => node,
+                _ => root,
+            });
+        }
+        let on_this_node = spans.iter().any(on_node);
+        ensure_node_span(&mut spans, node, root, &self.node_name);
+        if on_this_node || (pod.rooted && !pod.bound) {
+            let (namespace, name) = pod.name.clone().unwrap_or_default();
+            let start = spans.iter().map(|s| s.start_unix_ns).min().unwrap_or(0);
+            let end = spans.iter().map(|s| s.end_unix_ns).max().unwrap_or(start);
+            let mut attributes = vec![
+                string_attribute("k8s.pod.name", &name),
+                string_attribute("k8s.namespace.name", &namespace),
+                string_attribute("k8s.pod.uid", uid),
+            ];
+            if on_this_node {
+                attributes.push(string_attribute("k8s.node.name", &self.node_name));
+            }
+            spans.push(Span {
+                trace_id: trace,
+                span_id: root,
+                parent_span_id: None,
+                name: format!("pod.delete {namespace}/{name}"),
+                kind: SpanKind::Internal,
+                start_unix_ns: start,
+                end_unix_ns: end,
+                attributes,
+                status: SpanStatus::Unset,
+                links: vec![SpanLink {
+                    trace_id: creation,
+                    span_id: creation_root,
+                }],
+            });
+        }
+        nest(&mut spans, &[node, root]);
+        spans
+    }
+}
+
+/// Marks the creation ended at `end_ns` (the earliest end wins), learned
+/// at `now_ns`.
+fn end_creation(pod: &mut PodSpans, end_ns: u64, now_ns: u64) {
+    match &mut pod.ended {
+        Some((end, _)) => *end = (*end).min(end_ns),
+        None => pod.ended = Some((end_ns, now_ns)),
+    }
+}
+
+/// Makes the node span `node` (under `root`) when spans hang from it and
+/// none closed it: the node never started the Pod's workload, or the
+/// node's part was torn down. [`nest`] widens it over its children.
+fn ensure_node_span(spans: &mut Vec<Span>, node: SpanId, root: SpanId, node_name: &str) {
+    if spans.iter().any(|span| span.span_id == node) {
+        return;
+    }
+    let Some(first) = spans.iter().find(|span| span.parent_span_id == Some(node)) else {
+        return;
+    };
+    let mut attributes: Vec<(String, AttributeValue)> = first
+        .attributes
+        .iter()
+        .filter(|(key, _)| {
+            matches!(
+                key.as_str(),
+                "k8s.pod.name" | "k8s.pod.uid" | "k8s.namespace.name"
+            )
+        })
+        .cloned()
+        .collect();
+    attributes.push(string_attribute("k8s.node.name", node_name));
+    let span = Span {
+        trace_id: first.trace_id,
+        span_id: node,
+        parent_span_id: Some(root),
+        name: format!("node {node_name}"),
+        kind: SpanKind::Internal,
+        start_unix_ns: first.start_unix_ns,
+        end_unix_ns: first.end_unix_ns,
+        attributes,
+        status: SpanStatus::Unset,
+        links: Vec::new(),
+    };
+    spans.push(span);
+}
+
+/// Makes `spans` nest in time: the `summaries` (node span, root: spans
+/// that stand for all their children) widen over their descendants, and
+/// any other span outside its parent's time hangs from the nearest
+/// ancestor that contains it.
+fn nest(spans: &mut [Span], summaries: &[SpanId]) {
+    let index: HashMap<SpanId, usize> = spans
+        .iter()
+        .enumerate()
+        .map(|(at, span)| (span.span_id, at))
+        .collect();
+    // Summaries innermost first (the node span inside the root).
+    for summary in summaries {
+        let Some(&at) = index.get(summary) else {
+            continue;
+        };
+        let (mut start, mut end) = (spans[at].start_unix_ns, spans[at].end_unix_ns);
+        for span in spans.iter() {
+            if span.span_id != *summary && descends_from(spans, &index, span, *summary) {
+                start = start.min(span.start_unix_ns);
+                end = end.max(span.end_unix_ns);
+            }
+        }
+        spans[at].start_unix_ns = start;
+        spans[at].end_unix_ns = end;
+    }
+    for at in 0..spans.len() {
+        let mut parent = spans[at].parent_span_id;
+        while let Some(id) = parent {
+            let Some(&p) = index.get(&id) else {
+                break;
+            };
+            let holder = &spans[p];
+            if holder.start_unix_ns <= spans[at].start_unix_ns
+                && spans[at].end_unix_ns <= holder.end_unix_ns
+            {
+                break;
+            }
+            parent = holder.parent_span_id;
+        }
+        // No ancestor here holds it: it keeps its parent (on another agent).
+        if parent.is_some_and(|id| index.contains_key(&id)) {
+            spans[at].parent_span_id = parent;
+        }
+    }
+}
+
+/// Whether `span` is below `ancestor` (bounded by the number of spans, so
+/// a cycle of ids cannot loop).
+fn descends_from(
+    spans: &[Span],
+    index: &HashMap<SpanId, usize>,
+    span: &Span,
+    ancestor: SpanId,
+) -> bool {
+    let mut parent = span.parent_span_id;
+    for _ in 0..spans.len() {
+        match parent {
+            Some(id) if id == ancestor => return true,
+            Some(id) => parent = index.get(&id).and_then(|&at| spans[at].parent_span_id),
+            None => return false,
+        }
+    }
+    false
+}
