@@ -30,6 +30,7 @@ use podtrace_tests::{
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
     podtrace_binary,
+    trees::assert_well_formed,
 };
 use serde_json::Value;
 use tracer_user::correlate::span::TraceId;
@@ -269,6 +270,7 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
         assert_facts_explained(&explain(&pod.name, &["--file", out_arg]));
     }
     let all = read_spans(&out).unwrap();
+    assert_well_formed(&all);
 
     // Every phase the demo goes through has samples; exemplars name traces
     // that were exported.
@@ -355,6 +357,7 @@ fn pods_created_under_an_etcd_write_load_each_get_one_complete_trace() {
     // Nothing the kernel side captured was lost on the way.
     assert!(summary.contains("ring_buffer_full=0"), "{summary}");
     let all = read_spans(&out).unwrap();
+    assert_well_formed(&all);
     for pod in &pods {
         assert_complete_trace(&all, pod, before, after);
     }
@@ -367,13 +370,19 @@ fn pods_created_under_an_etcd_write_load_each_get_one_complete_trace() {
 fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after: u64) {
     let trace_id = TraceId::for_pod(CLUSTER, &pod.uid).to_hex();
     let spans: Vec<&ExportedSpan> = all.iter().filter(|s| s.trace_id == trace_id).collect();
-    // Exactly one trace holds the Pod's spans.
+    // One trace holds the Pod's creation; its deletion (the demo removes
+    // its Pods at the end), if the agent saw it, is a trace of its own.
+    let deletion_id = TraceId::for_pod_deletion(CLUSTER, &pod.uid).to_hex();
     let of_pod: HashSet<&str> = all
         .iter()
         .filter(|s| s.string("k8s.pod.uid") == Some(pod.uid.as_str()))
         .map(|s| s.trace_id.as_str())
         .collect();
-    assert_eq!(of_pod, HashSet::from([trace_id.as_str()]));
+    assert!(of_pod.contains(trace_id.as_str()), "{of_pod:?}");
+    assert!(
+        of_pod.is_subset(&HashSet::from([trace_id.as_str(), deletion_id.as_str()])),
+        "{of_pod:?}"
+    );
     let ids: HashSet<&str> = spans.iter().map(|s| s.span_id.as_str()).collect();
     assert_eq!(ids.len(), spans.len(), "span ids repeat");
     for span in &spans {
@@ -510,12 +519,26 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
                 server.name
             );
         }
-        let first = children
+        // After the call began; the call may end before the exec happens
+        // (runc start returns once it has told runc init to exec): then
+        // the exec hangs from the node span, which holds it.
+        let first = spans
             .iter()
-            .find(|s| s.name.starts_with("container process start: "))
-            .unwrap_or_else(|| panic!("no first exec under {}: {children:#?}", server.name));
-        // After the call began; it may end before the exec happens
-        // (runc start returns once it has told runc init to exec).
+            .find(|s| {
+                s.name.starts_with("container process start: ")
+                    && s.string("container.id") == Some(container.as_str())
+            })
+            .unwrap_or_else(|| panic!("no first exec of {container}: {spans:#?}"));
+        let expected_parent = if first.end_unix_ns <= server.end_unix_ns {
+            &server.span_id
+        } else {
+            &node.span_id
+        };
+        assert_eq!(
+            first.parent_span_id.as_ref(),
+            Some(expected_parent),
+            "{first:#?}"
+        );
         assert!(server.start_unix_ns <= first.start_unix_ns, "{first:#?}");
     }
 }
@@ -564,6 +587,7 @@ fn podtrace_started_after_the_connections_are_open_still_traces_every_pod() {
     agent.stop();
     assert_eq!(pods.len(), 2);
     let all = read_spans(&out).unwrap();
+    assert_well_formed(&all);
     for pod in &pods {
         let uid = pod["uid"].as_str().unwrap();
         let trace_id = TraceId::for_pod(CLUSTER, uid).to_hex();

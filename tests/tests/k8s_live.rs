@@ -37,6 +37,7 @@ use podtrace_tests::{
     agent::Agent,
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
+    trees::assert_well_formed,
 };
 use serde_json::Value;
 use tracer_user::correlate::span::TraceId;
@@ -483,6 +484,7 @@ fn real_control_plane_scenarios_get_their_traces() {
     let pods = run_demo(&bin_dir, &dir.path().join("state"));
     agent.stop();
     let all = read_spans(&out).unwrap();
+    assert_well_formed(&all);
 
     let of = |scenario: &str| -> Vec<&DemoPod> {
         pods.iter().filter(|pod| pod.scenario == scenario).collect()

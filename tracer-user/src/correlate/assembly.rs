@@ -540,3 +540,284 @@ fn descends_from(
     }
     false
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CLUSTER: &str = "c";
+    const NODE: &str = "node-a";
+    const UID: &str = "8f9c0b7e-2a51-4c36-9d0e-5b1f7e3a9c42";
+    const MS: u64 = 1_000_000;
+    /// Unix ns of the tests' time 0.
+    const T0: u64 = 1_700_000_000_000_000_000;
+
+    fn creation() -> TraceId {
+        TraceId::for_pod(CLUSTER, UID)
+    }
+
+    fn root_id() -> SpanId {
+        SpanId::well_known(creation(), "root")
+    }
+
+    fn node_id() -> SpanId {
+        SpanId::well_known(creation(), &format!("node/{NODE}"))
+    }
+
+    /// A span of the Pod from `start_ms` to `end_ms`, with `attributes`
+    /// besides the Pod's.
+    fn span(
+        key: &str,
+        parent: Option<SpanId>,
+        name: &str,
+        (start_ms, end_ms): (u64, u64),
+        attributes: &[(&str, &str)],
+    ) -> Span {
+        let mut all = vec![
+            string_attribute("k8s.pod.name", "web"),
+            string_attribute("k8s.namespace.name", "default"),
+            string_attribute("k8s.pod.uid", UID),
+        ];
+        all.extend(attributes.iter().map(|(k, v)| string_attribute(k, v)));
+        Span {
+            trace_id: creation(),
+            span_id: SpanId::for_key(creation(), key.as_bytes()),
+            parent_span_id: parent,
+            name: name.to_owned(),
+            kind: SpanKind::Internal,
+            start_unix_ns: T0 + start_ms * MS,
+            end_unix_ns: T0 + end_ms * MS,
+            attributes: all,
+            status: SpanStatus::Unset,
+            links: Vec::new(),
+        }
+    }
+
+    fn root(end_ms: u64) -> Span {
+        let mut root = span("root", None, "pod.create default/web", (0, end_ms), &[]);
+        root.span_id = root_id();
+        root.attributes
+            .push(string_attribute("k8s.node.name", NODE));
+        root
+    }
+
+    fn node_span(start_ms: u64, end_ms: u64) -> Span {
+        let mut node = span(
+            "node",
+            Some(root_id()),
+            "node node-a",
+            (start_ms, end_ms),
+            &[],
+        );
+        node.span_id = node_id();
+        node
+    }
+
+    fn cri(key: &str, method: &str, times: (u64, u64)) -> Span {
+        span(
+            key,
+            Some(node_id()),
+            &format!("runtime.v1.RuntimeService/{method}"),
+            times,
+            &[("rpc.method", method), ("k8s.node.name", NODE)],
+        )
+    }
+
+    fn assembly() -> Assembly {
+        Assembly::new(CLUSTER.to_owned(), NODE.to_owned(), 300_000 * MS)
+    }
+
+    fn at(ms: u64) -> u64 {
+        T0 + ms * MS
+    }
+
+    /// Every span inside its parent's time, every parent present, one root.
+    fn assert_tree(spans: &[Span], trace: TraceId) {
+        let of_trace: Vec<&Span> = spans.iter().filter(|s| s.trace_id == trace).collect();
+        let by_id: HashMap<SpanId, &Span> = of_trace.iter().map(|s| (s.span_id, *s)).collect();
+        assert_eq!(by_id.len(), of_trace.len(), "ids repeat: {of_trace:#?}");
+        let roots = of_trace
+            .iter()
+            .filter(|s| s.parent_span_id.is_none())
+            .count();
+        assert_eq!(roots, 1, "{of_trace:#?}");
+        for span in &of_trace {
+            if let Some(parent) = span.parent_span_id {
+                let parent = by_id
+                    .get(&parent)
+                    .unwrap_or_else(|| panic!("orphan {span:#?}"));
+                assert!(
+                    parent.start_unix_ns <= span.start_unix_ns
+                        && span.end_unix_ns <= parent.end_unix_ns,
+                    "{span:#?} outside {parent:#?}"
+                );
+            }
+        }
+    }
+
+    fn named<'a>(spans: &'a [Span], name: &str) -> &'a Span {
+        spans
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no {name}: {spans:#?}"))
+    }
+
+    #[test]
+    fn a_creation_goes_out_once_settled_as_a_tree_without_what_ran_after_it() {
+        let mut assembly = assembly();
+        let start = cri("start", "StartContainer", (20, 50));
+        let exec = span(
+            "exec",
+            Some(start.span_id),
+            "container process start: sh",
+            (55, 55),
+            &[("k8s.node.name", NODE)],
+        );
+        let sync = span(
+            "sync",
+            Some(node_id()),
+            "kubelet pod sync",
+            (5, 52),
+            &[("k8s.component", "kubelet")],
+        );
+        let held = assembly.admit(
+            vec![start, exec, sync, node_span(20, 50), root(100)],
+            at(100),
+        );
+        assert!(held.is_empty(), "{held:#?}");
+        // A status poll after the root: in neither trace.
+        let poll = cri("poll", "ContainerStatus", (200, 201));
+        assert!(assembly.admit(vec![poll], at(201)).is_empty());
+        assert!(assembly.tick(at(100) + SETTLE_NS - 1).is_empty());
+        let out = assembly.tick(at(100) + SETTLE_NS);
+        assert_eq!(out.len(), 5, "{out:#?}");
+        assert_tree(&out, creation());
+        // The node span reaches from the kubelet's first work to the
+        // process start; the exec that followed its call's answer hangs
+        // from the node span.
+        let node = named(&out, "node node-a");
+        assert_eq!((node.start_unix_ns, node.end_unix_ns), (at(5), at(55)));
+        assert_eq!(
+            named(&out, "container process start: sh").parent_span_id,
+            Some(node_id())
+        );
+        assert!(assembly.tick(at(100) + 2 * SETTLE_NS + 201 * MS).is_empty());
+        assert_eq!(assembly.after_creation, 1);
+        assert!(assembly.finish().is_empty());
+    }
+
+    #[test]
+    fn the_teardown_and_what_runs_during_it_go_to_a_deletion_trace_linked_to_the_creation() {
+        let mut assembly = assembly();
+        assembly.admit(vec![node_span(10, 50), root(100)], at(100));
+        let creation_spans = assembly.tick(at(100) + SETTLE_NS);
+        assert_eq!(creation_spans.len(), 2);
+        let stop = cri("stop", "StopPodSandbox", (3000, 3100));
+        let mut del = span(
+            "cni",
+            Some(stop.span_id),
+            "CNI ptp",
+            (3010, 3090),
+            &[
+                ("podtrace.cni.call", "StopPodSandbox"),
+                ("k8s.node.name", NODE),
+            ],
+        );
+        del.kind = SpanKind::Internal;
+        let status = span(
+            "status",
+            Some(node_id()),
+            "kubelet status update",
+            (3050, 3060),
+            &[("k8s.component", "kubelet")],
+        );
+        let poll = cri("poll", "PodSandboxStatus", (2000, 2001));
+        let mut out = assembly.admit(vec![poll, del, status, stop], at(3100));
+        out.extend(assembly.tick(at(3100) + SETTLE_NS));
+        assert!(out.is_empty(), "the deletion waits to be quiet: {out:#?}");
+        let out = assembly.tick(at(3100) + SETTLE_NS + DELETION_QUIET_NS);
+        let deletion = TraceId::for_pod_deletion(CLUSTER, UID);
+        assert_eq!(out.len(), 5, "{out:#?}");
+        assert!(out.iter().all(|s| s.trace_id == deletion));
+        assert_tree(&out, deletion);
+        let root = named(&out, "pod.delete default/web");
+        assert_eq!(
+            root.links,
+            [SpanLink {
+                trace_id: creation(),
+                span_id: root_id(),
+            }]
+        );
+        assert_eq!((root.start_unix_ns, root.end_unix_ns), (at(3000), at(3100)));
+        let node = named(&out, "node node-a");
+        assert_eq!(node.parent_span_id, Some(root.span_id));
+        let stop = named(&out, "runtime.v1.RuntimeService/StopPodSandbox");
+        assert_eq!(stop.parent_span_id, Some(node.span_id));
+        assert_eq!(named(&out, "CNI ptp").parent_span_id, Some(stop.span_id));
+        assert_eq!(
+            named(&out, "kubelet status update").parent_span_id,
+            Some(node.span_id)
+        );
+        assert_eq!(assembly.after_creation, 1, "the poll before the teardown");
+        // Nothing of the Pod is held any more; a late span is counted.
+        let late = cri("late", "RemovePodSandbox", (90_000, 90_001));
+        assert!(assembly.admit(vec![late], at(90_001)).is_empty());
+        assert!(assembly.finish().is_empty());
+        assert_eq!(assembly.after_creation, 2);
+    }
+
+    #[test]
+    fn without_the_root_the_status_update_that_returned_running_ends_the_creation() {
+        let mut assembly = assembly();
+        let route = "/api/v1/namespaces/{namespace}/pods/{name}/status";
+        let update = span(
+            "update",
+            Some(node_id()),
+            "kubelet status update",
+            (60, 92),
+            &[("k8s.component", "kubelet")],
+        );
+        let patch = span(
+            "patch",
+            Some(update.span_id),
+            &format!("PATCH {route}"),
+            (61, 90),
+            &[("http.route", route), ("k8s.pod.phase", "Running")],
+        );
+        let start = cri("start", "StartContainer", (20, 50));
+        let resync = cri("resync", "ContainerStatus", (95, 96));
+        assembly.admit(
+            vec![start, node_span(20, 50), patch, update, resync],
+            at(96),
+        );
+        let out = assembly.tick(at(96) + SETTLE_NS);
+        assert_eq!(out.len(), 4, "{out:#?}");
+        assert!(out.iter().all(|s| !s.name.ends_with("ContainerStatus")));
+        // Without the root here, the node span holds the rest.
+        let node = named(&out, "node node-a");
+        assert_eq!((node.start_unix_ns, node.end_unix_ns), (at(20), at(92)));
+    }
+
+    #[test]
+    fn a_pod_that_never_started_still_gets_its_node_span() {
+        let mut assembly = assembly();
+        let sync = span(
+            "sync",
+            Some(node_id()),
+            "kubelet pod sync",
+            (30, 40),
+            &[("k8s.component", "kubelet")],
+        );
+        let sandbox = cri("sandbox", "RunPodSandbox", (32, 38));
+        let mut root = root(300_000);
+        root.status = SpanStatus::Error("stuck in node".to_owned());
+        assembly.admit(vec![sync, sandbox, root], at(300_000));
+        let out = assembly.tick(at(300_000) + SETTLE_NS);
+        assert_eq!(out.len(), 4, "{out:#?}");
+        assert_tree(&out, creation());
+        let node = named(&out, "node node-a");
+        assert_eq!(node.parent_span_id, Some(root_id()));
+        assert_eq!(node.string_attribute("k8s.pod.uid"), Some(UID));
+        assert_eq!((node.start_unix_ns, node.end_unix_ns), (at(30), at(40)));
+    }
+}
