@@ -6,25 +6,28 @@
 //! time. Out: the same spans, each in the trace it belongs to, as
 //! well-formed trees: one root, every child inside its parent's time.
 //!
-//! A Pod's spans are held until its creation has ended and the spans that
-//! were in flight then have come (a few seconds): the creation ends at the
+//! A creation's spans go out as they come, once their parent has (a span
+//! outside its parent's time then hangs from the nearest ancestor that
+//! holds it: the pause process runs after RunPodSandbox returned), so that
+//! a Pod stuck on its way shows where while it is stuck. Its two summary
+//! spans, the root and this node's span, wait for the creation's end: the
 //! first of its root (the write that reported the Pod Running, or the
 //! timeout), a status update that returned the Pod Running (an agent that
 //! sees the kubelet but not etcd), or the start of the Pod's teardown (an
-//! agent that sees neither holds a Pod's spans until its teardown or the
-//! trace timeout). Then:
-//! - spans that started before the end are the creation's. The node span
-//!   (made here if this agent has node spans but none closed it: a Pod that
-//!   never started) reaches from the kubelet's first work to its last; the
-//!   root covers every span; a span outside its parent's time hangs from
-//!   the nearest ancestor that contains it (the pause process runs after
-//!   RunPodSandbox returned).
+//! agent that sees none of these holds them until the trace timeout). A few
+//! seconds later, when the spans in flight at the end have come, they go
+//! out reaching over every span of the creation: the node span from the
+//! kubelet's first work to its last (made here when nothing closed it: a
+//! Pod that never started), the root over all.
+//!
+//! After the end:
 //! - teardown work (StopContainer, StopPodSandbox, RemovePodSandbox and
 //!   their runc and CNI runs, the container's exit, the DELETE request),
 //!   and whatever else runs once the teardown has begun (the kubelet's
 //!   syncs and status updates, the DELETE's etcd write), goes to the Pod's
 //!   deletion trace (`pod.delete ns/name`, id derived from the UID like
-//!   the creation's), whose root links to the creation's.
+//!   the creation's), whose root links to the creation's; it goes out
+//!   whole once the teardown has been quiet a while.
 //! - what runs after the creation and before any teardown (the kubelet's
 //!   periodic status queries and resyncs) belongs to neither: it is counted
 //!   in [`Assembly::after_creation`], not exported.
@@ -43,17 +46,19 @@ use super::{
     span::{AttributeValue, Span, SpanId, SpanKind, SpanLink, SpanStatus, TraceId},
 };
 
-/// How long after a creation ended (in event time) its trace waits for
-/// the spans that were in flight then (the status update's response, the
-/// server span of the write that reported Running).
+/// How long after a creation ended (in event time) its summary spans wait
+/// for the spans that were in flight then (the status update's response,
+/// the server span of the write that reported Running); also how long a
+/// span waits for its parent, and a span after the end to learn whether a
+/// teardown had begun.
 pub const SETTLE_NS: u64 = 2_000_000_000;
 /// How long a deletion trace waits for more of its spans after the last
 /// one: the kubelet stops the sandbox and removes it seconds after the
 /// containers.
 pub const DELETION_QUIET_NS: u64 = 10_000_000_000;
-/// Pods whose spans are held at once; past it the oldest goes out as it is.
+/// Pods followed at once; past it the oldest's held spans go out as they are.
 const MAX_PODS: usize = 4096;
-/// Spans held for one Pod; past it the Pod's spans go out as they are.
+/// Spans held or remembered for one Pod; past it they go out as they are.
 const MAX_SPANS_PER_POD: usize = 2048;
 
 /// CRI calls that tear a Pod down.
@@ -111,38 +116,58 @@ fn on_node(span: &Span) -> bool {
         || span.string_attribute("k8s.component") == Some("kubelet")
 }
 
+/// Where a span that went out lies, and under what.
+#[derive(Clone, Copy, Debug)]
+struct Placed {
+    start_ns: u64,
+    end_ns: u64,
+    parent: Option<SpanId>,
+}
+
 /// One Pod's spans on this agent.
 #[derive(Debug, Default)]
 struct PodSpans {
     /// When its first span arrived (unix ns of event time).
     first_seen_ns: u64,
-    /// Creation spans held until the creation has settled.
-    creation: Vec<Span>,
+    /// The root and the node span, held until the creation has settled.
+    summaries: Vec<Span>,
+    /// Creation spans that went out, until the summaries have.
+    placed: HashMap<SpanId, Placed>,
+    /// Creation spans waiting for their parent, with when they came.
+    waiting: Vec<(Span, u64)>,
     /// Where the creation ended (unix ns), and when that was learned.
     ended: Option<(u64, u64)>,
-    /// The creation went out; later spans are the deletion's or nobody's.
+    /// The summaries went out; later spans are the deletion's or nobody's.
     released: bool,
     /// The creation's root went through here: this agent roots the Pod.
     rooted: bool,
     /// The creation root's `k8s.node.name`: the Pod was bound.
     bound: bool,
-    /// `k8s.pod.name` and `k8s.namespace.name`, from the spans.
+    /// `k8s.namespace.name` and `k8s.pod.name`, from the spans.
     name: Option<(String, String)>,
     uid: Option<String>,
     /// Start of the earliest teardown span (unix ns).
     teardown_start: Option<u64>,
     /// Spans after the creation's end waiting to learn whether the
-    /// teardown had begun when they ran.
-    undecided: Vec<Span>,
+    /// teardown had begun when they ran, with when they came.
+    undecided: Vec<(Span, u64)>,
     /// Deletion spans held until the deletion has been quiet a while.
     deletion: Vec<Span>,
     /// When the last deletion span arrived (unix ns of event time).
     deletion_last_ns: u64,
-    /// The deletion went out; later spans are nobody's.
-    deletion_released: bool,
 }
 
-/// Holds Pods' spans until their trace is settled; see the module docs.
+impl PodSpans {
+    fn held(&self) -> usize {
+        self.summaries.len()
+            + self.placed.len()
+            + self.waiting.len()
+            + self.undecided.len()
+            + self.deletion.len()
+    }
+}
+
+/// Follows Pods' spans into the trace each belongs to; see the module docs.
 #[derive(Debug)]
 pub struct Assembly {
     cluster_id: String,
@@ -152,13 +177,13 @@ pub struct Assembly {
     pods: HashMap<TraceId, PodSpans>,
     /// Arrival order of the Pods in `pods`, for the bound.
     order: VecDeque<TraceId>,
-    /// Pods whose traces have both gone out (not held again).
+    /// Pods whose deletion went out: later spans of theirs are nobody's.
     done: HashSet<TraceId>,
     /// Event time (unix ns), the latest seen.
     now_ns: u64,
     /// Spans after a creation and outside any deletion: not exported.
     pub after_creation: u64,
-    /// Pods whose spans went out unsettled at the bound.
+    /// Pods whose held spans went out unsettled at a bound.
     pub released_at_bound: u64,
 }
 
@@ -183,8 +208,7 @@ impl Assembly {
     }
 
     /// Takes finished spans at event time `now_unix_ns`; returns those
-    /// that go out at once (not about a Pod's creation or deletion).
-    /// Held traces go out from [`Assembly::tick`].
+    /// that go out now. Held spans go out from [`Assembly::tick`].
     pub fn admit(&mut self, spans: Vec<Span>, now_unix_ns: u64) -> Vec<Span> {
         self.now_ns = self.now_ns.max(now_unix_ns);
         let mut out = Vec::new();
@@ -204,13 +228,13 @@ impl Assembly {
         out
     }
 
-    /// Time passed (unix ns of event time): traces that have settled.
+    /// Time passed (unix ns of event time): what has settled.
     pub fn tick(&mut self, now_unix_ns: u64) -> Vec<Span> {
         self.now_ns = self.now_ns.max(now_unix_ns);
         self.settle(false)
     }
 
-    /// No more spans: every held trace goes out as far as it got.
+    /// No more spans: everything held goes out as far as it got.
     pub fn finish(&mut self) -> Vec<Span> {
         self.settle(true)
     }
@@ -230,6 +254,7 @@ impl Assembly {
             }
             self.order.push_back(trace);
         }
+        let (root, node) = (SpanId::well_known(trace, "root"), self.node_span(trace));
         let now = self.now_ns;
         let pod = self.pods.entry(trace).or_insert_with(|| PodSpans {
             first_seen_ns: now,
@@ -264,15 +289,17 @@ impl Assembly {
             pod.deletion_last_ns = now;
             pod.deletion.push(span);
         } else if after_end && role != Role::CreationRoot {
-            pod.undecided.push(span);
+            pod.undecided.push((span, now));
         } else if pod.released {
             // A creation span later than the settling time allowed for:
-            // its trace went out, it follows alone.
+            // its summaries went out, it follows as it is.
             out.push(span);
+        } else if span.span_id == root || span.span_id == node {
+            pod.summaries.push(span);
         } else {
-            pod.creation.push(span);
+            offer(pod, span, (root, node), now, out);
         }
-        if pod.creation.len() + pod.deletion.len() + pod.undecided.len() > MAX_SPANS_PER_POD {
+        if pod.held() > MAX_SPANS_PER_POD {
             self.released_at_bound += 1;
             self.order.retain(|t| *t != trace);
             out.extend(self.release_all(trace));
@@ -288,51 +315,63 @@ impl Assembly {
             let Some(pod) = self.pods.get_mut(&trace) else {
                 continue;
             };
+            // Spans that came before the end was known and began after
+            // it: their parent is a teardown span (the DELETE's storage
+            // call, which ends after its etcd write) or they are later work.
+            if let Some((end, _)) = pod.ended {
+                let (later, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut pod.waiting)
+                    .into_iter()
+                    .partition(|(span, _)| span.start_unix_ns > end);
+                pod.waiting = kept;
+                pod.undecided.extend(later);
+            }
+            // Spans whose parent did not come: it is on another agent, or
+            // was lost; they go out under the parent they name.
+            let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut pod.waiting)
+                .into_iter()
+                .partition(|(_, came)| all || now >= came.saturating_add(SETTLE_NS));
+            pod.waiting = kept;
+            for (span, _) in gone {
+                place_as_is(pod, span, &mut out);
+            }
             let creation_due = match pod.ended {
                 Some((_, learned)) => now >= learned.saturating_add(SETTLE_NS),
                 None => now >= pod.first_seen_ns.saturating_add(self.trace_timeout_ns),
             };
             if !pod.released && (all || creation_due) {
                 pod.released = true;
-                // Spans placed before the end was known that began after it.
-                let end = pod.ended.map_or(u64::MAX, |(end, _)| end);
-                let (spans, later): (Vec<Span>, Vec<Span>) = std::mem::take(&mut pod.creation)
-                    .into_iter()
-                    .partition(|span| span.start_unix_ns <= end);
-                pod.undecided.extend(later);
-                let creation = self.assemble_creation(trace, spans);
-                out.extend(creation);
+                for (span, _) in std::mem::take(&mut pod.waiting) {
+                    place_as_is(pod, span, &mut out);
+                }
+                out.extend(summaries(pod, trace, &self.node_name));
             }
-            let Some(pod) = self.pods.get_mut(&trace) else {
-                continue;
-            };
             // Spans after the creation: the deletion's if its teardown had
-            // begun when they ran, else nobody's. Decided once they have
-            // had the settling time to learn of a teardown.
+            // begun when they ran, else nobody's, once they have had the
+            // settling time to learn of a teardown.
             let teardown = pod.teardown_start;
             let mut kept = Vec::new();
-            for span in std::mem::take(&mut pod.undecided) {
+            for (span, came) in std::mem::take(&mut pod.undecided) {
                 match teardown {
                     Some(start) if span.end_unix_ns >= start => {
                         pod.deletion_last_ns = now;
                         pod.deletion.push(span);
                     }
-                    _ if all || now >= span.end_unix_ns.saturating_add(SETTLE_NS) => {
+                    _ if all || now >= came.saturating_add(SETTLE_NS) => {
                         self.after_creation += 1;
                     }
-                    _ => kept.push(span),
+                    _ => kept.push((span, came)),
                 }
             }
             pod.undecided = kept;
             let deletion_due = !pod.deletion.is_empty()
                 && (all || now >= pod.deletion_last_ns.saturating_add(DELETION_QUIET_NS));
-            if pod.released && deletion_due && !pod.deletion_released {
-                pod.deletion_released = true;
+            let finished = pod.released && pod.undecided.is_empty() && pod.deletion.is_empty();
+            if pod.released && deletion_due {
                 let pod = self.pods.remove(&trace).unwrap_or_default();
                 out.extend(self.assemble_deletion(trace, pod));
                 self.order.retain(|t| *t != trace);
                 self.remember_done(trace);
-            } else if pod.released && pod.undecided.is_empty() && pod.deletion.is_empty() && all {
+            } else if finished && all {
                 self.pods.remove(&trace);
                 self.order.retain(|t| *t != trace);
             }
@@ -347,14 +386,17 @@ impl Assembly {
         self.done.insert(trace);
     }
 
-    /// Everything held for `trace`, assembled as far as it got.
+    /// Everything held for `trace`, as far as it got.
     fn release_all(&mut self, trace: TraceId) -> Vec<Span> {
         let Some(mut pod) = self.pods.remove(&trace) else {
             return Vec::new();
         };
         let mut out = Vec::new();
+        for (span, _) in std::mem::take(&mut pod.waiting) {
+            place_as_is(&mut pod, span, &mut out);
+        }
         if !pod.released {
-            out.extend(self.assemble_creation(trace, std::mem::take(&mut pod.creation)));
+            out.extend(summaries(&mut pod, trace, &self.node_name));
         }
         self.after_creation += pod.undecided.len() as u64;
         pod.undecided.clear();
@@ -362,19 +404,10 @@ impl Assembly {
         out
     }
 
-    /// The creation's spans as a well-formed tree.
-    fn assemble_creation(&self, trace: TraceId, mut spans: Vec<Span>) -> Vec<Span> {
-        let root = SpanId::well_known(trace, "root");
-        let node = self.node_span(trace);
-        ensure_node_span(&mut spans, node, root, &self.node_name);
-        nest(&mut spans, &[node, root]);
-        spans
-    }
-
     /// The deletion's spans, moved into the deletion trace, as a tree
     /// under its root (emitted here when this agent is the one to).
-    fn assemble_deletion(&self, creation: TraceId, pod: PodSpans) -> Vec<Span> {
-        let mut spans = pod.deletion;
+    fn assemble_deletion(&self, creation: TraceId, mut pod: PodSpans) -> Vec<Span> {
+        let mut spans = std::mem::take(&mut pod.deletion);
         let (Some(uid), false) = (pod.uid.as_deref(), spans.is_empty()) else {
             return Vec::new();
         };
@@ -396,11 +429,23 @@ impl Assembly {
             });
         }
         let on_this_node = spans.iter().any(on_node);
-        ensure_node_span(&mut spans, node, root, &self.node_name);
+        if on_this_node {
+            // Reaches over its spans below ([`nest`]).
+            spans.push(Span {
+                trace_id: trace,
+                span_id: node,
+                parent_span_id: Some(root),
+                name: format!("node {}", self.node_name),
+                kind: SpanKind::Internal,
+                start_unix_ns: u64::MAX,
+                end_unix_ns: 0,
+                attributes: pod_attributes(&pod, &self.node_name),
+                status: SpanStatus::Unset,
+                links: Vec::new(),
+            });
+        }
         if on_this_node || (pod.rooted && !pod.bound) {
             let (namespace, name) = pod.name.clone().unwrap_or_default();
-            let start = spans.iter().map(|s| s.start_unix_ns).min().unwrap_or(0);
-            let end = spans.iter().map(|s| s.end_unix_ns).max().unwrap_or(start);
             let mut attributes = vec![
                 string_attribute("k8s.pod.name", &name),
                 string_attribute("k8s.namespace.name", &namespace),
@@ -415,8 +460,9 @@ impl Assembly {
                 parent_span_id: None,
                 name: format!("pod.delete {namespace}/{name}"),
                 kind: SpanKind::Internal,
-                start_unix_ns: start,
-                end_unix_ns: end,
+                // Reaches over the deletion's spans ([`nest`]).
+                start_unix_ns: u64::MAX,
+                end_unix_ns: 0,
                 attributes,
                 status: SpanStatus::Unset,
                 links: vec![SpanLink {
@@ -439,54 +485,159 @@ fn end_creation(pod: &mut PodSpans, end_ns: u64, now_ns: u64) {
     }
 }
 
-/// Makes the node span `node` (under `root`) when spans hang from it and
-/// none closed it: the node never started the Pod's workload, or the
-/// node's part was torn down. [`nest`] widens it over its children.
-fn ensure_node_span(spans: &mut Vec<Span>, node: SpanId, root: SpanId, node_name: &str) {
-    if spans.iter().any(|span| span.span_id == node) {
-        return;
+/// A creation span goes out once its parent has: under the nearest
+/// ancestor that holds it in time (a summary holds everything: it will
+/// reach over it). One whose parent has not come waits; a span that goes
+/// out frees those waiting for it.
+fn offer(
+    pod: &mut PodSpans,
+    mut span: Span,
+    (root, node): (SpanId, SpanId),
+    now: u64,
+    out: &mut Vec<Span>,
+) {
+    match span.parent_span_id {
+        Some(parent) if parent != root && parent != node && !pod.placed.contains_key(&parent) => {
+            pod.waiting.push((span, now));
+            return;
+        }
+        Some(mut parent) => {
+            // Up the placed ancestors to one that holds the span.
+            while let Some(holder) = pod.placed.get(&parent) {
+                if holder.start_ns <= span.start_unix_ns && span.end_unix_ns <= holder.end_ns {
+                    break;
+                }
+                match holder.parent {
+                    Some(up) => parent = up,
+                    None => break,
+                }
+            }
+            span.parent_span_id = Some(parent);
+        }
+        None => {}
     }
-    let Some(first) = spans.iter().find(|span| span.parent_span_id == Some(node)) else {
-        return;
-    };
-    let mut attributes: Vec<(String, AttributeValue)> = first
-        .attributes
-        .iter()
-        .filter(|(key, _)| {
-            matches!(
-                key.as_str(),
-                "k8s.pod.name" | "k8s.pod.uid" | "k8s.namespace.name"
-            )
-        })
-        .cloned()
-        .collect();
-    attributes.push(string_attribute("k8s.node.name", node_name));
-    let span = Span {
-        trace_id: first.trace_id,
-        span_id: node,
-        parent_span_id: Some(root),
-        name: format!("node {node_name}"),
-        kind: SpanKind::Internal,
-        start_unix_ns: first.start_unix_ns,
-        end_unix_ns: first.end_unix_ns,
-        attributes,
-        status: SpanStatus::Unset,
-        links: Vec::new(),
-    };
-    spans.push(span);
+    let id = span.span_id;
+    place_as_is(pod, span, out);
+    let (ready, still): (Vec<_>, Vec<_>) = std::mem::take(&mut pod.waiting)
+        .into_iter()
+        .partition(|(child, _)| child.parent_span_id == Some(id));
+    pod.waiting = still;
+    for (child, came) in ready {
+        offer(pod, child, (root, node), came, out);
+    }
 }
 
-/// Makes `spans` nest in time: the `summaries` (node span, root: spans
-/// that stand for all their children) widen over their descendants, and
-/// any other span outside its parent's time hangs from the nearest
-/// ancestor that contains it.
+/// Sends `span` out as it is, remembering where it lies until the
+/// summaries have gone out.
+fn place_as_is(pod: &mut PodSpans, span: Span, out: &mut Vec<Span>) {
+    if !pod.released {
+        pod.placed.insert(
+            span.span_id,
+            Placed {
+                start_ns: span.start_unix_ns,
+                end_ns: span.end_unix_ns,
+                parent: span.parent_span_id,
+            },
+        );
+    }
+    out.push(span);
+}
+
+/// The creation's summaries, each reaching over the spans below it: the
+/// node span (made when spans hang from it and nothing closed it: the node
+/// never started the Pod's workload), then the root over all.
+fn summaries(pod: &mut PodSpans, trace: TraceId, node_name: &str) -> Vec<Span> {
+    let root = SpanId::well_known(trace, "root");
+    let node = SpanId::well_known(trace, &format!("node/{node_name}"));
+    let placed = std::mem::take(&mut pod.placed);
+    let mut spans = std::mem::take(&mut pod.summaries);
+    let node_reach = reach(&placed, node);
+    if let Some((start, end)) = node_reach {
+        match spans.iter_mut().find(|span| span.span_id == node) {
+            Some(span) => widen(span, start, end),
+            None => {
+                let attributes = pod_attributes(pod, node_name);
+                spans.push(Span {
+                    trace_id: trace,
+                    span_id: node,
+                    parent_span_id: Some(root),
+                    name: format!("node {node_name}"),
+                    kind: SpanKind::Internal,
+                    start_unix_ns: start,
+                    end_unix_ns: end,
+                    attributes,
+                    // Nothing closed it: the node never started the workload.
+                    status: SpanStatus::Unset,
+                    links: Vec::new(),
+                });
+            }
+        }
+    }
+    let node_times = spans
+        .iter()
+        .find(|span| span.span_id == node)
+        .map(|span| (span.start_unix_ns, span.end_unix_ns));
+    if let Some(root_span) = spans.iter_mut().find(|span| span.span_id == root) {
+        let all = placed
+            .values()
+            .map(|p| (p.start_ns, p.end_ns))
+            .chain(node_times);
+        for (start, end) in all {
+            widen(root_span, start, end);
+        }
+    }
+    spans
+}
+
+/// From the earliest start to the latest end of the placed spans below
+/// `ancestor`, if any.
+fn reach(placed: &HashMap<SpanId, Placed>, ancestor: SpanId) -> Option<(u64, u64)> {
+    let below = |span: &Placed| {
+        let mut parent = span.parent;
+        // Bounded: a cycle of ids cannot loop.
+        for _ in 0..=placed.len() {
+            match parent {
+                Some(id) if id == ancestor => return true,
+                Some(id) => parent = placed.get(&id).and_then(|up| up.parent),
+                None => return false,
+            }
+        }
+        false
+    };
+    placed
+        .values()
+        .filter(|span| below(span))
+        .map(|span| (span.start_ns, span.end_ns))
+        .reduce(|(s, e), (start, end)| (s.min(start), e.max(end)))
+}
+
+fn widen(span: &mut Span, start: u64, end: u64) {
+    span.start_unix_ns = span.start_unix_ns.min(start);
+    span.end_unix_ns = span.end_unix_ns.max(end);
+}
+
+/// The Pod's identity on a span this agent makes for it.
+fn pod_attributes(pod: &PodSpans, node_name: &str) -> Vec<(String, AttributeValue)> {
+    let (namespace, name) = pod.name.clone().unwrap_or_default();
+    vec![
+        string_attribute("k8s.pod.name", &name),
+        string_attribute("k8s.namespace.name", &namespace),
+        string_attribute("k8s.pod.uid", pod.uid.as_deref().unwrap_or_default()),
+        string_attribute("k8s.node.name", node_name),
+    ]
+}
+
+/// Makes a whole trace's `spans` nest in time: the `summaries` (node span,
+/// root: spans that stand for all below them) reach over their
+/// descendants, and any other span outside its parent's time hangs from
+/// the nearest ancestor that holds it.
 fn nest(spans: &mut [Span], summaries: &[SpanId]) {
     let index: HashMap<SpanId, usize> = spans
         .iter()
         .enumerate()
         .map(|(at, span)| (span.span_id, at))
         .collect();
-    // Summaries innermost first (the node span inside the root).
+    // Innermost first (the node span inside the root).
     for summary in summaries {
         let Some(&at) = index.get(summary) else {
             continue;
@@ -499,7 +650,7 @@ fn nest(spans: &mut [Span], summaries: &[SpanId]) {
             }
         }
         spans[at].start_unix_ns = start;
-        spans[at].end_unix_ns = end;
+        spans[at].end_unix_ns = end.max(start);
     }
     for at in 0..spans.len() {
         let mut parent = spans[at].parent_span_id;
@@ -680,16 +831,19 @@ mod tests {
             (5, 52),
             &[("k8s.component", "kubelet")],
         );
-        let held = assembly.admit(
+        // The spans go out as they come; the summaries wait.
+        let mut out = assembly.admit(
             vec![start, exec, sync, node_span(20, 50), root(100)],
             at(100),
         );
-        assert!(held.is_empty(), "{held:#?}");
+        assert_eq!(out.len(), 3, "{out:#?}");
         // A status poll after the root: in neither trace.
         let poll = cri("poll", "ContainerStatus", (200, 201));
         assert!(assembly.admit(vec![poll], at(201)).is_empty());
         assert!(assembly.tick(at(100) + SETTLE_NS - 1).is_empty());
-        let out = assembly.tick(at(100) + SETTLE_NS);
+        let summaries = assembly.tick(at(100) + SETTLE_NS);
+        assert_eq!(summaries.len(), 2, "{summaries:#?}");
+        out.extend(summaries);
         assert_eq!(out.len(), 5, "{out:#?}");
         assert_tree(&out, creation());
         // The node span reaches from the kubelet's first work to the
@@ -709,7 +863,11 @@ mod tests {
     #[test]
     fn the_teardown_and_what_runs_during_it_go_to_a_deletion_trace_linked_to_the_creation() {
         let mut assembly = assembly();
-        assembly.admit(vec![node_span(10, 50), root(100)], at(100));
+        assert!(
+            assembly
+                .admit(vec![node_span(10, 50), root(100)], at(100))
+                .is_empty()
+        );
         let creation_spans = assembly.tick(at(100) + SETTLE_NS);
         assert_eq!(creation_spans.len(), 2);
         let stop = cri("stop", "StopPodSandbox", (3000, 3100));
@@ -786,11 +944,11 @@ mod tests {
         );
         let start = cri("start", "StartContainer", (20, 50));
         let resync = cri("resync", "ContainerStatus", (95, 96));
-        assembly.admit(
+        let mut out = assembly.admit(
             vec![start, node_span(20, 50), patch, update, resync],
             at(96),
         );
-        let out = assembly.tick(at(96) + SETTLE_NS);
+        out.extend(assembly.tick(at(96) + SETTLE_NS));
         assert_eq!(out.len(), 4, "{out:#?}");
         assert!(out.iter().all(|s| !s.name.ends_with("ContainerStatus")));
         // Without the root here, the node span holds the rest.
@@ -811,8 +969,8 @@ mod tests {
         let sandbox = cri("sandbox", "RunPodSandbox", (32, 38));
         let mut root = root(300_000);
         root.status = SpanStatus::Error("stuck in node".to_owned());
-        assembly.admit(vec![sync, sandbox, root], at(300_000));
-        let out = assembly.tick(at(300_000) + SETTLE_NS);
+        let mut out = assembly.admit(vec![sync, sandbox, root], at(300_000));
+        out.extend(assembly.tick(at(300_000) + SETTLE_NS));
         assert_eq!(out.len(), 4, "{out:#?}");
         assert_tree(&out, creation());
         let node = named(&out, "node node-a");
