@@ -1,10 +1,15 @@
-//! HTTP/2 connections → gRPC calls → CRI and etcd KV calls, with `tracer-decode`.
+//! HTTP/2 connections → gRPC calls → CRI and etcd KV calls, and HTTP/2 or
+//! HTTP/1.1 connections → Kubernetes REST requests, with `tracer-decode`.
 //!
 //! In: connection events (which side accepted: that fixes which direction is
 //! the client's) and data chunks of followed sockets — for TLS sockets, the
 //! plaintext Go's crypto/tls probes report. Out: one [`CriMessage`] per
 //! finished CRI call and one [`EtcdMessage`] per finished etcd write about a
-//! Pod, with what identifies the Pod.
+//! Pod, with what identifies the Pod, and one [`RestMessage`] per finished
+//! REST request that writes a Pod. A connection whose first bytes are an
+//! HTTP/1.x request line or status line (the official Python client, curl,
+//! most non-Go tools talk HTTP/1.1 to kube-apiserver) is decoded as HTTP/1.1;
+//! any other as HTTP/2.
 //!
 //! Connections open before podtrace started are decoded from wherever the
 //! capture joins them (/proc told which end the process is). Their HPACK
@@ -26,6 +31,7 @@ use tracer_decode::{
     cri::{ContainerFacts, CriCall},
     etcd::{KvCall, KvResponse, WriteKind},
     grpc::GrpcCall,
+    http1::{self, Http1Connection},
     http2::{Exchange, Http2Connection, Limits, SeenStream, TableCopy, TableLoadError, TablePoint},
     identity::{PodClue, PodIdentity, ResourcesNamed, may_hold_pod_clue, resources_named},
     kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
@@ -186,6 +192,11 @@ pub struct RestMessage {
 struct Connection {
     side: Side,
     http2: Http2Connection,
+    /// Set when the connection's first bytes were HTTP/1.x: then `http2`
+    /// is not fed.
+    http1: Option<Box<Http1Connection>>,
+    /// Whether the protocol was told from the first bytes.
+    sniffed: bool,
     /// Bytes fed to `http2` so far.
     fed_bytes: u64,
     /// Plaintext from the TLS probes has been seen: the socket's own bytes
@@ -541,6 +552,9 @@ impl GrpcDecoder {
                 if connection.needs_fields(conn.ids.ts_ns) {
                     self.update_field_probes(conn.conn.tgid, conn.ids.ts_ns);
                 }
+                if let Some(http1) = connection.http1 {
+                    return http1_messages(conn.conn, connection.side, http1.finish());
+                }
                 return call_messages(conn.conn, connection.side, connection.http2.finish(), once);
             }
         };
@@ -553,6 +567,8 @@ impl GrpcDecoder {
             Connection {
                 side,
                 http2: Http2Connection::new(Limits::default()),
+                http1: None,
+                sniffed: false,
                 fed_bytes: 0,
                 client_start_seen: false,
                 tls: false,
@@ -579,6 +595,8 @@ impl GrpcDecoder {
                 connection.http2 = Http2Connection::new(Limits::default());
                 connection.resets_seen = (0, 0);
             }
+            connection.http1 = None;
+            connection.sniffed = false;
         } else if connection.tls && !data.tls_plaintext {
             return Vec::new();
         }
@@ -604,6 +622,22 @@ impl GrpcDecoder {
         } else {
             tracer_decode::Direction::ServerToClient
         };
+        if !connection.sniffed {
+            connection.sniffed = true;
+            if looks_like_http1(&data.data, client_to_server) {
+                connection.http1 = Some(Box::new(Http1Connection::new(http1::Limits::default())));
+            }
+        }
+        if let Some(http1) = connection.http1.as_mut() {
+            http1.push(&tracer_decode::Chunk {
+                direction,
+                ts_ns: data.ids.ts_ns,
+                bytes: data.data.clone(),
+                truncated: data.truncated,
+            });
+            let exchanges = http1.take_exchanges();
+            return http1_messages(data.conn, connection.side, exchanges);
+        }
         connection
             .http2
             .push_bytes(direction, data.ids.ts_ns, &data.data, data.truncated);
@@ -951,6 +985,7 @@ fn kv_call_without_pod(exchange: &Exchange) -> bool {
 /// Most `warning` headers kept per response.
 const MAX_WARNINGS: usize = 8;
 
+/// An HTTP/2 exchange as a REST request, if it writes a Pod.
 fn rest_message(conn: ConnKey, side: Side, exchange: &Exchange) -> Option<RestMessage> {
     let header = |name: &str| exchange.request.header(name).map(|(value, _)| value);
     if header("content-type").is_some_and(|c| c.starts_with("application/grpc")) {
@@ -969,12 +1004,110 @@ fn rest_message(conn: ConnKey, side: Side, exchange: &Exchange) -> Option<RestMe
     if contradicted {
         return None;
     }
-    let target = exchange.path()?;
+    let warnings = exchange
+        .response
+        .headers
+        .iter()
+        .flat_map(|headers| headers.fields.iter())
+        .filter(|(name, _)| name.as_str() == "warning")
+        .map(|(_, value)| value.as_str());
+    rest_from_wire(
+        conn,
+        side,
+        RestWire {
+            stream_id: exchange.stream_id,
+            method,
+            target: exchange.path()?,
+            header: &header,
+            status: exchange
+                .response
+                .header(":status")
+                .and_then(|(value, _)| value.parse::<u16>().ok()),
+            response_body: &exchange.response.body,
+            warnings: warnings.collect(),
+            start_ts_ns: exchange.request.first_ts_ns,
+            end_ts_ns: exchange.response.last_ts_ns.or(exchange.request.last_ts_ns),
+        },
+    )
+}
+
+/// The REST requests among a connection's finished HTTP/1.1 exchanges.
+fn http1_messages(conn: ConnKey, side: Side, exchanges: Vec<http1::Exchange>) -> Vec<Message> {
+    exchanges
+        .iter()
+        .filter_map(|exchange| {
+            let request = exchange.request.as_ref()?;
+            let response = exchange.response.as_ref();
+            let header = |name: &str| request.half.headers.get(name);
+            let warnings = response
+                .map(|response| response.half.headers.get_all("warning").collect())
+                .unwrap_or_default();
+            rest_from_wire(
+                conn,
+                side,
+                RestWire {
+                    // The exchange's place on the connection: the same at
+                    // both ends, as an HTTP/2 stream id is.
+                    stream_id: u32::try_from(exchange.id).unwrap_or(u32::MAX),
+                    method: &request.method,
+                    target: &request.target,
+                    header: &header,
+                    status: response.map(|response| response.status),
+                    response_body: response.map_or(&[][..], |response| &response.half.body),
+                    warnings,
+                    start_ts_ns: Some(request.half.first_ts_ns),
+                    end_ts_ns: Some(
+                        response.map_or(request.half.last_ts_ns, |r| r.half.last_ts_ns),
+                    ),
+                },
+            )
+        })
+        .map(|rest| Message::Rest(Box::new(rest)))
+        .collect()
+}
+
+/// Whether a connection's first bytes are HTTP/1.x: a request line from
+/// the client (a method, a space), or a status line from the server (a
+/// connection joined mid-way whose first bytes seen are an answer).
+fn looks_like_http1(bytes: &[u8], client_to_server: bool) -> bool {
+    if client_to_server {
+        const METHODS: [&[u8]; 7] = [
+            b"GET ",
+            b"HEAD ",
+            b"POST ",
+            b"PUT ",
+            b"DELETE ",
+            b"PATCH ",
+            b"OPTIONS ",
+        ];
+        METHODS.iter().any(|method| bytes.starts_with(method))
+    } else {
+        bytes.starts_with(b"HTTP/1.")
+    }
+}
+
+/// What a REST request's two wires (HTTP/2, HTTP/1.1) say alike.
+struct RestWire<'a> {
+    stream_id: u32,
+    method: &'a str,
+    /// The request target (path and query).
+    target: &'a str,
+    /// A request header field by (lowercase) name.
+    header: &'a dyn Fn(&str) -> Option<&'a str>,
+    status: Option<u16>,
+    response_body: &'a [u8],
+    warnings: Vec<&'a str>,
+    start_ts_ns: Option<u64>,
+    end_ts_ns: Option<u64>,
+}
+
+/// A REST request from either wire, if it writes a Pod.
+fn rest_from_wire(conn: ConnKey, side: Side, wire: RestWire<'_>) -> Option<RestMessage> {
     let headers: Vec<(String, String)> = ["content-type", "accept", "user-agent"]
         .into_iter()
-        .filter_map(|name| Some((name.to_owned(), header(name)?.to_owned())))
+        .filter_map(|name| Some((name.to_owned(), (wire.header)(name)?.to_owned())))
         .collect();
-    let request = RestRequest::resolve(method, target, &headers);
+    let request = RestRequest::resolve(wire.method, wire.target, &headers);
     let writes = matches!(
         request.verb,
         Verb::Create | Verb::Update | Verb::Patch | Verb::Delete
@@ -983,53 +1116,45 @@ fn rest_message(conn: ConnKey, side: Side, exchange: &Exchange) -> Option<RestMe
         return None;
     }
     let resource = request.resource.as_ref()?;
-    let status = exchange
-        .response
-        .header(":status")
-        .and_then(|(value, _)| value.parse::<u16>().ok());
-    let body = &exchange.response.body;
-    let failed = status.is_some_and(|status| status >= 400);
+    let failed = wire.status.is_some_and(|status| status >= 400);
     let (pod, error) = if failed {
-        let error = decode_status(body).map(|status| ApiStatus {
+        let error = decode_status(wire.response_body).map(|status| ApiStatus {
             message: status.message.map(cut),
             ..status
         });
         (None, error)
     } else {
-        let pod = match decode_stored_object(body) {
+        let pod = match decode_stored_object(wire.response_body) {
             Ok(StoredObject::Pod(pod)) => Some(*pod),
             _ => None,
         };
         (pod, None)
     };
-    let warnings = exchange
-        .response
-        .headers
-        .iter()
-        .flat_map(|headers| headers.fields.iter())
-        .filter(|(name, _)| name.as_str() == "warning")
+    let warnings = wire
+        .warnings
+        .into_iter()
         .take(MAX_WARNINGS)
-        .map(|(_, value)| cut(value.clone()))
+        .map(|value| cut(value.to_owned()))
         .collect();
     Some(RestMessage {
         conn,
-        stream_id: exchange.stream_id,
+        stream_id: wire.stream_id,
         side,
-        method: method.to_owned(),
+        method: wire.method.to_owned(),
         route: request.route.clone(),
         verb: request.verb.as_str().to_owned(),
         namespace: resource.namespace.clone(),
         name: resource.name.clone(),
         subresource: resource.subresource.clone(),
-        path: target.split('?').next().unwrap_or_default().to_owned(),
+        path: wire.target.split('?').next().unwrap_or_default().to_owned(),
         dry_run: request.dry_run,
-        status,
+        status: wire.status,
         user_agent: request.user_agent.clone(),
         pod,
         error,
         warnings,
-        start_ts_ns: exchange.request.first_ts_ns,
-        end_ts_ns: exchange.response.last_ts_ns.or(exchange.request.last_ts_ns),
+        start_ts_ns: wire.start_ts_ns,
+        end_ts_ns: wire.end_ts_ns,
     })
 }
 
@@ -1094,6 +1219,117 @@ mod tests {
     }
 
     const TXN: &str = "/etcdserverpb.KV/Txn";
+
+    fn conn_record(change: ConnAction) -> ConnRecord {
+        ConnRecord {
+            ids: crate::capture::ProcessIds {
+                ts_ns: 1,
+                tgid: 100,
+                tid: 100,
+            },
+            conn: ConnKey {
+                tgid: 100,
+                conn_id: 7,
+            },
+            fd: 9,
+            change,
+            fd_kind: FdKind::Socket,
+            ret: 0,
+            peer: crate::capture::Peer::Unknown,
+        }
+    }
+
+    fn chunk(ts_ns: u64, direction: Direction, bytes: &[u8], tls_plaintext: bool) -> DataRecord {
+        DataRecord {
+            ids: crate::capture::ProcessIds {
+                ts_ns,
+                tgid: 100,
+                tid: 100,
+            },
+            conn: ConnKey {
+                tgid: 100,
+                conn_id: 7,
+            },
+            fd: 9,
+            syscall: tracer_common::io::IoSyscall::Read,
+            direction,
+            fd_kind: FdKind::Socket,
+            len: bytes.len() as u64,
+            enter_ts_ns: ts_ns,
+            data: bytes.to_vec(),
+            truncated: false,
+            tls_plaintext,
+        }
+    }
+
+    /// kube-apiserver's side of a Python client's create over TLS: the
+    /// handshake's bytes, then the plaintext of a keep-alive connection
+    /// carrying a GET (not a write: no message) and the create, answered
+    /// with a chunked body.
+    #[test]
+    fn an_http1_create_over_tls_gives_the_same_rest_message_as_http2() {
+        let mut decoder = GrpcDecoder::default();
+        let mut once = DecodedOnce::default();
+        assert!(
+            decoder
+                .on_conn(&conn_record(ConnAction::Accepted), &mut once)
+                .is_empty()
+        );
+        let mut messages = Vec::new();
+        let handshake = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+        let get = b"GET /api/v1/namespaces/default/pods/web HTTP/1.1\r\nHost: k\r\nAuthorization: Bearer s3cret\r\n\r\n";
+        let not_found = b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+        let body =
+            br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web","namespace":"default"}}"#;
+        let post = format!(
+            "POST /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: k\r\nUser-Agent: OpenAPI-Generator/29.0.0/python\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let pod = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web","namespace":"default","uid":"8f9c0b7e-2a51-4c36-9d0e-5b1f7e3a9c42","creationTimestamp":"2026-12-03T03:00:00Z"},"status":{"phase":"Pending"}}"#;
+        let created = format!(
+            "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nWarning: 299 - \"would violate PodSecurity\"\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+            pod.len()
+        );
+        let chunks: [(u64, Direction, &[u8], bool); 8] = [
+            (10, Direction::Ingress, handshake, false),
+            (20, Direction::Ingress, get, true),
+            (30, Direction::Egress, not_found, true),
+            (40, Direction::Ingress, post.as_bytes(), true),
+            (41, Direction::Ingress, body, true),
+            (50, Direction::Egress, created.as_bytes(), true),
+            (51, Direction::Egress, pod, true),
+            (52, Direction::Egress, b"\r\n0\r\n\r\n", true),
+        ];
+        for (ts, direction, bytes, tls) in chunks {
+            messages.extend(decoder.on_data(&chunk(ts, direction, bytes, tls), &mut once));
+        }
+        messages.extend(decoder.on_conn(&conn_record(ConnAction::Closed), &mut once));
+        let [Message::Rest(rest)] = &messages[..] else {
+            panic!("one REST message: {messages:#?}");
+        };
+        assert_eq!(rest.side, Side::Server);
+        assert_eq!(
+            (rest.method.as_str(), rest.verb.as_str()),
+            ("POST", "create")
+        );
+        assert_eq!(rest.route, "/api/v1/namespaces/{namespace}/pods");
+        assert_eq!(rest.namespace.as_deref(), Some("default"));
+        assert_eq!(rest.status, Some(201));
+        assert_eq!(rest.stream_id, 1, "the second exchange of the connection");
+        assert_eq!((rest.start_ts_ns, rest.end_ts_ns), (Some(40), Some(52)));
+        assert_eq!(
+            rest.user_agent.as_deref(),
+            Some("OpenAPI-Generator/29.0.0/python")
+        );
+        assert_eq!(rest.warnings.len(), 1);
+        let pod = rest.pod.as_ref().expect("the Pod the response returned");
+        assert_eq!(
+            pod.uid.as_deref(),
+            Some("8f9c0b7e-2a51-4c36-9d0e-5b1f7e3a9c42")
+        );
+        assert_eq!(pod.phase.as_deref(), Some("Pending"));
+        assert!(!format!("{rest:?}").contains("s3cret"));
+    }
 
     #[test]
     fn a_connection_of_one_resource_is_muted_after_enough_requests() {
