@@ -40,7 +40,7 @@ use podtrace_tests::{
     trees::assert_well_formed,
 };
 use serde_json::Value;
-use tracer_user::correlate::span::TraceId;
+use tracer_user::correlate::span::{SpanId, TraceId};
 
 /// The directory with the four Kubernetes binaries.
 const K8S_BIN_VAR: &str = "PODTRACE_K8S_BIN";
@@ -49,7 +49,14 @@ const SPAN_KIND_SERVER: u64 = 2;
 const SPAN_KIND_CLIENT: u64 = 3;
 
 /// The scenarios run, in order (see `podtrace-demo --help`).
-const SCENARIOS: [&str; 4] = ["running", "unschedulable", "image-never", "rejected"];
+const SCENARIOS: [&str; 6] = [
+    "running",
+    "unschedulable",
+    "image-never",
+    "rejected",
+    "http1",
+    "burst",
+];
 
 /// The Kubernetes binaries' directory, or `None` (said on stderr) when the
 /// variable is unset. A set variable naming an unusable directory fails.
@@ -434,6 +441,39 @@ fn assert_running_pod_trace(trace: &Trace<'_>, pod: &DemoPod) {
     assert_control_plane_component_spans(trace, pod);
 }
 
+/// The Pod's deletion (the demo deletes its Pods at the end): a trace of
+/// its own whose root links to the creation's, with the sandbox's teardown
+/// as containerd handled it; and none of it in the creation's trace.
+fn assert_deletion_trace(all: &[ExportedSpan], pod: &DemoPod) {
+    let creation = TraceId::for_pod(CLUSTER, &pod.uid);
+    let deletion = TraceId::for_pod_deletion(CLUSTER, &pod.uid).to_hex();
+    let spans: Vec<&ExportedSpan> = all.iter().filter(|s| s.trace_id == deletion).collect();
+    let root = spans
+        .iter()
+        .find(|s| s.parent_span_id.is_none())
+        .unwrap_or_else(|| panic!("no deletion root for {pod:?}: {spans:#?}"));
+    assert_eq!(
+        root.name,
+        format!("pod.delete {}/{}", pod.namespace, pod.name)
+    );
+    let creation_root = SpanId::well_known(creation, "root").to_hex();
+    assert_eq!(root.links, [(creation.to_hex(), creation_root)]);
+    for call in ["StopPodSandbox", "RemovePodSandbox"] {
+        let name = format!("runtime.v1.RuntimeService/{call}");
+        assert!(
+            spans
+                .iter()
+                .any(|s| s.name == name && s.kind == SPAN_KIND_SERVER),
+            "no {name} in the deletion of {pod:?}: {spans:#?}"
+        );
+        assert!(
+            !all.iter()
+                .any(|s| s.trace_id == creation.to_hex() && s.name == name),
+            "{name} in the creation trace of {pod:?}"
+        );
+    }
+}
+
 /// The trace of a Pod that never ran: an incomplete root stuck in `phase`
 /// (the start of `podtrace.trace.stuck_phase`), with its create written to
 /// etcd.
@@ -491,10 +531,16 @@ fn real_control_plane_scenarios_get_their_traces() {
     };
     let running = of("running");
     assert!(!running.is_empty(), "{pods:#?}");
-    for pod in &running {
+    // A create over HTTP/1.1 (curl) gets the apiserver's request span and
+    // what it holds as one over HTTP/2 does; so does each Pod of a burst.
+    assert_eq!(of("http1").len(), 1, "{pods:#?}");
+    assert_eq!(of("burst").len(), 20, "{pods:#?}");
+    let all_running: Vec<&DemoPod> = [running.clone(), of("http1"), of("burst")].concat();
+    for pod in &all_running {
         assert_eq!(pod.outcome, "Running");
         assert_eq!(pod.node, node);
         assert_running_pod_trace(&Trace::of_pod(&all, pod), pod);
+        assert_deletion_trace(&all, pod);
     }
     let [unschedulable] = of("unschedulable")[..] else {
         panic!("{pods:#?}");

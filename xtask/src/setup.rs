@@ -42,6 +42,8 @@ const TEST_PACKAGES: &[&str] = &[
     "runc",
     "containernetworking-plugins",
     "busybox-static",
+    // podtrace-demo --scenario http1: a non-Go HTTP/1.1 client of the apiserver.
+    "curl",
     // promtool, to load the PrometheusRule in deploy/ and test its alerts.
     "prometheus",
     // Go 1.19, the release Debian builds its etcd, containerd and runc with

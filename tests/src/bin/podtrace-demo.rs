@@ -97,6 +97,9 @@ struct Args {
     /// How many Pods to create, one after the other.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=200))]
     pods: u32,
+    /// With --scenario burst: how many Pods it creates at once.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=200))]
+    burst_pods: u32,
     /// Create the --pods Pods all at once (a Deployment scaled up, a burst)
     /// instead of one after the other.
     #[arg(long)]
@@ -189,6 +192,13 @@ enum Scenario {
     /// namespace that warns about Pod Security level `baseline`: Running,
     /// with the apiserver's warnings.
     Privileged,
+    /// A Pod created with a POST over HTTP/1.1 and TLS (curl, as the
+    /// official Python client and most non-Go tools talk), which reaches
+    /// Running.
+    Http1,
+    /// --burst-pods Pods created at once (a kubectl create each, all
+    /// started before any is awaited), each reaching Running.
+    Burst,
 }
 
 impl Scenario {
@@ -201,6 +211,8 @@ impl Scenario {
             Self::DryRun => "dry-run",
             Self::SecondScheduler => "second-scheduler",
             Self::Privileged => "privileged",
+            Self::Http1 => "http1",
+            Self::Burst => "burst",
         }
     }
 }
@@ -1097,10 +1109,21 @@ impl Cluster<'_> {
     ) -> anyhow::Result<PodReport> {
         let step = Instant::now();
         let (pod, _, warnings) = self.create(manifest, &[])?;
+        self.await_running(scenario, &pod, warnings, step)
+    }
+
+    /// Waits until `pod`, whose creation began at `step`, is Running.
+    fn await_running(
+        &self,
+        scenario: Scenario,
+        pod: &CreatedPod,
+        warnings: Vec<String>,
+        step: Instant,
+    ) -> anyhow::Result<PodReport> {
         let create_took = step.elapsed();
-        let status = self.plane.wait_running(&pod, POD_RUNNING_TIMEOUT)?;
+        let status = self.plane.wait_running(pod, POD_RUNNING_TIMEOUT)?;
         let running_took = step.elapsed();
-        let mut report = PodReport::new(scenario, &pod, "Running".to_owned());
+        let mut report = PodReport::new(scenario, pod, "Running".to_owned());
         report.container_id = container_id(&status);
         report.sandbox_id = self.sandbox_id(&pod.uid)?;
         report.node = status["spec"]["nodeName"]
@@ -1308,6 +1331,27 @@ impl Cluster<'_> {
                     );
                 }
                 Ok(vec![report])
+            }
+            Scenario::Http1 => {
+                self.use_namespace(&namespace, &[])?;
+                let manifest = self.manifest(&namespace, &format!("http1-{index}-"), false);
+                let step = Instant::now();
+                let pod = self.plane.create_pod_http1(&manifest)?;
+                let report = self.await_running(scenario, &pod, Vec::new(), step)?;
+                Ok(vec![report])
+            }
+            Scenario::Burst => {
+                self.use_namespace(&namespace, &[])?;
+                let manifests: Vec<_> = (0..self.args.burst_pods)
+                    .map(|pod| self.manifest(&namespace, &format!("burst-{index}-{pod}-"), false))
+                    .collect();
+                let step = Instant::now();
+                let pods = self.plane.create_pods_at_once(&manifests)?;
+                let mut reports = Vec::new();
+                for pod in &pods {
+                    reports.push(self.await_running(scenario, pod, Vec::new(), step)?);
+                }
+                Ok(reports)
             }
         }
     }

@@ -135,6 +135,11 @@ pub struct ControlPlane {
     node_name: String,
     admin_kubeconfig: PathBuf,
     scheduler_kubeconfig: PathBuf,
+    /// The apiserver's URL, the cluster CA and the admin's certificate and
+    /// key: for clients other than kubectl.
+    server: String,
+    ca_cert: PathBuf,
+    admin: (PathBuf, PathBuf),
     kubelet_root: PathBuf,
     saved_sysctls: Vec<(&'static str, String)>,
     log_entries_before: Vec<PathBuf>,
@@ -246,6 +251,9 @@ impl ControlPlane {
             node_name: options.node_name.clone(),
             admin_kubeconfig,
             scheduler_kubeconfig: scheduler_kubeconfig.clone(),
+            server: server.clone(),
+            ca_cert: pki.ca_cert.clone(),
+            admin: pki.admin.clone(),
             kubelet_root: kubelet_root.clone(),
             saved_sysctls: Vec::new(),
             log_entries_before: pod_log_entries(),
@@ -538,6 +546,103 @@ impl ControlPlane {
             PodCreation::Created { pod, .. } => Ok(pod),
             PodCreation::Refused { error } => bail!("kubectl create pod failed: {error}"),
         }
+    }
+
+    /// Creates `manifest` (a v1 Pod, JSON) with a POST over HTTP/1.1 and
+    /// TLS as clients other than Go's talk to the apiserver (the official
+    /// Python client, curl): `curl --http1.1` with the admin's certificate.
+    pub fn create_pod_http1(&self, manifest: &Value) -> anyhow::Result<CreatedPod> {
+        let namespace = manifest["metadata"]["namespace"]
+            .as_str()
+            .context("the manifest names no namespace")?;
+        let file = self.dir.path().join("pod-http1.json");
+        fs::write(&file, manifest.to_string())
+            .with_context(|| format!("writing {}", file.display()))?;
+        let output = Command::new("curl")
+            .args(["--http1.1", "--silent", "--show-error", "--fail-with-body"])
+            .arg("--cacert")
+            .arg(&self.ca_cert)
+            .arg("--cert")
+            .arg(&self.admin.0)
+            .arg("--key")
+            .arg(&self.admin.1)
+            .args(["--header", "Content-Type: application/json"])
+            .arg("--data-binary")
+            .arg(format!("@{}", file.display()))
+            .arg(format!(
+                "{}/api/v1/namespaces/{namespace}/pods",
+                self.server
+            ))
+            .output()
+            .context("running curl (Debian package curl)")?;
+        if !output.status.success() {
+            bail!(
+                "curl's POST of the Pod failed: {} {}",
+                String::from_utf8_lossy(&output.stderr).trim(),
+                String::from_utf8_lossy(&output.stdout).trim()
+            );
+        }
+        let object: Value =
+            serde_json::from_slice(&output.stdout).context("parsing the apiserver's answer")?;
+        let field = |key: &str| {
+            object["metadata"][key]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        Ok(CreatedPod {
+            namespace: field("namespace"),
+            name: field("name"),
+            uid: field("uid"),
+        })
+    }
+
+    /// Creates every manifest (v1 Pods, JSON) at once, one `kubectl create`
+    /// each started before any is awaited, as a burst of creations reaches
+    /// a cluster; returns them in order.
+    pub fn create_pods_at_once(&self, manifests: &[Value]) -> anyhow::Result<Vec<CreatedPod>> {
+        let mut children = Vec::new();
+        for (index, manifest) in manifests.iter().enumerate() {
+            let file = self.dir.path().join(format!("burst-{index}.json"));
+            fs::write(&file, manifest.to_string())
+                .with_context(|| format!("writing {}", file.display()))?;
+            let child = self
+                .kubectl()
+                .args(["create", "-o", "json", "-f"])
+                .arg(&file)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .context("running kubectl create")?;
+            children.push(child);
+        }
+        children
+            .into_iter()
+            .map(|child| {
+                let output = child
+                    .wait_with_output()
+                    .context("waiting for kubectl create")?;
+                if !output.status.success() {
+                    bail!(
+                        "kubectl create pod failed: {}",
+                        String::from_utf8_lossy(&output.stderr).trim()
+                    );
+                }
+                let object: Value = serde_json::from_slice(&output.stdout)
+                    .context("parsing kubectl create's output")?;
+                let field = |key: &str| {
+                    object["metadata"][key]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                Ok(CreatedPod {
+                    namespace: field("namespace"),
+                    name: field("name"),
+                    uid: field("uid"),
+                })
+            })
+            .collect()
     }
 
     /// `kubectl create -o json -f MANIFEST EXTRA_ARGS…` of a v1 Pod: what
