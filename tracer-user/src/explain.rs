@@ -66,7 +66,12 @@ fn section(spans: &[Span]) -> String {
         Some(root) => {
             let ms = root.end_unix_ns.saturating_sub(root.start_unix_ns) as f64 / 1e6;
             let complete = root.bool_attribute("podtrace.trace.complete") == Some(true);
+            let deletion = root.name.starts_with("pod.delete ");
             match (&root.status, complete) {
+                // The Pod's deletion: a trace of its own.
+                (SpanStatus::Unset, _) if deletion => {
+                    format!("status: deleted; its teardown took {ms:.1} ms")
+                }
                 (SpanStatus::Unset, true) => {
                     format!("status: Running {ms:.1} ms after its create request")
                 }
@@ -175,6 +180,26 @@ mod tests {
             "{text}"
         );
         assert!(explain(&spans, "default", "other").is_none());
+    }
+
+    #[test]
+    fn a_deleted_pod_has_its_creation_and_then_its_deletion() {
+        let creation = TraceId::for_pod("c", "uid");
+        let deletion = TraceId::for_pod_deletion("c", "uid");
+        let mut root = span(creation, "pod.create default/web", None, SpanStatus::Unset);
+        root.attributes.push((
+            "podtrace.trace.complete".to_owned(),
+            AttributeValue::Bool(true),
+        ));
+        let mut delete = span(deletion, "pod.delete default/web", None, SpanStatus::Unset);
+        delete.start_unix_ns += 9_000_000_000;
+        delete.end_unix_ns = delete.start_unix_ns + 250_000_000;
+        let text = explain(&[delete, root], "default", "web").unwrap();
+        let running = text.find("status: Running 500.0 ms").expect(&text);
+        let deleted = text
+            .find("status: deleted; its teardown took 250.0 ms")
+            .expect(&text);
+        assert!(running < deleted, "creation first: {text}");
     }
 
     #[test]
