@@ -318,7 +318,9 @@ impl Metrics {
     /// Takes finished spans: phase durations, traced and incomplete Pods.
     pub fn on_spans(&self, spans: &[Span]) {
         for span in spans {
-            if span.parent_span_id.is_none() {
+            // A deletion's root is neither a creation traced nor one left
+            // incomplete.
+            if span.parent_span_id.is_none() && !span.name.starts_with("pod.delete ") {
                 match Phase::of(span) {
                     Some(_) => self.pods_traced.inc(),
                     None => self.incomplete_traces.inc(),
@@ -584,5 +586,26 @@ mod tests {
             "{exposition}"
         );
         assert!(!exposition.contains("phase=\"end_to_end\""), "{exposition}");
+    }
+
+    #[test]
+    fn a_deletion_root_is_no_creation_traced_or_incomplete() {
+        let metrics = Metrics::default();
+        metrics.on_spans(&[span(
+            "pod.delete default/web",
+            SpanKind::Internal,
+            false,
+            300,
+            Vec::new(),
+        )]);
+        let exposition = metrics.encode();
+        assert!(
+            exposition.contains("podtrace_incomplete_traces_total 0"),
+            "{exposition}"
+        );
+        assert!(
+            exposition.contains("podtrace_pods_traced_total 0"),
+            "{exposition}"
+        );
     }
 }
