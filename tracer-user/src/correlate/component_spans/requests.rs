@@ -32,6 +32,16 @@ impl ComponentSpans {
         if rest.side == Side::Client {
             return self.client_side(rest, uids);
         }
+        // Requests on one path at once (a burst of creates) are told apart
+        // by the Pod their storage call wrote, which must be the one the
+        // exchange names (its path, or for a create the Pod it returned),
+        // then by how close their starts are.
+        let named = (
+            rest.namespace.as_deref(),
+            rest.name
+                .as_deref()
+                .or_else(|| rest.pod.as_ref().and_then(|pod| pod.name.as_deref())),
+        );
         let matched = self
             .requests
             .iter()
@@ -41,8 +51,20 @@ impl ComponentSpans {
                     && request.start_ns + MATCH_SLACK_NS >= start
                     && request.start_ns <= end
             })
-            .min_by_key(|(_, request)| request.start_ns)
-            .map(|(key, _)| *key);
+            .filter_map(|(key, request)| {
+                let stored = match (&request.stored, named) {
+                    (Some((ns, name)), (Some(rest_ns), Some(rest_name))) => {
+                        if ns != rest_ns || name != rest_name {
+                            return None;
+                        }
+                        true
+                    }
+                    _ => false,
+                };
+                Some((key, !stored, request.start_ns.abs_diff(start)))
+            })
+            .min_by_key(|(_, unconfirmed, distance)| (*unconfirmed, *distance))
+            .map(|(key, _, _)| *key);
         let request = matched.and_then(|key| self.requests.remove(&key));
         if let Some(client) = self.client_of(rest).cloned() {
             return self.request_spans(request, Some(rest), Some(&client), uids);

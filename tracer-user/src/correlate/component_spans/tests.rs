@@ -233,3 +233,72 @@ fn pod_paths_and_storage_keys() {
     );
     assert_eq!(pod_key("/events/default/web.1"), None);
 }
+
+/// Two creates on one path at once (a burst): each exchange gets the
+/// request whose storage call wrote the Pod it returned, not the one that
+/// started first.
+#[test]
+fn creates_at_once_are_told_apart_by_the_pod_they_stored() {
+    let mut spans = ComponentSpans::new(WallClock::from_offset(0), "c".into(), "vm".into());
+    let path = "/api/v1/namespaces/default/pods";
+    let other_uid = "0b1d2f3a-4c5e-4f70-8192-a3b4c5d6e7f8";
+    // Request A (goroutine 2) starts first and stores "other"; request B
+    // (goroutine 4) stores "web".
+    for (goid, at, stored) in [(2, 10, "other"), (4, 11, "web")] {
+        let mut authn = hit(GoFunction::ApiserverAuthenticate, Point::Entry, goid, 1, at);
+        authn.path = Some(path.into());
+        let mut storage = hit(
+            GoFunction::ApiserverStorageCreate,
+            Point::Entry,
+            goid + 1,
+            goid,
+            at + 2,
+        );
+        storage.text = Some(format!("/pods/default/{stored}"));
+        for call in [
+            authn,
+            hit(
+                GoFunction::ApiserverAuthenticate,
+                Point::Return,
+                goid,
+                1,
+                at + 1,
+            ),
+            storage,
+            hit(
+                GoFunction::ApiserverStorageCreate,
+                Point::Return,
+                goid + 1,
+                goid,
+                at + 5,
+            ),
+        ] {
+            assert!(spans.on_func(call).is_empty());
+        }
+    }
+    let no_uids = |_: &str, _: &str| None;
+    // B's exchange (it returned "web") is decoded first.
+    assert!(spans.on_rest(&rest(path, 10, 17), &no_uids).is_empty());
+    let mut other = rest(path, 9, 16);
+    other.stream_id = 5;
+    other.pod = Some(tracer_decode::identity::PodIdentity {
+        namespace: Some("default".into()),
+        name: Some("other".into()),
+        uid: Some(other_uid.into()),
+        ..Default::default()
+    });
+    assert!(spans.on_rest(&other, &no_uids).is_empty());
+    let out = spans.tick(17 * MS + CLIENT_WAIT_NS, &no_uids);
+    for (uid, stored) in [(UID, "web"), (other_uid, "other")] {
+        let trace = TraceId::for_pod("c", uid);
+        let storage: Vec<&str> = out
+            .iter()
+            .filter(|s| s.trace_id == trace && s.name.starts_with("apiserver storage"))
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(
+            storage,
+            [format!("apiserver storage create /pods/default/{stored}")]
+        );
+    }
+}
