@@ -217,14 +217,18 @@ impl CriCall {
                     .as_ref()
                     .and_then(|c| c.metadata.clone())
                     .unwrap_or_default();
+                // proto3 leaves absent strings empty: an empty name or id
+                // names nothing (a body cut by capture, or decoded as the
+                // wrong message).
+                let named = |text: String| Some(text).filter(|text| !text.is_empty());
                 let sandbox_id = match response {
-                    Some(CriResponse::RunPodSandbox(resp)) => Some(resp.pod_sandbox_id.clone()),
+                    Some(CriResponse::RunPodSandbox(resp)) => named(resp.pod_sandbox_id.clone()),
                     _ => None,
                 };
                 let pod = PodIdentity {
-                    namespace: Some(metadata.namespace),
-                    name: Some(metadata.name),
-                    uid: Some(metadata.uid),
+                    namespace: named(metadata.namespace),
+                    name: named(metadata.name),
+                    uid: named(metadata.uid),
                     ..PodIdentity::default()
                 };
                 vec![PodClue::Sandbox { pod, sandbox_id }]
@@ -311,6 +315,27 @@ mod tests {
             panic!("{decoded:?}")
         };
         assert_eq!(decoded.auth, None);
+    }
+
+    /// A RunPodSandbox whose body names nothing (cut by capture, or
+    /// another call's body under a header block given to the wrong
+    /// stream) gives no Pod: proto3's empty strings are no identity.
+    #[test]
+    fn an_empty_sandbox_config_names_no_pod() {
+        let empty = pb::RunPodSandboxRequest::default().encode_to_vec();
+        let call = CriCall {
+            request: Some(CriRequest::decode(RUNTIME_SERVICE, "RunPodSandbox", &empty)),
+            response: Some(CriResponse::decode(
+                RUNTIME_SERVICE,
+                "RunPodSandbox",
+                &pb::RunPodSandboxResponse::default().encode_to_vec(),
+            )),
+        };
+        let [PodClue::Sandbox { pod, sandbox_id }] = &call.clues()[..] else {
+            panic!("{:?}", call.clues());
+        };
+        assert_eq!(*sandbox_id, None);
+        assert_eq!((&pod.namespace, &pod.name, &pod.uid), (&None, &None, &None));
     }
 
     #[test]
