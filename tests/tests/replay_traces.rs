@@ -74,6 +74,14 @@ fn replay(recording: &str, node: &str) -> (Vec<ExportedSpan>, String) {
 
 /// [`replay`] with more arguments for `podtrace replay`.
 fn replay_with(recording: &str, node: &str, args: &[&str]) -> (Vec<ExportedSpan>, String) {
+    let (spans, stdout, stderr) = replay_run(recording, node, args);
+    // Every span found its Pod: nothing exported apart or counted as lost.
+    assert!(!stderr.contains("unattributed="), "{stderr}");
+    (spans, stdout)
+}
+
+/// Runs `podtrace replay`; returns the spans, stdout and stderr.
+fn replay_run(recording: &str, node: &str, args: &[&str]) -> (Vec<ExportedSpan>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
     let output = Command::new(podtrace_binary())
@@ -85,11 +93,9 @@ fn replay_with(recording: &str, node: &str, args: &[&str]) -> (Vec<ExportedSpan>
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(output.status.success(), "replay failed: {stderr}\n{stdout}");
-    // Every span found its Pod: nothing exported apart or counted as lost.
-    assert!(!stderr.contains("unattributed="), "{stderr}");
-    (read_spans(&out).unwrap(), stdout)
+    (read_spans(&out).unwrap(), stdout, stderr)
 }
 
 fn trace_of(pod: &DemoPod) -> String {
@@ -860,6 +866,80 @@ fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures(
             .iter()
             .all(|s| !s.name.starts_with("apiserver storage"))
     );
+}
+
+/// Real Kubernetes 1.28.4, podtrace started after the cluster was up: a Pod
+/// POSTed over HTTP/1.1 by curl and 20 Pods created at once, then all
+/// deleted. Every trace is a well-formed tree; each Pod gets a complete
+/// creation trace whose create request holds the apiserver's calls (over
+/// HTTP/1.1 as over HTTP/2, each request with its own Pod's storage write)
+/// and a deletion trace. Not asserted (known gaps, see the recording's
+/// notes): the CNI plugin runs of sandboxes set up or torn down at once
+/// (counted as unattributed, not guessed), and the kubelet's side of calls
+/// whose header blocks were written from another thread than the one that
+/// encoded them.
+#[test]
+fn replayed_http1_create_and_burst_of_20_get_a_creation_and_a_deletion_trace_each() {
+    let pods = demo_pods("k8s-1.28-http1-burst.pods.jsonl");
+    assert_eq!(pods.len(), 21);
+    let (spans, _, _) = replay_run("k8s-1.28-http1-burst.ptrace.gz", "vm", &["--quiet"]);
+    assert_well_formed(&spans);
+    for pod in &pods {
+        let trace = Trace::new(&spans, &trace_of(pod));
+        let root = trace.one(&format!("pod.create {}/{}", pod.namespace, pod.name), None);
+        assert_eq!(
+            root.attributes["podtrace.trace.complete"],
+            Value::Bool(true),
+            "{}",
+            pod.name
+        );
+        let create = trace.one(
+            "apiserver POST /api/v1/namespaces/{namespace}/pods",
+            Some(SPAN_KIND_SERVER),
+        );
+        assert_eq!(trace.parent_of(create).span_id, root.span_id);
+        let storage = trace.one(
+            &format!(
+                "apiserver storage create /pods/{}/{}",
+                pod.namespace, pod.name
+            ),
+            None,
+        );
+        assert_eq!(trace.parent_of(storage).span_id, create.span_id);
+        for call in ["authentication", "authorization", "admission (mutating)"] {
+            let under_create = trace
+                .named(&format!("apiserver {call}"))
+                .into_iter()
+                .filter(|span| span.parent_span_id.as_ref() == Some(&create.span_id))
+                .count();
+            assert_eq!(under_create, 1, "{call} of {}", pod.name);
+        }
+        let created = trace.with("etcdserverpb.KV/Txn", "podtrace.k8s.pod.change", "created");
+        assert_eq!(trace.parent_of(created).span_id, storage.span_id);
+        let agent = create.string("user_agent.original").unwrap_or_default();
+        if pod.name.starts_with("http1-") {
+            assert!(agent.starts_with("curl/"), "{agent}");
+        } else {
+            assert!(agent.starts_with("kubectl/"), "{agent}");
+        }
+        let node = trace.one(&format!("node {}", pod.node), None);
+        for call in ["RunPodSandbox", "CreateContainer", "StartContainer"] {
+            let server = trace.one(
+                &format!("runtime.v1.RuntimeService/{call}"),
+                Some(SPAN_KIND_SERVER),
+            );
+            let mut ancestor = trace.parent_of(server);
+            while ancestor.span_id != node.span_id {
+                ancestor = trace.parent_of(ancestor);
+            }
+        }
+        trace.with(
+            "container process start: sh",
+            "container.id",
+            &pod.container_id,
+        );
+        assert_deletion(&spans, pod, &pod.node);
+    }
 }
 
 /// `podtrace explain` of each Pod after replaying `recording`.
