@@ -50,8 +50,11 @@ use super::{
 /// for the spans that were in flight then (the status update's response,
 /// the server span of the write that reported Running); also how long a
 /// span waits for its parent, and a span after the end to learn whether a
-/// teardown had begun.
-pub const SETTLE_NS: u64 = 2_000_000_000;
+/// teardown had begun. Longer than the 2 s the other builders hold a span
+/// for its partner (a CRI server span for the kubelet's client span),
+/// plus a live agent's tick: a StartContainer whose client span never came
+/// goes out 2 s after its end, and its runc spans must still find it.
+pub const SETTLE_NS: u64 = 4_000_000_000;
 /// How long a deletion trace waits for more of its spans after the last
 /// one: the kubelet stops the sandbox and removes it seconds after the
 /// containers.
@@ -139,6 +142,8 @@ struct PodSpans {
     ended: Option<(u64, u64)>,
     /// The summaries went out; later spans are the deletion's or nobody's.
     released: bool,
+    /// The summaries that went out (a late copy of one is not sent again).
+    sent_summaries: Vec<SpanId>,
     /// The creation's root went through here: this agent roots the Pod.
     rooted: bool,
     /// The creation root's `k8s.node.name`: the Pod was bound.
@@ -292,8 +297,11 @@ impl Assembly {
             pod.undecided.push((span, now));
         } else if pod.released {
             // A creation span later than the settling time allowed for:
-            // its summaries went out, it follows as it is.
-            out.push(span);
+            // its summaries went out, it follows as it is — but a summary
+            // (the node span closed late) went out already, made here.
+            if !pod.sent_summaries.contains(&span.span_id) {
+                out.push(span);
+            }
         } else if span.span_id == root || span.span_id == node {
             pod.summaries.push(span);
         } else {
@@ -577,6 +585,7 @@ fn summaries(pod: &mut PodSpans, trace: TraceId, node_name: &str) -> Vec<Span> {
         .iter()
         .find(|span| span.span_id == node)
         .map(|span| (span.start_unix_ns, span.end_unix_ns));
+    pod.sent_summaries = vec![root, node];
     if let Some(root_span) = spans.iter_mut().find(|span| span.span_id == root) {
         let all = placed
             .values()
@@ -854,6 +863,12 @@ mod tests {
         assert_eq!(
             named(&out, "container process start: sh").parent_span_id,
             Some(node_id())
+        );
+        // The node span the node's builder closed late is not sent twice.
+        assert!(
+            assembly
+                .admit(vec![node_span(20, 50)], at(4_000))
+                .is_empty()
         );
         assert!(assembly.tick(at(100) + 2 * SETTLE_NS + 201 * MS).is_empty());
         assert_eq!(assembly.after_creation, 1);
