@@ -510,25 +510,37 @@ fn assert_incomplete_pod_trace(trace: &Trace<'_>, pod: &DemoPod, phase: &str) {
     );
 }
 
-#[test]
-#[ignore = "needs PODTRACE_K8S_BIN, a directory of Kubernetes binaries (none ship with podtrace); cargo xtask test runs it when set"]
-fn real_control_plane_scenarios_get_their_traces() {
-    let test = "real_control_plane_scenarios_get_their_traces";
-    let Some(bin_dir) = k8s_bin(test) else {
-        return;
-    };
+/// The agent (following the default Kubernetes components) around
+/// `podtrace-demo --k8s-bin` running `scenarios`: the Pods the demo
+/// reported, every span exported (each trace checked well-formed) and this
+/// node's name; `None` (said) when the test cannot run here.
+fn traced_demo(
+    test: &str,
+    scenarios: &[&str],
+) -> Option<(Vec<DemoPod>, Vec<ExportedSpan>, String)> {
+    let bin_dir = k8s_bin(test)?;
     if !live_test_can_run(test) {
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("traces.jsonl");
     let node = hostname();
-    // The agent follows the default Kubernetes components.
     let agent = Agent::start(&["--cluster-id", CLUSTER, "--node-name", &node], &out);
-    let pods = run_demo(&bin_dir, &dir.path().join("state"), &SCENARIOS);
+    let pods = run_demo(&bin_dir, &dir.path().join("state"), scenarios);
     agent.stop();
     let all = read_spans(&out).unwrap();
     assert_well_formed(&all);
+    Some((pods, all, node))
+}
+
+#[test]
+#[ignore = "needs PODTRACE_K8S_BIN, a directory of Kubernetes binaries (none ship with podtrace); cargo xtask test runs it when set"]
+fn real_control_plane_scenarios_get_their_traces() {
+    let Some((pods, all, node)) =
+        traced_demo("real_control_plane_scenarios_get_their_traces", &SCENARIOS)
+    else {
+        return;
+    };
 
     let of = |scenario: &str| -> Vec<&DemoPod> {
         pods.iter().filter(|pod| pod.scenario == scenario).collect()
@@ -625,21 +637,10 @@ fn real_control_plane_scenarios_get_their_traces() {
 #[test]
 #[ignore = "needs PODTRACE_K8S_BIN, a directory of Kubernetes binaries (none ship with podtrace); cargo xtask test runs it when set"]
 fn a_burst_of_20_pods_gets_their_traces() {
-    let test = "a_burst_of_20_pods_gets_their_traces";
-    let Some(bin_dir) = k8s_bin(test) else {
+    let Some((pods, all, _)) = traced_demo("a_burst_of_20_pods_gets_their_traces", &["burst"])
+    else {
         return;
     };
-    if !live_test_can_run(test) {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("traces.jsonl");
-    let node = hostname();
-    let agent = Agent::start(&["--cluster-id", CLUSTER, "--node-name", &node], &out);
-    let pods = run_demo(&bin_dir, &dir.path().join("state"), &["burst"]);
-    agent.stop();
-    let all = read_spans(&out).unwrap();
-    assert_well_formed(&all);
     assert_eq!(pods.len(), 20, "{pods:#?}");
     for pod in &pods {
         assert_eq!(pod.outcome, "Running");

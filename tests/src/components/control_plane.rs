@@ -102,6 +102,23 @@ pub struct CreatedPod {
     pub uid: String,
 }
 
+impl CreatedPod {
+    /// The Pod the apiserver answered a create with (JSON).
+    fn from_object(object: &Value) -> Self {
+        let field = |key: &str| {
+            object["metadata"][key]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        Self {
+            namespace: field("namespace"),
+            name: field("name"),
+            uid: field("uid"),
+        }
+    }
+}
+
 /// What `kubectl create` of a Pod answered.
 #[derive(Debug, Clone)]
 pub enum PodCreation {
@@ -584,17 +601,7 @@ impl ControlPlane {
         }
         let object: Value =
             serde_json::from_slice(&output.stdout).context("parsing the apiserver's answer")?;
-        let field = |key: &str| {
-            object["metadata"][key]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        };
-        Ok(CreatedPod {
-            namespace: field("namespace"),
-            name: field("name"),
-            uid: field("uid"),
-        })
+        Ok(CreatedPod::from_object(&object))
     }
 
     /// Creates every manifest (v1 Pods, JSON) at once, one `kubectl create`
@@ -630,17 +637,7 @@ impl ControlPlane {
                 }
                 let object: Value = serde_json::from_slice(&output.stdout)
                     .context("parsing kubectl create's output")?;
-                let field = |key: &str| {
-                    object["metadata"][key]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned()
-                };
-                Ok(CreatedPod {
-                    namespace: field("namespace"),
-                    name: field("name"),
-                    uid: field("uid"),
-                })
+                Ok(CreatedPod::from_object(&object))
             })
             .collect()
     }
@@ -672,23 +669,13 @@ impl ControlPlane {
         }
         let object: Value =
             serde_json::from_slice(&output.stdout).context("parsing kubectl create's output")?;
-        let field = |key: &str| {
-            object["metadata"][key]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        };
         let warnings = stderr
             .lines()
             .filter_map(|line| line.trim().strip_prefix("Warning: "))
             .map(str::to_owned)
             .collect();
         Ok(PodCreation::Created {
-            pod: CreatedPod {
-                namespace: field("namespace"),
-                name: field("name"),
-                uid: field("uid"),
-            },
+            pod: CreatedPod::from_object(&object),
             object,
             warnings,
         })

@@ -1220,17 +1220,23 @@ mod tests {
 
     const TXN: &str = "/etcdserverpb.KV/Txn";
 
+    const CONN: ConnKey = ConnKey {
+        tgid: 100,
+        conn_id: 7,
+    };
+
+    fn ids(ts_ns: u64) -> crate::capture::ProcessIds {
+        crate::capture::ProcessIds {
+            ts_ns,
+            tgid: CONN.tgid,
+            tid: CONN.tgid,
+        }
+    }
+
     fn conn_record(change: ConnAction) -> ConnRecord {
         ConnRecord {
-            ids: crate::capture::ProcessIds {
-                ts_ns: 1,
-                tgid: 100,
-                tid: 100,
-            },
-            conn: ConnKey {
-                tgid: 100,
-                conn_id: 7,
-            },
+            ids: ids(1),
+            conn: CONN,
             fd: 9,
             change,
             fd_kind: FdKind::Socket,
@@ -1241,15 +1247,8 @@ mod tests {
 
     fn chunk(ts_ns: u64, direction: Direction, bytes: &[u8], tls_plaintext: bool) -> DataRecord {
         DataRecord {
-            ids: crate::capture::ProcessIds {
-                ts_ns,
-                tgid: 100,
-                tid: 100,
-            },
-            conn: ConnKey {
-                tgid: 100,
-                conn_id: 7,
-            },
+            ids: ids(ts_ns),
+            conn: CONN,
             fd: 9,
             syscall: tracer_common::io::IoSyscall::Read,
             direction,
