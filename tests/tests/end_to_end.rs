@@ -33,7 +33,7 @@ use podtrace_tests::{
     trees::assert_well_formed,
 };
 use serde_json::Value;
-use tracer_user::correlate::span::TraceId;
+use tracer_user::correlate::{assembly::SETTLE_NS, span::TraceId};
 
 const CLUSTER: &str = "e2e-test";
 const NODE: &str = "e2e-node";
@@ -238,8 +238,9 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
     let before = unix_now_ns();
     let (pods, broken) = run_demo(2, 1, &[]);
     let after = unix_now_ns();
-    // Spans wait up to 2 s for their parents before they are exported.
-    thread::sleep(Duration::from_secs(3));
+    // A creation's root and node span go out SETTLE_NS after the Pod was
+    // reported Running, at the agent's next tick (every second).
+    thread::sleep(Duration::from_nanos(SETTLE_NS) + Duration::from_secs(2));
     let exposition = agent.scrape();
     // explain asks the running agent: a Pod's waterfall and where it stands.
     let story = explain(&pods[0].name, &["--agent", &agent.metrics]);
