@@ -3,7 +3,7 @@
 //! outside the root), no span id twice. Replay and live tests call
 //! [`assert_well_formed`] on what podtrace exported.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::otlp_json::ExportedSpan;
 
@@ -67,6 +67,60 @@ pub fn assert_well_formed(spans: &[ExportedSpan]) {
         faults.len(),
         faults.join("\n")
     );
+}
+
+/// The trace(s) of `spans` as an indented tree, one line a span (name,
+/// kind, start offset and duration from the first start, id, the Pod
+/// change it reports): what a failed assertion prints, since a CI log keeps
+/// only part of a long output and a `{:#?}` dump takes ~30 lines a span.
+pub fn outline(spans: &[&ExportedSpan]) -> String {
+    let origin = spans.iter().map(|s| s.start_unix_ns).min().unwrap_or(0);
+    let ids: HashSet<(&str, &str)> = spans
+        .iter()
+        .map(|s| (s.trace_id.as_str(), s.span_id.as_str()))
+        .collect();
+    let mut children: HashMap<(&str, &str), Vec<&ExportedSpan>> = HashMap::new();
+    let mut tops = Vec::new();
+    for span in spans {
+        match &span.parent_span_id {
+            Some(parent) if ids.contains(&(span.trace_id.as_str(), parent.as_str())) => children
+                .entry((&span.trace_id, parent))
+                .or_default()
+                .push(span),
+            _ => tops.push(*span),
+        }
+    }
+    let mut out = String::new();
+    let mut stack: Vec<(usize, &ExportedSpan)> = Vec::new();
+    tops.sort_by_key(|s| std::cmp::Reverse(s.start_unix_ns));
+    stack.extend(tops.into_iter().map(|s| (0, s)));
+    while let Some((depth, span)) = stack.pop() {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let orphan = match &span.parent_span_id {
+            Some(parent) if depth == 0 => format!(" ORPHAN of {parent}"),
+            _ => String::new(),
+        };
+        let change = span
+            .string("podtrace.k8s.pod.change")
+            .map(|change| format!(" ({change})"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{:indent$}{} k{} +{:.1}ms {:.1}ms {} t{}{change}{orphan}\n",
+            "",
+            span.name,
+            span.kind,
+            ms(span.start_unix_ns.saturating_sub(origin)),
+            ms(span.end_unix_ns.saturating_sub(span.start_unix_ns)),
+            span.span_id,
+            &span.trace_id[..span.trace_id.len().min(8)],
+            indent = depth * 2,
+        ));
+        if let Some(below) = children.get_mut(&(span.trace_id.as_str(), span.span_id.as_str())) {
+            below.sort_by_key(|s| std::cmp::Reverse(s.start_unix_ns));
+            stack.extend(below.iter().map(|s| (depth + 1, *s)));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

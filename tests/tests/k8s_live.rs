@@ -37,7 +37,7 @@ use podtrace_tests::{
     agent::Agent,
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
-    trees::assert_well_formed,
+    trees::{assert_well_formed, outline},
 };
 use serde_json::Value;
 use tracer_user::correlate::span::{SpanId, TraceId};
@@ -157,7 +157,12 @@ impl<'a> Trace<'a> {
 
     fn one(&self, name: &str, kind: Option<u64>) -> &'a ExportedSpan {
         let found = self.named(name, kind);
-        assert_eq!(found.len(), 1, "{name} ({kind:?}): {:#?}", self.spans);
+        assert_eq!(
+            found.len(),
+            1,
+            "{name} ({kind:?}):\n{}",
+            outline(&self.spans)
+        );
         found[0]
     }
 
@@ -455,7 +460,7 @@ fn assert_deletion_trace(all: &[ExportedSpan], pod: &DemoPod) {
     let root = spans
         .iter()
         .find(|s| s.parent_span_id.is_none())
-        .unwrap_or_else(|| panic!("no deletion root for {pod:?}: {spans:#?}"));
+        .unwrap_or_else(|| panic!("no deletion root for {pod:?}: \n{}", outline(&spans)));
     assert_eq!(
         root.name,
         format!("pod.delete {}/{}", pod.namespace, pod.name)
@@ -468,7 +473,8 @@ fn assert_deletion_trace(all: &[ExportedSpan], pod: &DemoPod) {
             spans
                 .iter()
                 .any(|s| s.name == name && s.kind == SPAN_KIND_SERVER),
-            "no {name} in the deletion of {pod:?}: {spans:#?}"
+            "no {name} in the deletion of {pod:?}: \n{}",
+            outline(&spans)
         );
         assert!(
             !all.iter()

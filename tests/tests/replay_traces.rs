@@ -23,7 +23,7 @@ use std::{
 use podtrace_tests::{
     otlp_json::{ExportedSpan, read_spans},
     podtrace_binary,
-    trees::assert_well_formed,
+    trees::{assert_well_formed, outline},
 };
 use serde_json::Value;
 use tracer_user::correlate::span::{SpanId, TraceId};
@@ -207,7 +207,12 @@ impl<'a> Trace<'a> {
             .into_iter()
             .filter(|s| kind.is_none_or(|k| s.kind == k))
             .collect();
-        assert_eq!(found.len(), 1, "{name} ({kind:?}): {:#?}", self.spans);
+        assert_eq!(
+            found.len(),
+            1,
+            "{name} ({kind:?}):\n{}",
+            outline(&self.spans)
+        );
         found[0]
     }
 
