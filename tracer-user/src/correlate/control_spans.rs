@@ -365,7 +365,7 @@ impl ControlSpans {
         };
         let mut finished = Vec::new();
         for pod in &pods {
-            let change = self.change(call, pod);
+            let change = self.change(call, pod, failed.is_some());
             let mut attributes = vec![
                 string_attribute("rpc.system", "grpc"),
                 string_attribute("rpc.service", tracer_decode::etcd::KV_SERVICE),
@@ -445,12 +445,15 @@ impl ControlSpans {
 
     /// What a write does to a Pod, as the Pod object it stores shows against
     /// the previous one: `created`, `bound to NODE` (the scheduler's
-    /// binding), `status PHASE` (the kubelet's report), `deleted`.
-    fn change(&mut self, call: &EtcdMessage, pod: &PodName) -> Option<String> {
+    /// binding), `status PHASE` (the kubelet's report), `deleted`. A write
+    /// that `failed` (a Txn whose compare failed: the apiserver retries it
+    /// on the object it got back) is named for what it tried, and stored
+    /// nothing: the retry is compared with the same previous object.
+    fn change(&mut self, call: &EtcdMessage, pod: &PodName, failed: bool) -> Option<String> {
         if let Some(change) = self.changes.get(&call.fingerprint) {
             return Some(change.clone());
         }
-        let change = self.new_change(call, pod)?;
+        let change = self.new_change(call, pod, failed)?;
         if self.changes.len() >= MAX_SEEN {
             self.changes.clear();
         }
@@ -458,7 +461,7 @@ impl ControlSpans {
         Some(change)
     }
 
-    fn new_change(&mut self, call: &EtcdMessage, pod: &PodName) -> Option<String> {
+    fn new_change(&mut self, call: &EtcdMessage, pod: &PodName, failed: bool) -> Option<String> {
         if call.write == WriteKind::Delete {
             return Some("deleted".to_owned());
         }
@@ -468,12 +471,12 @@ impl ControlSpans {
             _ => None,
         })?;
         let now = (object.node_name.clone(), object.phase.clone());
-        if !self.states.contains_key(uid) && self.states.len() >= MAX_PODS {
-            self.dropped += 1;
-        }
-        let before = if self.states.len() < MAX_PODS || self.states.contains_key(uid) {
+        let before = if failed {
+            self.states.get(uid).cloned()
+        } else if self.states.len() < MAX_PODS || self.states.contains_key(uid) {
             self.states.insert(uid.clone(), now.clone())
         } else {
+            self.dropped += 1;
             None
         };
         if call.write == WriteKind::Create {
@@ -1070,6 +1073,31 @@ mod tests {
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), out.len());
+    }
+
+    #[test]
+    fn a_binding_whose_txn_conflicted_and_was_retried_is_named_bound_both_times() {
+        let mut control = spans();
+        let mut out = Vec::new();
+        let created = clues("web", Some("uid-1"), None, "Pending");
+        out.extend(control.on_etcd(&call(Side::Client, WriteKind::Create, created, 1, 9, 15)));
+        // The apiserver's binding on a stale object: the compare fails,
+        // nothing is stored, and it retries on the object etcd returned.
+        let bound = clues("web", Some("uid-1"), Some("node-a"), "Pending");
+        let mut conflict = call(Side::Client, WriteKind::Update, bound.clone(), 2, 39, 43);
+        conflict.txn_succeeded = Some(false);
+        out.extend(control.on_etcd(&conflict));
+        out.extend(control.on_etcd(&call(Side::Client, WriteKind::Update, bound, 3, 44, 48)));
+        out.extend(control.finish());
+        let changes: Vec<(&AttributeValue, &SpanStatus)> = out
+            .iter()
+            .filter(|s| s.kind == SpanKind::Client)
+            .map(|s| (attribute(s, "podtrace.k8s.pod.change"), &s.status))
+            .collect();
+        let bound = AttributeValue::String("bound to node-a".into());
+        assert_eq!(changes.len(), 3, "{out:#?}");
+        assert!(matches!(changes[1], (change, SpanStatus::Error(_)) if *change == bound));
+        assert_eq!(changes[2], (&bound, &SpanStatus::Unset));
     }
 
     #[test]
