@@ -228,6 +228,10 @@ pub struct NodeSpans {
     /// (which run the CNI plugins: ADD, DEL, DEL again) as containerd handled them: method, sandbox id,
     /// start and end (CLOCK_MONOTONIC ns).
     sandbox_windows: VecDeque<SandboxWindow>,
+    /// The call each CNI plugin run that was started by containerd went to
+    /// (or that it was ambiguous), by pid, with the run's end: the plugins
+    /// it ran (ptp's host-local) go with it.
+    cni_calls: HashMap<u32, (Result<SandboxWindow, Ambiguous>, u64)>,
     /// CRI calls, runc runs and container processes whose Pod was not known.
     pub unattributed: u64,
 }
@@ -250,6 +254,7 @@ impl NodeSpans {
             pending: Vec::new(),
             cni_runs: HashMap::new(),
             sandbox_windows: VecDeque::new(),
+            cni_calls: HashMap::new(),
             image_calls: VecDeque::new(),
             pulls: HashMap::new(),
             container_images: HashMap::new(),
@@ -1029,20 +1034,34 @@ impl NodeSpans {
     /// not read), so the run is matched to the only such call containerd was
     /// handling while it ran — once concurrent calls have had time to finish
     /// — and is counted unattributed when two were.
-    fn cni_span(&self, run: &CniRun, now_ns: u64) -> Result<Option<Span>, Ambiguous> {
+    fn cni_span(&mut self, run: &CniRun, now_ns: u64) -> Result<Option<Span>, Ambiguous> {
         if now_ns.saturating_sub(run.end_ns) < CNI_SETTLE_NS {
             return Ok(None);
         }
-        let mut windows = self
-            .sandbox_windows
-            .iter()
-            .filter(|w| w.start_ns <= run.start_ns && run.end_ns <= w.end_ns);
-        let Some(window) = windows.next() else {
-            return Ok(None);
+        let window = match run.parent_pid {
+            // A plugin another ran goes where that one went, once it has:
+            // its own shorter run may fit one call where its parent's
+            // fits two, and it must not hang from a span that is not sent.
+            Some(parent) => match self.cni_calls.get(&parent) {
+                Some((call, _)) => call.clone()?,
+                None => return Ok(None),
+            },
+            None => {
+                let mut windows = self
+                    .sandbox_windows
+                    .iter()
+                    .filter(|w| w.start_ns <= run.start_ns && run.end_ns <= w.end_ns);
+                let call = match (windows.next(), windows.next()) {
+                    (None, _) => return Ok(None),
+                    (Some(window), None) => Ok(window.clone()),
+                    (Some(_), Some(_)) => Err(Ambiguous),
+                };
+                self.cni_calls
+                    .retain(|_, (_, end)| run.end_ns.saturating_sub(*end) <= PENDING_NS);
+                self.cni_calls.insert(run.pid, (call.clone(), run.end_ns));
+                call?
+            }
         };
-        if windows.next().is_some() {
-            return Err(Ambiguous);
-        }
         let sandbox_id = &window.sandbox_id;
         let Some(pod) = self.pods_by_sandbox.get(sandbox_id) else {
             return Ok(None);
@@ -1132,6 +1151,7 @@ impl NodeSpans {
 }
 
 /// A CNI run overlapped more than one RunPodSandbox call.
+#[derive(Clone, Debug)]
 struct Ambiguous;
 
 /// An image reference with the tag the kubelet adds when it has none
