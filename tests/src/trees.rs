@@ -69,6 +69,26 @@ pub fn assert_well_formed(spans: &[ExportedSpan]) {
     );
 }
 
+/// `from` or its nearest ancestor in `spans` whose time holds `span`'s:
+/// where podtrace hangs a span that lies outside its parent (a container's
+/// exec after the CRI call that started it returned).
+pub fn nearest_holder<'a>(
+    spans: &[&'a ExportedSpan],
+    from: &'a ExportedSpan,
+    span: &ExportedSpan,
+) -> Option<&'a ExportedSpan> {
+    let mut holder = from;
+    // Bounded: a cycle of ids cannot loop.
+    for _ in 0..=spans.len() {
+        if holder.start_unix_ns <= span.start_unix_ns && span.end_unix_ns <= holder.end_unix_ns {
+            return Some(holder);
+        }
+        let parent = holder.parent_span_id.as_deref()?;
+        holder = spans.iter().find(|s| s.span_id == parent)?;
+    }
+    None
+}
+
 /// The trace(s) of `spans` as an indented tree, one line a span (name,
 /// kind, start offset and duration from the first start, id, the Pod
 /// change it reports): what a failed assertion prints, since a CI log keeps

@@ -30,7 +30,7 @@ use podtrace_tests::{
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
     podtrace_binary,
-    trees::{assert_well_formed, outline},
+    trees::{assert_well_formed, nearest_holder, outline},
 };
 use serde_json::Value;
 use tracer_user::correlate::{assembly::SETTLE_NS, span::TraceId};
@@ -478,7 +478,7 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
                 .filter(|s| s.name == name && s.kind == SPAN_KIND_SERVER)
                 .collect(),
         );
-        servers.push((client, server));
+        servers.push(server);
         if call == "CreateContainer" {
             assert_container_facts(client);
             assert_container_facts(server);
@@ -517,7 +517,7 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
         "a pull of a present image: \n{}",
         outline(&spans)
     );
-    for ((client, server), container) in [
+    for (server, container) in [
         (servers[0], &pod.sandbox_id),
         (servers[2], &pod.container_id),
     ] {
@@ -543,10 +543,9 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
                     && s.string("container.id") == Some(container.as_str())
             })
             .unwrap_or_else(|| panic!("no first exec of {container}: \n{}", outline(&spans)));
-        let expected_parent = [server, client, node]
-            .into_iter()
-            .find(|holder| first.end_unix_ns <= holder.end_unix_ns)
-            .map_or(&node.span_id, |holder| &holder.span_id);
+        let expected_parent = &nearest_holder(&spans, server, first)
+            .unwrap_or(node)
+            .span_id;
         assert_eq!(
             first.parent_span_id.as_ref(),
             Some(expected_parent),

@@ -20,16 +20,20 @@
 //! process name, `podtrace-demo`, and its etcd client by `demo-apiserver`.
 //!
 //! With `--k8s-bin DIR` it plays no role: it starts a real control plane
-//! from the kube-apiserver (or `--apiserver PATH`), kube-scheduler, kubelet
-//! and kubectl in DIR on the same etcd and containerd ([`ControlPlane`]),
+//! from the kube-apiserver (or `--apiserver PATH`), kube-scheduler,
+//! kube-controller-manager, kubelet and kubectl in DIR on the same etcd and
+//! containerd ([`ControlPlane`]),
 //! and runs `--scenario`s, each creating its Pod(s) with kubectl and waiting
 //! for the end state it expects: `running` (the default: `--pods` Pods that
 //! reach Running), `rejected` (refused by Pod Security admission),
 //! `unschedulable` (a nodeSelector no node has), `image-never` (an absent
 //! image with imagePullPolicy Never), `dry-run` (`--dry-run=server`, nothing
-//! stored), `second-scheduler` (scheduled by a second kube-scheduler) and
+//! stored), `second-scheduler` (scheduled by a second kube-scheduler),
 //! `privileged` (privileged, with added capabilities, as root; Running, with
-//! the apiserver's Pod Security warnings). It prints the same JSON lines (the
+//! the apiserver's Pod Security warnings), `http1` (created over HTTP/1.1),
+//! `burst` (`--burst-pods` Pods created at once) and `deployment` (a
+//! Deployment scaled from 0 to `--burst-pods` replicas, then back to 0: the
+//! ReplicaSet controller creates and deletes its Pods). It prints the same JSON lines (the
 //! sandbox id read from containerd's CRI, the container id from the Pod's
 //! status, empty when there is none) with `scenario` and `outcome` added
 //! (`Running`, `rejected: ERROR`, `unschedulable: MESSAGE`,
@@ -97,7 +101,7 @@ struct Args {
     /// How many Pods to create, one after the other.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=200))]
     pods: u32,
-    /// With --scenario burst: how many Pods it creates at once.
+    /// With --scenario burst or deployment: how many Pods it creates at once.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=200))]
     burst_pods: u32,
     /// Create the --pods Pods all at once (a Deployment scaled up, a burst)
@@ -199,6 +203,10 @@ enum Scenario {
     /// --burst-pods Pods created at once (a kubectl create each, all
     /// started before any is awaited), each reaching Running.
     Burst,
+    /// A Deployment scaled from 0 to --burst-pods replicas (the ReplicaSet
+    /// controller creates its Pods at once), each reaching Running, then
+    /// scaled back to 0 (the controller deletes them).
+    Deployment,
 }
 
 impl Scenario {
@@ -213,6 +221,7 @@ impl Scenario {
             Self::Privileged => "privileged",
             Self::Http1 => "http1",
             Self::Burst => "burst",
+            Self::Deployment => "deployment",
         }
     }
 }
@@ -1351,6 +1360,28 @@ impl Cluster<'_> {
                 for pod in &pods {
                     reports.push(self.await_running(scenario, pod, Vec::new(), step)?);
                 }
+                Ok(reports)
+            }
+            Scenario::Deployment => {
+                self.use_namespace(&namespace, &[])?;
+                let name = format!("deployment-{index}");
+                let mut template = self.manifest(&namespace, "", false);
+                // Its own selector: the end's cleanup (by the demo label)
+                // must not race the ReplicaSet controller.
+                template["metadata"]["labels"]["podtrace-demo/deployment"] = name.clone().into();
+                let step = Instant::now();
+                let pods = self
+                    .plane
+                    .deploy(&namespace, &name, &template, self.args.burst_pods)?;
+                let mut reports = Vec::new();
+                for pod in &pods {
+                    reports.push(self.await_running(scenario, pod, Vec::new(), step)?);
+                }
+                self.plane.scale_to_zero(&namespace, &name, &template)?;
+                say!(
+                    "podtrace-demo: Deployment {namespace}/{name} scaled to 0; its {} Pods are gone",
+                    pods.len()
+                );
                 Ok(reports)
             }
         }

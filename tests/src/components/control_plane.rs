@@ -1,22 +1,25 @@
 //! A real single-node Kubernetes control plane — kube-apiserver,
-//! kube-scheduler and a kubelet — started from binaries the user provides
+//! kube-scheduler, kube-controller-manager (its Deployment and ReplicaSet
+//! controllers) and a kubelet — started from binaries the user provides
 //! (`cargo xtask demo --k8s-bin DIR`), on top of the harness's [`Etcd`] and
 //! [`Containerd`].
 //!
-//! In: a directory holding `kube-apiserver`, `kube-scheduler`, `kubelet` and
-//! `kubectl` (this crate never builds them; another kube-apiserver binary may
+//! In: a directory holding `kube-apiserver`, `kube-scheduler`,
+//! `kube-controller-manager`, `kubelet` and `kubectl` (this crate never
+//! builds them; another kube-apiserver binary may
 //! be given, a stripped one for example), a running etcd — with TLS and
 //! authentication kube-apiserver presents etcd's `kube-apiserver` client
 //! certificate, which makes it that etcd user; without TLS it connects over
 //! plain HTTP with no credentials — a running containerd, and the node's
-//! name. Out: the three processes running and supervised, the node
+//! name. Out: the four processes running and supervised, the node
 //! registered and Ready, `kubectl` preconfigured as a cluster admin
 //! ([`ControlPlane::kubectl`]), Pods created, awaited and deleted through it
 //! ([`ControlPlane::create_pod`], [`ControlPlane::try_create_pod`],
 //! [`ControlPlane::wait_running`], [`ControlPlane::wait_pod`],
 //! [`ControlPlane::delete_pods`]), namespaces with labels
-//! ([`ControlPlane::create_namespace`]), and further kube-scheduler instances
-//! with their own scheduler name ([`ControlPlane::start_second_scheduler`]).
+//! ([`ControlPlane::create_namespace`]), further kube-scheduler instances
+//! with their own scheduler name ([`ControlPlane::start_second_scheduler`]),
+//! and Deployments scaled up and down ([`ControlPlane::deploy`]).
 //!
 //! What is generated in its temporary directory: a cluster CA; the
 //! apiserver's serving certificate (127.0.0.1, localhost, the `kubernetes`
@@ -28,13 +31,15 @@
 //! cgroup root, swap allowed, containerd's socket, x509 authentication and
 //! AlwaysAllow authorization of the kubelet's own API on loopback, eviction
 //! and image GC thresholds low enough for a busy disk, no iptables chains).
-//! There is no kube-controller-manager: the `default` ServiceAccount is
-//! created here, the node's `not-ready` taint is removed here once it is
-//! Ready, and Pods must not mount a service-account token (nothing
-//! publishes `kube-root-ca.crt`).
+//! kube-controller-manager runs only the Deployment and ReplicaSet
+//! controllers, as the admin (per-controller service-account credentials
+//! would add the token machinery, which the traced path does not need): the
+//! `default` ServiceAccount is created here, the node's `not-ready` taint is
+//! removed here once it is Ready, and Pods must not mount a service-account
+//! token (nothing publishes `kube-root-ca.crt`).
 //!
-//! Dropping it stops the kubelet, the schedulers and the apiserver (in that
-//! order), restores the kernel settings the kubelet changes (it sets
+//! Dropping it stops the kubelet, the controller manager, the schedulers and
+//! the apiserver (in that order), restores the kernel settings the kubelet changes (it sets
 //! `vm.overcommit_memory`, `kernel.panic` and `kernel.panic_on_oops` as on
 //! any node), unmounts what the kubelet left under its root directory,
 //! removes the Pod log directories the kubelet created under `/var/log` and
@@ -64,7 +69,13 @@ use super::{
 };
 
 /// The executables expected in the `--k8s-bin` directory.
-pub const BINARIES: [&str; 4] = ["kube-apiserver", "kube-scheduler", "kubelet", "kubectl"];
+pub const BINARIES: [&str; 5] = [
+    "kube-apiserver",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kubelet",
+    "kubectl",
+];
 /// The Services' ClusterIP range, and the `kubernetes` Service's address in it.
 const SERVICE_CIDR: &str = "10.96.0.0/24";
 const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
@@ -145,6 +156,7 @@ struct ExtraScheduler {
 pub struct ControlPlane {
     // Stopped in this order (see Drop).
     kubelet: Option<Supervised>,
+    controller_manager: Option<Supervised>,
     extra_schedulers: Vec<ExtraScheduler>,
     scheduler: Option<Supervised>,
     apiserver: Option<Supervised>,
@@ -261,12 +273,13 @@ impl ControlPlane {
 
         let mut plane = Self {
             kubelet: None,
+            controller_manager: None,
             extra_schedulers: Vec::new(),
             scheduler: None,
             apiserver: None,
             bin_dir: options.bin_dir.clone(),
             node_name: options.node_name.clone(),
-            admin_kubeconfig,
+            admin_kubeconfig: admin_kubeconfig.clone(),
             scheduler_kubeconfig: scheduler_kubeconfig.clone(),
             server: server.clone(),
             ca_cert: pki.ca_cert.clone(),
@@ -372,6 +385,39 @@ impl ControlPlane {
             started.elapsed()
         ));
 
+        // kube-controller-manager: the controllers that turn a Deployment
+        // into Pods.
+        let started = Instant::now();
+        let mut command = Command::new(options.bin_dir.join("kube-controller-manager"));
+        command
+            .arg(format!("--kubeconfig={}", admin_kubeconfig.display()))
+            .arg(format!(
+                "--authentication-kubeconfig={}",
+                admin_kubeconfig.display()
+            ))
+            .arg(format!(
+                "--authorization-kubeconfig={}",
+                admin_kubeconfig.display()
+            ))
+            .arg("--controllers=deployment,replicaset")
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={}", free_loopback_port()?))
+            .arg(format!(
+                "--cert-dir={}",
+                plane.dir.path().join("controller-manager").display()
+            ))
+            .arg("--leader-elect=false");
+        plane.controller_manager = Some(Supervised::spawn(
+            "kube-controller-manager",
+            &mut command,
+            &plane.dir.path().join("kube-controller-manager.log"),
+        )?);
+        note(format_args!(
+            "kube-controller-manager (pid {}) started in {:?}",
+            plane.controller_manager.as_ref().map_or(0, Supervised::pid),
+            started.elapsed()
+        ));
+
         // The kubelet, under containerd's cgroup root (which containerd's
         // teardown removes); the kubelet insists that it exists.
         let started = Instant::now();
@@ -436,17 +482,16 @@ impl ControlPlane {
         &self.admin_kubeconfig
     }
 
-    /// The process ids of kube-apiserver, kube-scheduler and the kubelet.
-    pub fn pids(&self) -> [u32; 3] {
-        [&self.apiserver, &self.scheduler, &self.kubelet]
-            .map(|process| process.as_ref().map_or(0, Supervised::pid))
-    }
-
     /// Fails with a log tail if any component has exited.
     pub fn ensure_running(&mut self) -> anyhow::Result<()> {
-        for process in [&mut self.apiserver, &mut self.scheduler, &mut self.kubelet]
-            .into_iter()
-            .flatten()
+        for process in [
+            &mut self.apiserver,
+            &mut self.scheduler,
+            &mut self.controller_manager,
+            &mut self.kubelet,
+        ]
+        .into_iter()
+        .flatten()
         {
             process.ensure_running()?;
         }
@@ -860,6 +905,99 @@ impl ControlPlane {
         serde_json::from_slice(&output.stdout).context("parsing kubectl get's output")
     }
 
+    /// Creates Deployment `name` in `namespace` with no replicas, its Pods
+    /// made from `pod` (a Pod manifest: its labels, which select them, and
+    /// spec), then scales it to `replicas`, as an operator scaling up does:
+    /// the ReplicaSet controller creates them at once. Returns them once all
+    /// exist (not yet Running).
+    pub fn deploy(
+        &self,
+        namespace: &str,
+        name: &str,
+        pod: &Value,
+        replicas: u32,
+    ) -> anyhow::Result<Vec<CreatedPod>> {
+        let labels = pod["metadata"]["labels"].clone();
+        let deployment = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": pod["spec"]},
+            },
+        });
+        let file = self.dir.path().join(format!("deployment-{name}.json"));
+        write_file(&file, deployment.to_string().as_bytes())?;
+        kubectl_output(
+            self.kubectl().args(["create", "-f"]).arg(&file),
+            "create deployment",
+        )?;
+        self.scale(namespace, name, replicas)?;
+        let selector = selector(&labels);
+        wait_until(
+            &format!("the {replicas} Pods of Deployment {namespace}/{name}"),
+            Duration::from_secs(60),
+            Duration::from_millis(200),
+            || {
+                let pods = self.pods(namespace, &selector)?;
+                if pods.len() == replicas as usize {
+                    Ok(Ok(pods))
+                } else {
+                    Ok(Err(format!("{} Pods", pods.len())))
+                }
+            },
+        )
+    }
+
+    /// Scales Deployment `namespace/name` to no replicas and waits until the
+    /// ReplicaSet controller's deletions are done: the Pods with `pod`'s
+    /// labels are gone.
+    pub fn scale_to_zero(&self, namespace: &str, name: &str, pod: &Value) -> anyhow::Result<()> {
+        self.scale(namespace, name, 0)?;
+        let selector = selector(&pod["metadata"]["labels"]);
+        wait_until(
+            &format!("the Pods of Deployment {namespace}/{name} to be gone"),
+            Duration::from_secs(90),
+            Duration::from_millis(500),
+            || {
+                let left = self.pods(namespace, &selector)?.len();
+                Ok(if left == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("{left} Pods left"))
+                })
+            },
+        )
+    }
+
+    fn scale(&self, namespace: &str, name: &str, replicas: u32) -> anyhow::Result<()> {
+        kubectl_output(
+            self.kubectl()
+                .args(["scale", "-n", namespace])
+                .arg(format!("deployment/{name}"))
+                .arg(format!("--replicas={replicas}")),
+            "scale deployment",
+        )
+        .map(|_| ())
+    }
+
+    /// The Pods of `namespace` with label `selector`.
+    fn pods(&self, namespace: &str, selector: &str) -> anyhow::Result<Vec<CreatedPod>> {
+        let output = kubectl_output(
+            self.kubectl()
+                .args(["get", "pods", "-o", "json", "-n", namespace, "-l", selector]),
+            "get pods",
+        )?;
+        let list: Value =
+            serde_json::from_slice(&output.stdout).context("parsing kubectl get's output")?;
+        Ok(list["items"]
+            .as_array()
+            .map(|items| items.iter().map(CreatedPod::from_object).collect())
+            .unwrap_or_default())
+    }
+
     /// Deletes the Pods of `namespace` with label `selector` and waits until
     /// the kubelet has stopped them and they are gone.
     pub fn delete_pods(&self, namespace: &str, selector: &str) -> anyhow::Result<()> {
@@ -880,7 +1018,12 @@ impl ControlPlane {
         for mut scheduler in self.extra_schedulers.drain(..) {
             scheduler.process.stop(Duration::from_secs(10));
         }
-        for process in [&mut self.kubelet, &mut self.scheduler, &mut self.apiserver] {
+        for process in [
+            &mut self.kubelet,
+            &mut self.controller_manager,
+            &mut self.scheduler,
+            &mut self.apiserver,
+        ] {
             if let Some(mut process) = process.take() {
                 process.stop(Duration::from_secs(10));
             }
@@ -939,7 +1082,7 @@ impl Drop for ControlPlane {
         let problems = self.teardown();
         if problems.is_empty() {
             note(format_args!(
-                "kubelet, kube-scheduler and kube-apiserver stopped and cleaned up in {:?}",
+                "kubelet, kube-controller-manager, kube-scheduler and kube-apiserver stopped and cleaned up in {:?}",
                 started.elapsed()
             ));
         } else {
@@ -952,6 +1095,20 @@ impl Drop for ControlPlane {
 }
 
 /// Runs kubectl; fails with its stderr unless it succeeds.
+/// A label selector matching every label of `labels` (a JSON object).
+fn selector(labels: &Value) -> String {
+    labels
+        .as_object()
+        .map(|labels| {
+            labels
+                .iter()
+                .map(|(key, value)| format!("{key}={}", value.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
 fn kubectl_output(command: &mut Command, what: &str) -> anyhow::Result<Output> {
     let output = command
         .output()
