@@ -34,7 +34,7 @@ use tracer_common::{
 
 use crate::{
     hpack_table,
-    io::{Buffers, data_event, muted},
+    io::{data_parts, muted},
     kernel_read::{read_user, read_user_bytes},
     maps::{
         BPF_RB_NO_WAKEUP, EVENTS, FDS, GO_BINARIES, GO_TLS_CONNS, GO_TLS_READS, PROBE_HITS,
@@ -42,6 +42,12 @@ use crate::{
     },
     record::{Ids, header, now_ns},
 };
+
+/// Records a Go TLS write or read is copied in at most: gRPC's writer
+/// sends up to 32 KiB at once (several streams' frames under a burst), a
+/// read returns at most one 16 KiB record; a cut one would lose the HTTP/2
+/// header blocks in it, and with them the HPACK state of every later one.
+const MAX_TLS_PARTS: u32 = 4;
 
 /// Counts one hit of the attachment whose cookie is the slot.
 #[uprobe]
@@ -292,12 +298,12 @@ fn try_tls_write(ctx: &ProbeContext) -> Result<(), DropReason> {
         hpack_table::copy_if_asked(ids, info.conn_id, g, HeaderSide::Encoder);
     }
     let call = tls_call(fd, info, buf, len, IoSyscall::Write, now_ns());
-    data_event(
+    data_parts::<MAX_TLS_PARTS>(
         ids,
         &call,
         IoSyscall::Write,
         len as i64,
-        Buffers::Single { addr: buf },
+        buf,
         DATA_GO_TLS,
         call.ts_ns,
     )
@@ -389,12 +395,12 @@ fn try_tls_read_ret(ctx: &ProbeContext) -> Result<(), DropReason> {
         IoSyscall::Read,
         read.ts_ns,
     );
-    data_event(
+    data_parts::<MAX_TLS_PARTS>(
         ids,
         &call,
         IoSyscall::Read,
         n,
-        Buffers::Single { addr: read.buf },
+        read.buf,
         DATA_GO_TLS,
         now_ns(),
     )
@@ -434,12 +440,12 @@ fn tls_plaintext_read(
         hpack_table::copy_if_asked(ids, info.conn_id, g, HeaderSide::Decoder);
     }
     let call = tls_call(fd, info, addr, n, IoSyscall::Read, now_ns());
-    data_event(
+    data_parts::<MAX_TLS_PARTS>(
         ids,
         &call,
         IoSyscall::Read,
         n as i64,
-        Buffers::Single { addr },
+        addr,
         DATA_GO_TLS,
         call.ts_ns,
     )

@@ -291,29 +291,45 @@ fn on_exit(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRea
 /// A write to a WAL segment, in full up to `MAX_WAL_CHUNKS` records: under
 /// load etcd writes many entries at once (16 writers of 2 KiB values make
 /// writes of up to 41 KiB), and an entry past the first record's prefix would be lost
-/// with the Pod's WAL span. Each record carries its part's length as `ret`,
-/// so the reader sees consecutive writes of the same bytes.
+/// with the Pod's WAL span.
 #[inline(always)]
 fn wal_write(ids: Ids, call: &ActiveCall, ret: i64) -> Result<(), DropReason> {
+    data_parts::<MAX_WAL_CHUNKS>(ids, call, IoSyscall::Write, ret, call.args[1], 0, now_ns())
+}
+
+/// `len` bytes at `addr` in up to `PARTS` records of the configured prefix
+/// each, for buffers whose every byte counts (a WAL write, the plaintext
+/// of a Go TLS write or read: a cut one loses the HTTP/2 header blocks
+/// after it). Each record carries its part's length as `ret`, so the
+/// reader sees consecutive transfers of the same bytes; the last part is
+/// given the whole rest, so [`data_event`] marks it cut (and counts it)
+/// when the buffer was longer than all parts.
+#[inline(always)]
+pub(crate) fn data_parts<const PARTS: u32>(
+    ids: Ids,
+    call: &ActiveCall,
+    syscall: IoSyscall,
+    len: i64,
+    addr: u64,
+    source_flags: u8,
+    ts_ns: u64,
+) -> Result<(), DropReason> {
     let chunk = i64::from(config().data_bytes).clamp(1, DATA_BYTES_MAX as i64 - 1);
-    let ts_ns = now_ns();
     let mut offset: i64 = 0;
-    for index in 0..MAX_WAL_CHUNKS {
-        if offset >= ret {
+    for index in 0..PARTS {
+        if offset >= len {
             break;
         }
-        let rest = ret - offset;
-        // The last allowed part is given the whole rest, so data_event marks
-        // it cut (and counts it) when the write was longer than all parts.
-        let len = if index + 1 == MAX_WAL_CHUNKS {
+        let rest = len - offset;
+        let part = if index + 1 == PARTS {
             rest
         } else {
             rest.min(chunk)
         };
         let buffers = Buffers::Single {
-            addr: call.args[1] + offset as u64,
+            addr: addr + offset as u64,
         };
-        data_event(ids, call, IoSyscall::Write, len, buffers, 0, ts_ns)?;
+        data_event(ids, call, syscall, part, buffers, source_flags, ts_ns)?;
         offset += rest.min(chunk);
     }
     Ok(())
