@@ -940,7 +940,11 @@ impl NodeSpans {
     /// Spans of the pending node events whose Pod is now known; those
     /// pending for longer than `PENDING_NS` at `now_ns` are given up and counted.
     fn attribute_pending(&mut self, now_ns: u64) -> Vec<Span> {
-        let pending = std::mem::take(&mut self.pending);
+        let mut pending = std::mem::take(&mut self.pending);
+        // CNI plugins that another ran go where that one went: it first.
+        pending.sort_by_key(
+            |waiting| matches!(waiting, Pending::Cni(run) if run.parent_pid.is_some()),
+        );
         let mut spans = Vec::new();
         for waiting in pending {
             let span = match &waiting {
@@ -1272,7 +1276,9 @@ mod tests {
     };
 
     use super::*;
-    use crate::capture::ConnKey;
+    use tracer_common::config::TargetReason;
+
+    use crate::capture::{ConnKey, ProcessIds};
 
     const MS: u64 = 1_000_000;
     const ID: &str = "sha256:6fd955f66c231c1a946653170d096a28ac2b2052a02080c0b84ec082a07f7d12";
@@ -1388,6 +1394,71 @@ mod tests {
 
     fn string(value: &str) -> Option<AttributeValue> {
         Some(AttributeValue::String(value.into()))
+    }
+
+    fn cni_ids(pid: u32, ms: u64) -> ProcessIds {
+        ProcessIds {
+            ts_ns: ms * MS,
+            tgid: pid,
+            tid: pid,
+        }
+    }
+
+    /// CNI plugin `plugin` starts as `pid`, run by `ppid`, at `ms`.
+    fn cni_exec(node: &mut NodeSpans, plugin: &str, pid: u32, ppid: u32, ms: u64) {
+        node.on_exec(&ExecRecord {
+            ids: cni_ids(pid, ms),
+            ppid,
+            cgroup_id: 1,
+            target: TargetReason::Descendant,
+            depth: 1,
+            comm: plugin.into(),
+            filename: format!("/usr/lib/cni/{plugin}"),
+            filename_truncated: false,
+            argv: vec![plugin.into()],
+            argv_truncated: false,
+            cgroup_path: None,
+        });
+    }
+
+    fn cni_exit(node: &mut NodeSpans, pid: u32, ms: u64) -> Vec<Span> {
+        node.on_exit(&ExitRecord {
+            ids: cni_ids(pid, ms),
+            cgroup_id: 1,
+            status: ExitStatus::Code(0),
+            comm: String::new(),
+        })
+    }
+
+    #[test]
+    fn a_cni_plugin_another_ran_goes_where_its_parent_went() {
+        let mut node = node();
+        let mut spans = node.on_cri(&run_pod_sandbox(Side::Server));
+        // RunPodSandbox (0–100 ms) runs ptp, which runs host-local.
+        cni_exec(&mut node, "ptp", 10, 1, 20);
+        cni_exec(&mut node, "host-local", 11, 10, 30);
+        spans.extend(cni_exit(&mut node, 11, 40));
+        spans.extend(cni_exit(&mut node, 10, 50));
+        // A ptp whose exit is seen after the call's end: no call holds it,
+        // and the host-local it ran, which the call holds, must not hang
+        // from it.
+        cni_exec(&mut node, "ptp", 20, 1, 55);
+        cni_exec(&mut node, "host-local", 21, 20, 60);
+        spans.extend(cni_exit(&mut node, 21, 70));
+        spans.extend(cni_exit(&mut node, 20, 101));
+        spans.extend(node.tick(2_000 * MS));
+        let cni: Vec<&Span> = spans
+            .iter()
+            .filter(|s| s.name.starts_with("CNI "))
+            .collect();
+        assert_eq!(cni.len(), 2, "{cni:#?}");
+        let ptp = cni.iter().find(|s| s.name == "CNI ptp").unwrap();
+        let host_local = cni.iter().find(|s| s.name == "CNI host-local").unwrap();
+        assert_eq!(host_local.parent_span_id, Some(ptp.span_id));
+        assert_eq!(
+            attribute(ptp, "process.pid"),
+            Some(&AttributeValue::Int(10))
+        );
     }
 
     #[test]
