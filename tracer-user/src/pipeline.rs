@@ -287,8 +287,11 @@ impl Stages {
             if unattributed + dropped > 0 {
                 tracing::warn!(
                     unattributed,
+                    ambiguous_cni_runs = correlator.node_spans.cni_ambiguous,
                     dropped,
-                    "spans whose Pod stayed unknown (exported apart or counted) or that a bound dropped"
+                    "spans whose Pod stayed unknown (exported apart or counted; among them CNI \
+                     plugin runs while several sandbox calls ran, which nothing tells apart) or \
+                     that a bound dropped"
                 );
             }
             correlator.full_drops()

@@ -234,6 +234,8 @@ pub struct NodeSpans {
     cni_calls: HashMap<u32, (Result<SandboxWindow, Ambiguous>, u64)>,
     /// CRI calls, runc runs and container processes whose Pod was not known.
     pub unattributed: u64,
+    /// Of those, CNI plugin runs during more than one sandbox call.
+    pub cni_ambiguous: u64,
 }
 
 impl NodeSpans {
@@ -261,6 +263,7 @@ impl NodeSpans {
             awaiting_container: HashMap::new(),
             sandbox_ready: HashMap::new(),
             unattributed: 0,
+            cni_ambiguous: 0,
         }
     }
 
@@ -954,6 +957,7 @@ impl NodeSpans {
                     Ok(span) => span,
                     Err(Ambiguous) => {
                         self.unattributed += 1;
+                        self.cni_ambiguous += 1;
                         continue;
                     }
                 },
