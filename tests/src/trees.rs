@@ -69,10 +69,35 @@ pub fn assert_well_formed(spans: &[ExportedSpan]) {
     );
 }
 
+/// Panics unless the first process of container `container` in `spans`
+/// started within or after `call` (the CRI call that started it) and hangs
+/// from `call` or, when it lies outside it (it execs once runc start has
+/// told runc init to, which may be after the call returned), from the
+/// nearest ancestor that holds it: the client's side of the call, the
+/// kubelet's pod sync, the node span.
+pub fn assert_first_exec_under(spans: &[&ExportedSpan], call: &ExportedSpan, container: &str) {
+    let first = spans
+        .iter()
+        .find(|s| {
+            s.name.starts_with("container process start: ")
+                && s.string("container.id") == Some(container)
+        })
+        .unwrap_or_else(|| panic!("no first exec of {container}:\n{}", outline(spans)));
+    assert!(call.start_unix_ns <= first.start_unix_ns, "{first:#?}");
+    let holder = nearest_holder(spans, call, first)
+        .unwrap_or_else(|| panic!("nothing holds {first:#?}:\n{}", outline(spans)));
+    assert_eq!(
+        first.parent_span_id.as_deref(),
+        Some(holder.span_id.as_str()),
+        "{}:\n{}",
+        first.name,
+        outline(spans)
+    );
+}
+
 /// `from` or its nearest ancestor in `spans` whose time holds `span`'s:
-/// where podtrace hangs a span that lies outside its parent (a container's
-/// exec after the CRI call that started it returned).
-pub fn nearest_holder<'a>(
+/// where podtrace hangs a span that lies outside its parent.
+fn nearest_holder<'a>(
     spans: &[&'a ExportedSpan],
     from: &'a ExportedSpan,
     span: &ExportedSpan,

@@ -30,7 +30,7 @@ use podtrace_tests::{
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
     podtrace_binary,
-    trees::{assert_well_formed, nearest_holder, outline},
+    trees::{assert_first_exec_under, assert_well_formed, outline},
 };
 use serde_json::Value;
 use tracer_user::correlate::{assembly::SETTLE_NS, span::TraceId};
@@ -532,26 +532,7 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
                 server.name
             );
         }
-        // After the call began; the call may end before the exec happens
-        // (runc start returns once it has told runc init to exec): then
-        // the exec hangs from the nearest span that holds it, the client's
-        // side of the call (still reading the answer) or the node span.
-        let first = spans
-            .iter()
-            .find(|s| {
-                s.name.starts_with("container process start: ")
-                    && s.string("container.id") == Some(container.as_str())
-            })
-            .unwrap_or_else(|| panic!("no first exec of {container}: \n{}", outline(&spans)));
-        let expected_parent = &nearest_holder(&spans, server, first)
-            .unwrap_or(node)
-            .span_id;
-        assert_eq!(
-            first.parent_span_id.as_ref(),
-            Some(expected_parent),
-            "{first:#?}"
-        );
-        assert!(server.start_unix_ns <= first.start_unix_ns, "{first:#?}");
+        assert_first_exec_under(&spans, server, container);
     }
 }
 

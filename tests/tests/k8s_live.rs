@@ -37,7 +37,7 @@ use podtrace_tests::{
     agent::Agent,
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
-    trees::{assert_well_formed, nearest_holder, outline},
+    trees::{assert_first_exec_under, assert_well_formed, outline},
 };
 use serde_json::Value;
 use tracer_user::correlate::span::{SpanId, TraceId};
@@ -447,26 +447,7 @@ fn assert_node_spans(trace: &Trace<'_>, pod: &DemoPod, root: &ExportedSpan) {
                 call.name
             );
         }
-        // The first process execs once runc start has told runc init to:
-        // inside the call, or just after it returned, under the nearest
-        // span that holds it (the client's side of the call, the pod sync).
-        let first = trace
-            .spans
-            .iter()
-            .find(|s| {
-                s.name.starts_with("container process start: ")
-                    && s.string("container.id") == Some(container)
-            })
-            .unwrap_or_else(|| panic!("no first exec of {container}:\n{}", outline(&trace.spans)));
-        assert!(call.start_unix_ns <= first.start_unix_ns, "{first:#?}");
-        let holder = nearest_holder(&trace.spans, call, first).unwrap_or(node);
-        assert_eq!(
-            first.parent_span_id.as_deref(),
-            Some(holder.span_id.as_str()),
-            "{}:\n{}",
-            first.name,
-            outline(&trace.spans)
-        );
+        assert_first_exec_under(&trace.spans, call, container);
     }
 }
 

@@ -1149,6 +1149,18 @@ impl Cluster<'_> {
         Ok(report)
     }
 
+    /// [`Cluster::await_running`] for each of `pods`, created together.
+    fn await_all_running(
+        &self,
+        scenario: Scenario,
+        pods: &[CreatedPod],
+        step: Instant,
+    ) -> anyhow::Result<Vec<PodReport>> {
+        pods.iter()
+            .map(|pod| self.await_running(scenario, pod, Vec::new(), step))
+            .collect()
+    }
+
     fn run(&mut self, scenario: Scenario, index: usize) -> anyhow::Result<Vec<PodReport>> {
         let namespace = self.args.namespace.clone();
         match scenario {
@@ -1356,11 +1368,7 @@ impl Cluster<'_> {
                     .collect();
                 let step = Instant::now();
                 let pods = self.plane.create_pods_at_once(&manifests)?;
-                let mut reports = Vec::new();
-                for pod in &pods {
-                    reports.push(self.await_running(scenario, pod, Vec::new(), step)?);
-                }
-                Ok(reports)
+                self.await_all_running(scenario, &pods, step)
             }
             Scenario::Deployment => {
                 self.use_namespace(&namespace, &[])?;
@@ -1373,10 +1381,7 @@ impl Cluster<'_> {
                 let pods = self
                     .plane
                     .deploy(&namespace, &name, &template, self.args.burst_pods)?;
-                let mut reports = Vec::new();
-                for pod in &pods {
-                    reports.push(self.await_running(scenario, pod, Vec::new(), step)?);
-                }
+                let reports = self.await_all_running(scenario, &pods, step)?;
                 self.plane.scale_to_zero(&namespace, &name, &template)?;
                 say!(
                     "podtrace-demo: Deployment {namespace}/{name} scaled to 0; its {} Pods are gone",

@@ -1094,7 +1094,6 @@ impl Drop for ControlPlane {
     }
 }
 
-/// Runs kubectl; fails with its stderr unless it succeeds.
 /// A label selector matching every label of `labels` (a JSON object).
 fn selector(labels: &Value) -> String {
     labels
@@ -1109,6 +1108,7 @@ fn selector(labels: &Value) -> String {
         .unwrap_or_default()
 }
 
+/// Runs kubectl; fails with its stderr unless it succeeds.
 fn kubectl_output(command: &mut Command, what: &str) -> anyhow::Result<Output> {
     let output = command
         .output()
