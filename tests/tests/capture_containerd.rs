@@ -152,7 +152,7 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
         ..TraceConfig::default()
     };
     let mut decoder = Decoder::default();
-    let mut correlator = Correlator::new(WallClock::anchor(), traces);
+    let mut correlator = Correlator::new(WallClock::anchor(), traces, None);
     let mut activities: Vec<Activity> = events
         .into_iter()
         .flat_map(|event| decoder.decode(event))

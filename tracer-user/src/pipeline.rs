@@ -26,7 +26,7 @@ use crate::{
         wire::parse_record,
     },
     correlate::{Activity, Correlator, Span, TraceConfig},
-    decode::{DecodeOptions, Decoder, Message},
+    decode::{DecodeOptions, Decoder, FollowWindow, Message},
     export::{
         alerts::{self, Alert, Threshold},
         dump,
@@ -171,11 +171,15 @@ impl Stages {
     ) -> Self {
         let live = control.is_some();
         let decode_options = export.decode;
+        // A live agent follows Pods created from now on (with some slack); a
+        // replay, from its first event on. Both stages use the same window.
+        let since_unix_ns = live.then(|| clock.unix_ns(WallClock::monotonic_now_ns()));
+        let window = FollowWindow::new(clock, since_unix_ns, export.traces.trace_timeout_ns);
         let (input, mut raw_rx) = mpsc::channel::<Vec<RawEvent>>(CHANNEL_CAPACITY);
         let (msg_tx, mut msg_rx) = mpsc::channel::<Vec<Message>>(CHANNEL_CAPACITY);
         let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
         let decode = tokio::spawn(async move {
-            let mut decoder = Decoder::new(&decode_options);
+            let mut decoder = Decoder::new(&decode_options, window);
             while let Some(events) = raw_rx.recv().await {
                 let messages: Vec<Message> = events
                     .into_iter()
@@ -216,6 +220,12 @@ impl Stages {
                     "Pod objects in etcd values and etcd requests naming Pods, decoded once"
                 );
             }
+            if decoder.once.not_followed > 0 {
+                tracing::info!(
+                    requests = decoder.once.not_followed,
+                    "not decoded: etcd writes of Pods created before podtrace started or longer ago than the trace timeout"
+                );
+            }
             if decoder.grpc.muted_total > 0 {
                 tracing::info!(
                     connections = decoder.grpc.muted_total,
@@ -231,7 +241,7 @@ impl Stages {
         });
         let traces = export.traces.clone();
         let correlate = tokio::spawn(async move {
-            let mut correlator = Correlator::new(clock, traces);
+            let mut correlator = Correlator::new(clock, traces, since_unix_ns);
             for (tgid, name) in known_processes {
                 correlator.processes.seed(tgid, name);
             }

@@ -92,6 +92,47 @@ pub fn may_hold_pod_clue(request_body: &[u8]) -> bool {
     POD_KEYS.find(request_body).is_some()
 }
 
+/// When the Pods an etcd write request stores were created (the latest, in
+/// unix seconds), read from the request's bytes without decoding it. Most Pod
+/// writes of a running cluster are status updates of Pods long up; this tells
+/// them from writes of a Pod being created at a fraction of a decode. `None`
+/// unless the request is a Put, or a Txn whose branches only put and read,
+/// that puts at least one Pod, and every Pod it puts says when it was
+/// created: for a delete, a nested Txn, a Pod stored as JSON or bytes that
+/// do not parse, the caller decodes the request.
+pub fn pods_put_created_unix_s(method: &str, request: &[u8]) -> Option<i64> {
+    use crate::pb_fields::{Payload, bytes_field, fields};
+    // Tags of etcdserverpb (rpc.proto): PutRequest key 1, value 2;
+    // TxnRequest success 2, failure 3; RequestOp range 1, put 2.
+    let mut latest: Option<i64> = None;
+    let mut put = |put: &[u8]| -> Option<()> {
+        if bytes_field(put, 1)?.starts_with(POD_KEY_PREFIX) {
+            let created = crate::kube::pod_created_unix_s(bytes_field(put, 2)?)?;
+            latest = Some(latest.map_or(created, |latest| latest.max(created)));
+        }
+        Some(())
+    };
+    match method {
+        "Put" => put(request)?,
+        "Txn" => {
+            for field in fields(request) {
+                let (2 | 3, Payload::Bytes(op)) = field? else {
+                    continue;
+                };
+                for op_field in fields(op) {
+                    match op_field? {
+                        (1, _) => {}
+                        (2, Payload::Bytes(request_put)) => put(request_put)?,
+                        _ => return None,
+                    }
+                }
+            }
+        }
+        _ => return None,
+    }
+    latest
+}
+
 /// Where kube-apiserver's keys start (the default `--etcd-prefix`).
 const REGISTRY_PREFIX: &[u8] = b"/registry/";
 /// Longest resource segment looked at (`/registry/{segment}/…`): a group
@@ -250,6 +291,84 @@ mod tests {
             pod.uid.as_deref(),
             Some("3f1c2a9e-5b7d-4e2a-9c1f-8a6b0d4e2f71")
         );
+    }
+
+    #[test]
+    fn creation_times_of_pods_put_are_read_without_decoding_the_request() {
+        use prost::Message as _;
+
+        use crate::pb::etcdserverpb::{
+            Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, compare,
+            request_op::Request,
+        };
+        let key = b"/registry/pods/default/web-7d4b9".to_vec();
+        let pod = crate::testdata::bytes("pod-web-7d4b9.k8spb");
+        let created = pod_in_value(&pod).and_then(|pod| pod.created_unix_s);
+        assert!(created.is_some());
+        let op = |request| RequestOp {
+            request: Some(request),
+        };
+        let put = |key: &[u8], value: &[u8]| {
+            op(Request::RequestPut(PutRequest {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                ..PutRequest::default()
+            }))
+        };
+        // kube-apiserver's GuaranteedUpdate: compare the revision, put, or
+        // read the key back.
+        let update = TxnRequest {
+            compare: vec![Compare {
+                target: compare::CompareTarget::Mod as i32,
+                key: key.clone(),
+                target_union: Some(compare::TargetUnion::ModRevision(41)),
+                ..Compare::default()
+            }],
+            success: vec![put(&key, &pod)],
+            failure: vec![op(Request::RequestRange(RangeRequest {
+                key: key.clone(),
+                ..RangeRequest::default()
+            }))],
+        };
+        assert_eq!(
+            pods_put_created_unix_s("Txn", &update.encode_to_vec()),
+            created
+        );
+        let blind_put = PutRequest {
+            key: key.clone(),
+            value: pod.clone(),
+            ..PutRequest::default()
+        };
+        assert_eq!(
+            pods_put_created_unix_s("Put", &blind_put.encode_to_vec()),
+            created
+        );
+        // A delete, a lease, a Pod stored as JSON, a cut request: decoded in full.
+        let delete = TxnRequest {
+            success: vec![op(Request::RequestDeleteRange(DeleteRangeRequest {
+                key: key.clone(),
+                ..DeleteRangeRequest::default()
+            }))],
+            ..update.clone()
+        };
+        let lease = TxnRequest {
+            success: vec![put(b"/registry/leases/kube-node-lease/n1", b"k8s\0lease")],
+            ..TxnRequest::default()
+        };
+        let json = TxnRequest {
+            success: vec![put(&key, &crate::testdata::bytes("pod-web-7d4b9.json"))],
+            ..TxnRequest::default()
+        };
+        let update = update.encode_to_vec();
+        for (what, request) in [
+            ("delete", delete.encode_to_vec()),
+            ("lease", lease.encode_to_vec()),
+            ("json", json.encode_to_vec()),
+            ("cut", update[..update.len() - 10].to_vec()),
+        ] {
+            assert_eq!(pods_put_created_unix_s("Txn", &request), None, "{what}");
+        }
+        assert_eq!(pods_put_created_unix_s("Range", &update), None);
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub mod http2;
 pub mod identity;
 pub mod kube;
 pub mod pb;
+mod pb_fields;
 pub mod rest;
 pub mod wal;
 pub mod watch;

@@ -39,7 +39,10 @@ use super::{
 };
 use crate::{
     capture::{ConnKey, FsyncRecord, clock::WallClock},
-    decode::{EtcdMessage, WalMessage, grpc_calls::Side, wal_writes::WalPodEntry},
+    decode::{
+        EtcdMessage, WalMessage, follow_window::FollowWindow, grpc_calls::Side,
+        wal_writes::WalPodEntry,
+    },
 };
 
 /// Bound on Pods remembered (name → UID, unfinished roots).
@@ -59,10 +62,6 @@ pub const WAIT_NS: u64 = 2_000_000_000;
 /// Default time after the create write at which a Pod's trace is exported
 /// as incomplete.
 pub const DEFAULT_TRACE_TIMEOUT_NS: u64 = 300_000_000_000;
-/// A Pod created more than this before the first event (the agent's start)
-/// began its creation unseen: `creationTimestamp` is whole seconds of the
-/// apiserver's clock, which may differ a little from this node's.
-const CREATED_BEFORE_START_SLACK_NS: u64 = 5_000_000_000;
 /// Phases a creation trace ends at.
 const ENDING_PHASES: [&str; 3] = ["Running", "Succeeded", "Failed"];
 
@@ -136,7 +135,8 @@ struct WalBatch {
 pub struct ControlSpans {
     clock: WallClock,
     cluster_id: String,
-    trace_timeout_ns: u64,
+    /// Which Pods' writes may be part of a followed creation.
+    window: FollowWindow,
     uids: HashMap<(String, String), String>,
     /// What the last write of each Pod (by UID) stored: node and phase.
     states: HashMap<String, (Option<String>, Option<String>)>,
@@ -155,9 +155,6 @@ pub struct ControlSpans {
     closing: Vec<ClosingRoot>,
     /// Latest event time seen (CLOCK_MONOTONIC ns).
     now_ns: u64,
-    /// Unix ns of the first event time seen: the agent's start, live or
-    /// recorded.
-    since_unix_ns: Option<u64>,
     /// Pods whose creation trace has ended, by UID, with the fingerprint of
     /// the write that ended it (its other side and its WAL entry still
     /// belong to the trace; nothing later does). Oldest first in `ended_order`.
@@ -173,13 +170,14 @@ pub struct ControlSpans {
 }
 
 impl ControlSpans {
-    /// Spans of Pods of cluster `cluster_id`; a Pod not Running
-    /// `trace_timeout_ns` after its create is exported as incomplete.
-    pub fn new(clock: WallClock, cluster_id: String, trace_timeout_ns: u64) -> Self {
+    /// Spans of Pods of cluster `cluster_id` whose creation `window` may
+    /// follow; a Pod not Running the window's trace timeout after its create
+    /// is exported as incomplete.
+    pub fn new(clock: WallClock, cluster_id: String, window: FollowWindow) -> Self {
         Self {
             clock,
             cluster_id,
-            trace_timeout_ns,
+            window,
             uids: HashMap::new(),
             states: HashMap::new(),
             changes: HashMap::new(),
@@ -190,7 +188,6 @@ impl ControlSpans {
             waiting: Vec::new(),
             closing: Vec::new(),
             now_ns: 0,
-            since_unix_ns: None,
             ended: HashMap::new(),
             ended_order: VecDeque::new(),
             not_followed: 0,
@@ -301,15 +298,8 @@ impl ControlSpans {
                 return false;
             }
         }
-        let (Some(created_s), Some(since)) = (pod.created_unix_s, self.since_unix_ns) else {
-            return true;
-        };
-        let created = u64::try_from(created_s)
-            .unwrap_or(0)
-            .saturating_mul(1_000_000_000);
-        let now = self.clock.unix_ns(self.now_ns);
-        created.saturating_add(CREATED_BEFORE_START_SLACK_NS) >= since
-            && created.saturating_add(self.trace_timeout_ns) >= now
+        pod.created_unix_s
+            .is_none_or(|created| self.window.may_follow(created, self.now_ns))
     }
 
     /// Whether the Pod's creation trace ended at a write other than this one.
@@ -733,7 +723,7 @@ impl ControlSpans {
     pub fn tick(&mut self, now_ns: u64) -> Vec<Span> {
         self.advance(now_ns);
         let mut spans = self.release(false);
-        let timeout = self.trace_timeout_ns;
+        let timeout = self.window.trace_timeout_ns();
         let expired: Vec<String> = self
             .roots
             .iter()
@@ -763,9 +753,7 @@ impl ControlSpans {
 
     fn advance(&mut self, now_ns: u64) {
         self.now_ns = self.now_ns.max(now_ns);
-        if self.since_unix_ns.is_none() {
-            self.since_unix_ns = Some(self.clock.unix_ns(now_ns));
-        }
+        self.window.start_by(now_ns);
     }
 
     fn wait(&mut self, draft: Draft) {
@@ -970,7 +958,12 @@ mod tests {
     }
 
     fn spans() -> ControlSpans {
-        ControlSpans::new(WallClock::from_offset(0), "test".into(), 60_000 * MS)
+        let clock = WallClock::from_offset(0);
+        ControlSpans::new(
+            clock,
+            "test".into(),
+            FollowWindow::new(clock, None, 60_000 * MS),
+        )
     }
 
     fn named<'a>(spans: &'a [Span], name: &str, kind: SpanKind) -> &'a Span {

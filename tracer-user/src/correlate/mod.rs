@@ -26,7 +26,10 @@ pub use node_spans::NodeSpans;
 pub use process_table::{ProcessActivity, ProcessEvent, ProcessTable};
 pub use span::Span;
 
-use crate::{capture::clock::WallClock, decode::Message};
+use crate::{
+    capture::clock::WallClock,
+    decode::{Message, follow_window::FollowWindow},
+};
 
 /// Something worth reporting.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,15 +91,17 @@ pub struct Correlator {
 }
 
 impl Correlator {
-    /// Empty tables with the default bounds.
-    pub fn new(clock: WallClock, traces: TraceConfig) -> Self {
+    /// Empty tables with the default bounds. Pods created before
+    /// `since_unix_ns` (the agent's start; `None`: the first event's time,
+    /// as in a replay) are not followed ([`FollowWindow`]).
+    pub fn new(clock: WallClock, traces: TraceConfig, since_unix_ns: Option<u64>) -> Self {
         Self {
             processes: ProcessTable::new(clock, process_table::DEFAULT_PROCESS_CAPACITY),
             conns: ConnTable::new(clock, conn_table::DEFAULT_CONN_CAPACITY),
             control_spans: ControlSpans::new(
                 clock,
                 traces.cluster_id.clone(),
-                traces.trace_timeout_ns,
+                FollowWindow::new(clock, since_unix_ns, traces.trace_timeout_ns),
             ),
             component_spans: ComponentSpans::new(
                 clock,

@@ -17,20 +17,52 @@ use std::{
 use rustc_hash::FxHashMap;
 use tracer_decode::{
     etcd::{KvRequest, WriteKind},
-    identity::{PodClue, PodIdentity, clues_from_kv_request_with, pod_in_value},
+    identity::{
+        PodClue, PodIdentity, clues_from_kv_request_with, pod_in_value, pods_put_created_unix_s,
+    },
 };
+
+use super::follow_window::FollowWindow;
 
 /// Entries kept per cache: writes in flight at once, several sightings
 /// each, with room.
 const MAX_ENTRIES: usize = 256;
 
-/// Both caches, as the decoders take them.
+/// Both caches, as the decoders take them, and what need not be decoded.
 #[derive(Debug, Default)]
 pub struct DecodedOnce {
     /// Pods in etcd values.
     pub pods: PodValues,
     /// etcd KV requests that name Pods.
     pub kv_requests: KvRequests,
+    /// Pods whose writes may be part of a followed creation (`None`: all).
+    pub window: Option<FollowWindow>,
+    /// Requests not decoded: they only wrote Pods outside the window.
+    pub not_followed: u64,
+}
+
+impl DecodedOnce {
+    /// The facts of the `method` request in `message`, seen at `ts_ns`
+    /// (see [`KvRequests::facts`]). A request that only writes Pods whose
+    /// creation is not followed — most Pod writes of a running cluster:
+    /// status updates of Pods long up — is not decoded: no span comes of
+    /// it, and telling so from the Pods' creation times costs a fraction of
+    /// the decode, and of the hash that finds an earlier one.
+    pub fn kv_request(
+        &mut self,
+        method: &str,
+        message: &[u8],
+        ts_ns: u64,
+    ) -> Option<KvRequestFacts> {
+        if let Some(window) = &self.window {
+            let created = pods_put_created_unix_s(method, message);
+            if created.is_some_and(|created| !window.may_follow(created, ts_ns)) {
+                self.not_followed += 1;
+                return None;
+            }
+        }
+        self.kv_requests.facts(method, message, &mut self.pods)
+    }
 }
 
 /// A bounded first-in first-out map from the 128-bit hash of some bytes to
@@ -167,17 +199,22 @@ mod tests {
     };
 
     use super::*;
+    use crate::capture::clock::WallClock;
 
     /// A Txn as kube-apiserver creates a Pod: the key must not exist, then
     /// a put of the Pod (stored as kube-apiserver's protobuf serializer
     /// stores it; see the decode crate's testdata README).
-    fn pod_create_txn() -> Vec<u8> {
-        let key = b"/registry/pods/default/web-7d4b9".to_vec();
-        let pod = std::fs::read(concat!(
+    fn pod_value() -> Vec<u8> {
+        std::fs::read(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/decode/testdata/pod-web-7d4b9.k8spb"
         ))
-        .unwrap_or_else(|error| panic!("the Pod's test bytes: {error}"));
+        .unwrap_or_else(|error| panic!("the Pod's test bytes: {error}"))
+    }
+
+    fn pod_create_txn() -> Vec<u8> {
+        let key = b"/registry/pods/default/web-7d4b9".to_vec();
+        let pod = pod_value();
         TxnRequest {
             compare: vec![Compare {
                 result: compare::CompareResult::Equal as i32,
@@ -240,5 +277,34 @@ mod tests {
         // The same bytes as another method are another request.
         requests.facts("Put", &message, &mut pods);
         assert_eq!(requests.counts(), (2, 1));
+    }
+
+    #[test]
+    fn writes_of_pods_outside_the_window_are_not_decoded() {
+        let message = pod_create_txn();
+        let created = pod_in_value(&pod_value())
+            .and_then(|pod| pod.created_unix_s)
+            .unwrap_or_else(|| panic!("the test Pod says when it was created"));
+        let created_ns = u64::try_from(created).unwrap_or_else(|e| panic!("{e}")) * 1_000_000_000;
+        // Monotonic time is unix time here; the agent started `start_ns`.
+        let clock = WallClock::from_offset(0);
+        let once_started_at = |start_ns: u64| DecodedOnce {
+            window: Some(FollowWindow::new(clock, Some(start_ns), 300_000_000_000)),
+            ..DecodedOnce::default()
+        };
+        // Started as the Pod was created: its writes are decoded.
+        let mut once = once_started_at(created_ns);
+        assert!(once.kv_request("Txn", &message, created_ns).is_some());
+        assert_eq!((once.not_followed, once.kv_requests.counts()), (0, (1, 0)));
+        // Started a minute after: its writes are counted, not decoded.
+        let mut once = once_started_at(created_ns + 60_000_000_000);
+        assert_eq!(
+            once.kv_request("Txn", &message, created_ns + 61_000_000_000),
+            None
+        );
+        assert_eq!((once.not_followed, once.kv_requests.counts()), (1, (0, 0)));
+        // Without a window everything is decoded, as the correlate stage decides.
+        let mut once = DecodedOnce::default();
+        assert!(once.kv_request("Txn", &message, u64::MAX).is_some());
     }
 }

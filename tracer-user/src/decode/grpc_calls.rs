@@ -1177,9 +1177,9 @@ fn etcd_message(
 ) -> Option<EtcdMessage> {
     let method = KvCall::method_of(call)?;
     // The client's call and etcd's are the same message: decoded once.
-    let facts = once
-        .kv_requests
-        .facts(method, call.request_bytes()?, &mut once.pods)?;
+    // No time: the earliest, which can only make the write more followable.
+    let seen_ns = call.start_ts_ns.or(call.end_ts_ns).unwrap_or(0);
+    let facts = once.kv_request(method, call.request_bytes()?, seen_ns)?;
     let response = call
         .response_bytes()
         .and_then(|bytes| KvResponse::decode(method, bytes).ok());

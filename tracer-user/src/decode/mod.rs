@@ -8,6 +8,7 @@
 //! Kubernetes components' probed functions did ([`functions`]).
 
 pub mod decoded_once;
+pub mod follow_window;
 pub mod functions;
 pub mod grpc_calls;
 pub mod headers;
@@ -16,6 +17,7 @@ pub mod table_copies;
 pub mod wal_writes;
 
 pub use decoded_once::DecodedOnce;
+pub use follow_window::FollowWindow;
 pub use functions::FuncMessage;
 pub use grpc_calls::{CriMessage, EtcdMessage, GrpcDecoder, MUTE_AFTER_REQUESTS, RestMessage};
 pub use headers::{HeaderAttributor, HeaderMessage};
@@ -139,10 +141,12 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    /// A decoder that makes `options`' choices.
-    pub fn new(options: &DecodeOptions) -> Self {
+    /// A decoder that makes `options`' choices and does not decode writes
+    /// of Pods whose creation `window` does not follow.
+    pub fn new(options: &DecodeOptions, window: FollowWindow) -> Self {
         let mut decoder = Self::default();
         decoder.grpc.mute_after = options.mute_after;
+        decoder.once.window = Some(window);
         decoder
     }
 
@@ -154,6 +158,9 @@ impl Decoder {
     /// Decodes one captured event into the messages it yields (header fields
     /// an egress write releases come before the write itself).
     pub fn decode(&mut self, event: RawEvent) -> Vec<Message> {
+        if let Some(window) = &mut self.once.window {
+            window.start_by(event.ids().ts_ns);
+        }
         match event {
             RawEvent::Exec(mut exec) => {
                 process::redact_argv(&mut exec.argv);

@@ -98,7 +98,7 @@ impl WalDecoder {
             };
             // The request the client sent, usually byte for byte: decoded
             // already when its gRPC call was.
-            if let Some(facts) = once.kv_requests.facts(method, request, &mut once.pods) {
+            if let Some(facts) = once.kv_request(method, request, data.ids.ts_ns) {
                 message.pod_entries.push(WalPodEntry {
                     index: entry.index,
                     term: entry.term,

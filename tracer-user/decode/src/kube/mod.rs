@@ -128,6 +128,21 @@ fn decode_envelope(envelope: &[u8]) -> Result<StoredObject, KubeError> {
     })))
 }
 
+/// When the Pod stored in an etcd value was created (`creationTimestamp`,
+/// unix seconds), read from its bytes without decoding the rest: the
+/// envelope's `raw` (tag 2), the Pod's `metadata` (1), its
+/// `creationTimestamp` (8) and `seconds` (1), as [`pod_fields`] has them.
+/// `None` for a value that is not a protobuf object, or says no time.
+pub fn pod_created_unix_s(value: &[u8]) -> Option<i64> {
+    use crate::pb_fields::{bytes_field, varint_field};
+    let envelope = value.strip_prefix(PROTOBUF_MAGIC)?;
+    let pod = bytes_field(envelope, 2)?;
+    let metadata = bytes_field(pod, 1)?;
+    let created = bytes_field(metadata, 8)?;
+    // An int64 varint: two's complement in 64 bits.
+    varint_field(created, 1).map(|seconds| seconds as i64)
+}
+
 /// The fields of a v1 Pod that podtrace reads, with the tags of
 /// `k8s.io/api/core/v1/generated.proto` (as `k8s-pb` has them): prost skips
 /// every other field without decoding it — the spec's env values, volumes,
@@ -676,6 +691,22 @@ mod tests {
             decode_stored_object(&testdata::bytes("pod-web-7d4b9.k8spb")),
             Ok(web_pod())
         );
+    }
+
+    #[test]
+    fn creation_time_is_read_without_decoding_the_pod() {
+        let value = testdata::bytes("pod-web-7d4b9.k8spb");
+        let Ok(StoredObject::Pod(pod)) = decode_stored_object(&value) else {
+            panic!("the test Pod decodes");
+        };
+        assert!(pod.created_unix_s.is_some());
+        assert_eq!(pod_created_unix_s(&value), pod.created_unix_s);
+        // JSON storage, and a value cut before the time, say nothing.
+        assert_eq!(
+            pod_created_unix_s(&testdata::bytes("pod-web-7d4b9.json")),
+            None
+        );
+        assert_eq!(pod_created_unix_s(&value[..40]), None);
     }
 
     #[test]
