@@ -515,13 +515,13 @@ impl Report {
             );
         }
         if self.baseline.is_empty() {
-            print_agent_legs(&self.with, &base);
+            print_agent_legs(&self.with, &self.without, &base);
         } else {
             let (earlier, traced) = (agent_legs(&self.baseline), agent_legs(&self.with));
             println!("  baseline agent (--baseline-agent):");
-            print_agent_legs(&self.baseline, &base);
+            print_agent_legs(&self.baseline, &self.without, &base);
             println!("  this agent:");
-            print_agent_legs(&self.with, &base);
+            print_agent_legs(&self.with, &self.without, &base);
             println!(
                 "  this agent / baseline agent: throughput {:.3}, p50 {:.3}, p99 {:.3}",
                 traced.rate() / earlier.rate().max(f64::EPSILON),
@@ -538,14 +538,30 @@ fn agent_legs(legs: &AgentLegs) -> Legs {
     Legs::of(legs.iter().map(|(with, cpu)| (&with.load, cpu)))
 }
 
-/// One agent's figures over the legs with it against the legs without (`base`).
-fn print_agent_legs(legs: &AgentLegs, base: &Legs) {
+/// One agent's figures over the legs with it against the legs without
+/// (`without`, summed in `base`).
+fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, [f64; 2])], base: &Legs) {
     let traced = &agent_legs(legs);
     println!(
         "  with / without (all legs): throughput {:.3}, p50 {:.3}, p99 {:.3}",
         traced.rate() / base.rate().max(f64::EPSILON),
         traced.p50_ms() / base.p50_ms().max(f64::EPSILON),
         traced.p99_ms() / base.p99_ms().max(f64::EPSILON),
+    );
+    // The machine's throughput drifts between legs by more than the effect
+    // measured: each round's ratio to the legs without on either side shows
+    // how far one invocation's figure can be trusted.
+    let rounds: Vec<String> = legs
+        .iter()
+        .zip(without.windows(2))
+        .map(|((with, _), around)| {
+            let without = (around[0].0.rate() + around[1].0.rate()) / 2.0;
+            format!("{:.3}", with.load.rate() / without.max(f64::EPSILON))
+        })
+        .collect();
+    println!(
+        "  throughput per round, ÷ the legs without either side: {}",
+        rounds.join(", ")
     );
     let agent_cpu_s: f64 = legs.iter().map(|(with, _)| with.agent_cpu_s).sum();
     let cpu_share = agent_cpu_s / traced.seconds.max(f64::EPSILON);
