@@ -68,23 +68,30 @@ fn next_field<'a>(message: &mut &'a [u8]) -> Option<(u32, Payload<'a>)> {
 /// a singular field seen twice), `None` when absent or when the message does
 /// not parse.
 pub(crate) fn bytes_field(message: &[u8], tag: u32) -> Option<&[u8]> {
-    let mut found = None;
-    for field in fields(message) {
-        match field? {
-            (t, Payload::Bytes(bytes)) if t == tag => found = Some(bytes),
-            _ => {}
-        }
-    }
-    found
+    last_field(message, tag, |payload| match payload {
+        Payload::Bytes(bytes) => Some(bytes),
+        Payload::Varint(_) | Payload::Fixed => None,
+    })
 }
 
 /// The last occurrence of varint field `tag`, as [`bytes_field`].
 pub(crate) fn varint_field(message: &[u8], tag: u32) -> Option<u64> {
+    last_field(message, tag, |payload| match payload {
+        Payload::Varint(value) => Some(value),
+        Payload::Bytes(_) | Payload::Fixed => None,
+    })
+}
+
+fn last_field<'a, T>(
+    message: &'a [u8],
+    tag: u32,
+    pick: impl Fn(Payload<'a>) -> Option<T>,
+) -> Option<T> {
     let mut found = None;
     for field in fields(message) {
-        match field? {
-            (t, Payload::Varint(value)) if t == tag => found = Some(value),
-            _ => {}
+        let (field_tag, payload) = field?;
+        if field_tag == tag {
+            found = pick(payload).or(found);
         }
     }
     found
