@@ -55,6 +55,13 @@ const USER32_CS: u64 = 0x23;
 /// 16 writers (4 parts cut ~65 a second); 16 parts make `sys_exit_write`
 /// too large for the verifier (E2BIG).
 const MAX_WAL_CHUNKS: u32 = 8;
+/// Records a socket read or write of one buffer is split into at most (as
+/// Go TLS plaintext is, `go_probes::MAX_TLS_PARTS`): on a plain HTTP/2
+/// connection under a burst (the kubelet's to containerd's socket) a read
+/// returns several responses at once, and one of 9 KiB cut at the 8 KiB
+/// prefix lost the header blocks in its tail, and with them the HPACK state
+/// of that direction: the kubelet's client spans of later calls.
+const MAX_SOCKET_PARTS: u32 = 4;
 /// `EINPROGRESS`: a non-blocking connect (Go's) that is under way.
 const EINPROGRESS: i64 = 115;
 
@@ -233,15 +240,9 @@ fn on_exit(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRea
     let ids = Ids::from_pid_tgid(pid_tgid);
     match syscall {
         IoSyscall::Write if call.fd_kind == FdKind::WalFile as u8 => wal_write(ids, &call, ret),
-        IoSyscall::Read | IoSyscall::Write | IoSyscall::Sendto | IoSyscall::Recvfrom => data_event(
-            ids,
-            &call,
-            syscall,
-            ret,
-            Buffers::Single { addr: call.args[1] },
-            0,
-            now_ns(),
-        ),
+        IoSyscall::Read | IoSyscall::Write | IoSyscall::Sendto | IoSyscall::Recvfrom => {
+            data_parts::<MAX_SOCKET_PARTS>(ids, &call, syscall, ret, call.args[1], 0, now_ns())
+        }
         IoSyscall::Readv | IoSyscall::Writev => data_event(
             ids,
             &call,
