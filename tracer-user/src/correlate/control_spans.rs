@@ -21,9 +21,10 @@
 //! that reports it Running (or Succeeded, Failed, deleted, timed out). The
 //! writes of a Pod after that, and of a Pod created before podtrace started
 //! (most Pod writes of a running cluster: status updates of Pods long up),
-//! make no spans and cost no more than their decoding. The Pod object each
-//! write stores says which: its creation time against the agent's start and
-//! the trace timeout, and its phase, so that every agent decides alike even
+//! make no spans. The Pod object each write stores says which: its creation
+//! time against the agent's start and the trace timeout
+//! ([`FollowWindow`], by which the decode stage already skipped most such
+//! writes undecoded), and its phase, so that every agent decides alike even
 //! one that sees only some of a Pod's writes (a follower's WAL).
 
 use std::collections::{HashMap, VecDeque};
