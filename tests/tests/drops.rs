@@ -78,13 +78,16 @@ async fn flood_larger_than_the_ring_buffer_is_counted() {
     );
 }
 
-/// A write larger than the payload prefix keeps the prefix — all but one
-/// byte of `DATA_BYTES_MAX` (the kernel side masks lengths below it) — and
-/// says it was cut. (Writes of 8 KiB or more once kept nothing: the mask
-/// turned a full 8192 into 0.)
+/// A socket write larger than the payload prefix comes in records of the
+/// prefix — all but one byte of `DATA_BYTES_MAX` (the kernel side masks
+/// lengths below it) — up to four, each giving its own length, so that a
+/// reader sees consecutive transfers of the same bytes. One longer than four
+/// records keeps four, and the last says the write was cut and how long it
+/// was. (Writes of 8 KiB or more once kept nothing: the mask turned a full
+/// 8192 into 0.)
 #[tokio::test(flavor = "multi_thread")]
-async fn a_write_larger_than_the_prefix_keeps_the_prefix_and_says_it_was_cut() {
-    if !live_test_can_run("a_write_larger_than_the_prefix_keeps_the_prefix_and_says_it_was_cut") {
+async fn a_write_larger_than_the_prefix_comes_in_parts_and_past_four_is_cut() {
+    if !live_test_can_run("a_write_larger_than_the_prefix_comes_in_parts_and_past_four_is_cut") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -93,9 +96,10 @@ async fn a_write_larger_than_the_prefix_keeps_the_prefix_and_says_it_was_cut() {
     let script = "import socket\n\
          srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(1)\n\
          cli = socket.create_connection(srv.getsockname()); conn, _ = srv.accept()\n\
-         cli.sendall(b'a' * 8192 + b'b' * 1808)\n\
+         cli.sendall(b'a' * 10000)\n\
+         cli.sendall(b'b' * 40000)\n\
          got = 0\n\
-         while got < 10000:\n\
+         while got < 50000:\n\
          \x20   got += len(conn.recv(65536))\n";
     let child = Command::new(&writer).args(["-c", script]).spawn().unwrap();
     let pid = child.id();
@@ -104,21 +108,43 @@ async fn a_write_larger_than_the_prefix_keeps_the_prefix_and_says_it_was_cut() {
         .collect_until_exit(pid, Duration::from_secs(30))
         .await;
     capture.stop().await;
-    let write = events
+    let writes: Vec<_> = events
         .iter()
-        .find_map(|event| match event {
-            RawEvent::Data(data)
-                if data.ids.tgid == pid
-                    && data.direction == Direction::Egress
-                    && data.len == 10_000 =>
-            {
+        .filter_map(|event| match event {
+            RawEvent::Data(data) if data.ids.tgid == pid && data.direction == Direction::Egress => {
                 Some(data)
             }
             _ => None,
         })
-        .expect("the 10000-byte write");
-    let kept = tracer_common::io::DATA_BYTES_MAX - 1;
-    assert_eq!(write.data.len(), kept, "kept {} of 10000", write.data.len());
-    assert!(write.data.iter().all(|&b| b == b'a'));
-    assert!(write.truncated);
+        .collect();
+    let prefix = tracer_common::io::DATA_BYTES_MAX - 1;
+    let parts = |byte: u8| -> Vec<(u64, usize, bool)> {
+        writes
+            .iter()
+            .filter(|data| data.data.first() == Some(&byte))
+            .map(|data| {
+                assert!(data.data.iter().all(|&b| b == byte), "one write's bytes");
+                (data.len, data.data.len(), data.truncated)
+            })
+            .collect()
+    };
+    // Whole, in two records.
+    assert_eq!(
+        parts(b'a'),
+        vec![
+            (prefix as u64, prefix, false),
+            (10_000 - prefix as u64, 10_000 - prefix, false)
+        ]
+    );
+    // Four records; the last has the rest's length, a prefix of it, and is cut.
+    let rest = 40_000 - 3 * prefix as u64;
+    assert_eq!(
+        parts(b'b'),
+        vec![
+            (prefix as u64, prefix, false),
+            (prefix as u64, prefix, false),
+            (prefix as u64, prefix, false),
+            (rest, prefix, true),
+        ]
+    );
 }
