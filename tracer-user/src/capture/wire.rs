@@ -172,6 +172,22 @@ pub struct DataRecord {
     pub tls_plaintext: bool,
 }
 
+impl DataRecord {
+    /// When the bytes passed between the two ends: a write's entry (the
+    /// reader, on another CPU, can return before the writer's syscall does,
+    /// and a server span must not start before its client's), a read's exit
+    /// (a read blocks until bytes come). Records without an entry time fall
+    /// back to the exit.
+    pub fn moved_ts_ns(&self) -> u64 {
+        match self.direction {
+            Direction::Egress if self.enter_ts_ns != 0 && self.enter_ts_ns <= self.ids.ts_ns => {
+                self.enter_ts_ns
+            }
+            _ => self.ids.ts_ns,
+        }
+    }
+}
+
 impl std::fmt::Debug for DataRecord {
     // Payloads may hold secrets: Debug shows their size, never their bytes.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -818,6 +834,36 @@ mod tests {
             parse_record(&record_bytes(&func_event(function, [0, 0, 4096], 0))),
             Err(WireError::Malformed { .. })
         ));
+    }
+
+    #[test]
+    fn bytes_pass_at_a_writes_entry_and_a_reads_exit() {
+        let record = |direction, enter_ts_ns| DataRecord {
+            ids: ProcessIds {
+                ts_ns: 200,
+                tgid: 100,
+                tid: 101,
+            },
+            conn: ConnKey {
+                tgid: 100,
+                conn_id: 1,
+            },
+            fd: 7,
+            syscall: IoSyscall::Write,
+            direction,
+            fd_kind: FdKind::Socket,
+            len: 0,
+            enter_ts_ns,
+            data: Vec::new(),
+            truncated: false,
+            tls_plaintext: false,
+        };
+        assert_eq!(record(Direction::Egress, 150).moved_ts_ns(), 150);
+        assert_eq!(record(Direction::Ingress, 150).moved_ts_ns(), 200);
+        // No entry time, or one after the exit (not from this syscall):
+        // the exit.
+        assert_eq!(record(Direction::Egress, 0).moved_ts_ns(), 200);
+        assert_eq!(record(Direction::Egress, 250).moved_ts_ns(), 200);
     }
 
     #[test]

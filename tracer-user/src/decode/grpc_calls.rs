@@ -631,7 +631,7 @@ impl GrpcDecoder {
         if let Some(http1) = connection.http1.as_mut() {
             http1.push(&tracer_decode::Chunk {
                 direction,
-                ts_ns: data.ids.ts_ns,
+                ts_ns: data.moved_ts_ns(),
                 bytes: data.data.clone(),
                 truncated: data.truncated,
             });
@@ -640,7 +640,7 @@ impl GrpcDecoder {
         }
         connection
             .http2
-            .push_bytes(direction, data.ids.ts_ns, &data.data, data.truncated);
+            .push_bytes(direction, data.moved_ts_ns(), &data.data, data.truncated);
         if data.direction == Direction::Egress {
             if let Some(copy) = connection
                 .tables
