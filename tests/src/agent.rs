@@ -128,15 +128,33 @@ impl Agent {
 
     /// Lets waiting spans settle, then stops it as Ctrl-C would; it must
     /// exit cleanly. Returns its last log line (what it saw: events, drops).
-    pub fn stop(mut self) -> String {
+    pub fn stop(self) -> String {
+        self.stop_with_log().0
+    }
+
+    /// [`Agent::stop`], also returning every line it logged.
+    pub fn stop_with_log(mut self) -> (String, Vec<String>) {
+        let log = Arc::clone(&self.log);
+        let last = self.stop_inner();
+        let lines = log.lock().map(|lines| lines.clone()).unwrap_or_default();
+        (last, lines)
+    }
+
+    fn stop_inner(&mut self) -> String {
         // Spans wait up to 2 s for their parents, CNI runs 1 s to settle.
         thread::sleep(Duration::from_secs(4));
         // SAFETY: kill has no memory preconditions; the pid is our child's.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        let signalled = std::time::Instant::now();
         let status = self
             .child
             .wait()
             .unwrap_or_else(|_| panic!("wait for podtrace"));
+        // Shown, not asserted: how long a stop takes is a benchmark's figure.
+        eprintln!(
+            "podtrace exited {} ms after SIGINT",
+            signalled.elapsed().as_millis()
+        );
         assert!(status.success(), "podtrace exited with {status}");
         self.stopped
             .recv_timeout(Duration::from_secs(5))

@@ -100,6 +100,7 @@ impl LiveCapture {
             max_descendant_depth,
             ring_buffer_bytes,
             data_bytes: tracer_common::io::DEFAULT_DATA_BYTES,
+            uprobe_perf_events: false,
         };
         let mut probes =
             Probes::load(&options).unwrap_or_else(|err| panic!("loading the eBPF object: {err}"));

@@ -31,6 +31,28 @@ fn pod_writes_on_tls_connections_older_than_podtrace_are_all_traced_with_the_hea
     ) {
         return;
     }
+    // Probes attached as uprobe multi links (this kernel has them): one
+    // link per program and executable, the HPACK ones among them detached
+    // during the leg, the rest at stop.
+    let links = traced_load(&[]);
+    assert!(
+        links.iter().any(|line| !line.contains("links=0 ")),
+        "no multi links: {links:#?}"
+    );
+    // The same with one perf event per probe, as on kernels before 6.6
+    // (in this test, not beside it: an agent would see the other's etcd).
+    let links = traced_load(&["--uprobe-perf-events"]);
+    assert!(
+        links.iter().all(|line| line.contains("links=0 ")),
+        "multi links although asked for perf events: {links:#?}"
+    );
+}
+
+/// Runs a Pod-write load over mTLS whose connections podtrace (started
+/// with `agent_args` besides the target) joins after their start, checks
+/// the spans and the HPACK probes' detach, and returns the agent's log
+/// lines about the multi links it closed at stop.
+fn traced_load(agent_args: &[&str]) -> Vec<String> {
     let etcd = Etcd::start(EtcdOptions {
         tls: true,
         auth: false,
@@ -46,13 +68,22 @@ fn pod_writes_on_tls_connections_older_than_podtrace_are_all_traced_with_the_hea
     load.leg(Duration::from_secs(1)).unwrap();
 
     let out = tempfile::NamedTempFile::new().unwrap();
-    let agent = Agent::start(&["--target", "etcd-load"], out.path());
+    let args: Vec<&str> = ["--target", "etcd-load"]
+        .iter()
+        .chain(agent_args)
+        .copied()
+        .collect();
+    let agent = Agent::start(&args, out.path());
     let leg = load.leg(Duration::from_secs(4)).unwrap();
     assert_eq!(leg.errors, 0, "{:?}", leg.first_error);
     assert!(leg.writes > 100, "{} writes", leg.writes);
     let detached = agent.logged("HPACK probes detached");
     let attached_again = agent.logged("HPACK probes attached again");
-    let last = agent.stop();
+    let (last, log) = agent.stop_with_log();
+    let links: Vec<String> = log
+        .into_iter()
+        .filter(|line| line.contains("Go probe links detached"))
+        .collect();
 
     for pid in [etcd.pid(), load.pid()] {
         assert!(
@@ -77,4 +108,5 @@ fn pod_writes_on_tls_connections_older_than_podtrace_are_all_traced_with_the_hea
     };
     assert_eq!(count(2), leg.writes, "server spans");
     assert_eq!(count(3), leg.writes, "client spans");
+    links
 }

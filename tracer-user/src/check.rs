@@ -86,6 +86,7 @@ pub fn run_checks() -> Vec<Finding> {
             "CONFIG_UPROBE_EVENTS; Go TLS and gRPC probes need it",
         ),
     ];
+    findings.push(uprobe_multi_links());
     findings.extend(capabilities(caps));
     findings.push(pmu(
         "kprobes",
@@ -187,6 +188,21 @@ fn pmu(feature: &'static str, name: &str, need: Need, missing: &str) -> Finding 
         missing.to_owned()
     };
     finding(feature, need, present, detail)
+}
+
+fn uprobe_multi_links() -> Finding {
+    let feature = "uprobe multi links";
+    match crate::capture::uprobe_links::kernel_has_multi_links() {
+        Ok(()) => finding(feature, Need::Optional, true, "supported"),
+        Err(error) => finding(
+            feature,
+            Need::Optional,
+            false,
+            format!(
+                "Linux >= 6.6 ({error}); the Go probes attach as one perf event each, which take the agent seconds more to stop"
+            ),
+        ),
+    }
 }
 
 fn fentry() -> Finding {

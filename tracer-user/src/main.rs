@@ -240,6 +240,11 @@ struct RunArgs {
         default_value = "127.0.0.1:9464"
     )]
     metrics_addr: String,
+    /// Attach the Go probes as one perf event each, as on kernels before
+    /// 6.6, even where the kernel has uprobe multi links (which detach in
+    /// one step: perf events take ~0.1 s each to detach on recent kernels).
+    #[arg(long)]
+    uprobe_perf_events: bool,
     /// Payload bytes kept per socket or WAL syscall (at most 8192).
     #[arg(long, default_value_t = DEFAULT_DATA_BYTES, value_parser = clap::value_parser!(u32).range(0..=DATA_BYTES_MAX as i64))]
     data_bytes: u32,
@@ -476,6 +481,7 @@ fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> 
         max_descendant_depth: args.max_depth,
         ring_buffer_bytes: args.ring_buffer_bytes,
         data_bytes: args.data_bytes,
+        uprobe_perf_events: args.uprobe_perf_events,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -17,17 +17,16 @@ use std::{
 use aya::{
     Ebpf,
     maps::{Array, HashMap as BpfHashMap},
-    programs::{
-        UProbe,
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
-    },
 };
 use tracer_common::{
     io::{HPACK_SYNC_DECODER_DONE, HPACK_SYNC_ENCODER_DONE, HeaderSide, HpackSync, ProcessConnKey},
     names::{MAP_HPACK_SYNC, MAP_HPACK_SYNC_COUNT, PROGRAM_GO_HPACK_FIELD},
 };
 
-use super::{CaptureError, ConnKey};
+use super::{
+    CaptureError, ConnKey,
+    uprobe_links::{UprobeAttacher, UprobeLinks},
+};
 
 /// What the decode stage asks of the HPACK probes and table copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,8 +59,8 @@ struct Executable {
     path: PathBuf,
     /// (file offset, attach cookie) of each probe point.
     points: Vec<(u64, u64)>,
-    /// Attached links; empty while detached.
-    links: Vec<UProbeLinkId>,
+    /// The attached probes; none while detached.
+    links: Option<UprobeLinks>,
     /// Processes of it that said they need the probes.
     needed_by: HashSet<u32>,
     /// Processes of it running when it was first attached that have not
@@ -88,6 +87,7 @@ impl HpackProbes {
     pub(crate) fn add_executable(
         &mut self,
         ebpf: &mut Ebpf,
+        uprobes: &UprobeAttacher,
         file: FileId,
         path: PathBuf,
         points: Vec<(u64, u64)>,
@@ -99,13 +99,13 @@ impl HpackProbes {
         let mut executable = Executable {
             path,
             points,
-            links: Vec::new(),
+            links: None,
             needed_by: HashSet::new(),
             unreported: tgids.iter().copied().collect(),
         };
         if !tgids.is_empty() {
             let path = executable.path.clone();
-            attach(ebpf, &mut executable, &path)?;
+            attach(ebpf, uprobes, &mut executable, &path)?;
         }
         self.executables.insert(file, executable);
         Ok(())
@@ -126,6 +126,7 @@ impl HpackProbes {
     pub(crate) fn control(
         &mut self,
         ebpf: &mut Ebpf,
+        uprobes: &UprobeAttacher,
         request: HpackControl,
     ) -> Result<(), CaptureError> {
         match request {
@@ -155,7 +156,7 @@ impl HpackProbes {
                 }
             }
             HpackControl::Exited(tgid) => {
-                self.set_needed(ebpf, tgid, false)?;
+                self.set_needed(ebpf, uprobes, tgid, false)?;
                 self.process_file.remove(&tgid);
                 // Its sockets closed with it, without close(2): no Forget comes.
                 let gone: Vec<ConnKey> = self
@@ -173,14 +174,22 @@ impl HpackProbes {
                     self.write_count(ebpf)?;
                 }
             }
-            HpackControl::FieldProbes { tgid, needed } => self.set_needed(ebpf, tgid, needed)?,
+            HpackControl::FieldProbes { tgid, needed } => {
+                self.set_needed(ebpf, uprobes, tgid, needed)?;
+            }
         }
         Ok(())
     }
 
     /// Notes whether process `tgid` needs the HPACK probes, and attaches or
     /// detaches its executable's accordingly.
-    fn set_needed(&mut self, ebpf: &mut Ebpf, tgid: u32, needed: bool) -> Result<(), CaptureError> {
+    fn set_needed(
+        &mut self,
+        ebpf: &mut Ebpf,
+        uprobes: &UprobeAttacher,
+        tgid: u32,
+        needed: bool,
+    ) -> Result<(), CaptureError> {
         let Some(executable) = self
             .process_file
             .get(&tgid)
@@ -195,14 +204,14 @@ impl HpackProbes {
             executable.needed_by.remove(&tgid);
         }
         let wanted = !executable.needed_by.is_empty() || !executable.unreported.is_empty();
-        if wanted && executable.links.is_empty() {
+        if wanted && executable.links.is_none() {
             // The process that asked is alive: its exe is the file.
             let path = PathBuf::from(format!("/proc/{tgid}/exe"));
-            attach(ebpf, executable, &path)?;
+            attach(ebpf, uprobes, executable, &path)?;
             self.reattached += 1;
             tracing::info!(path = %executable.path.display(), tgid, "HPACK probes attached again: a connection older than podtrace needs them");
-        } else if !wanted && !executable.links.is_empty() {
-            detach(ebpf, executable)?;
+        } else if let Some(links) = executable.links.take_if(|_| !wanted) {
+            UprobeAttacher::detach(ebpf, links)?;
             tracing::info!(path = %executable.path.display(), "HPACK probes detached: no connection needs them");
         }
         Ok(())
@@ -212,8 +221,15 @@ impl HpackProbes {
     pub(crate) fn attached(&self) -> usize {
         self.executables
             .values()
-            .filter(|executable| !executable.links.is_empty())
+            .filter(|executable| executable.links.is_some())
             .count()
+    }
+
+    /// Takes the attached probes, to be closed at once at stop.
+    pub(crate) fn take_links(&mut self) -> impl Iterator<Item = UprobeLinks> + '_ {
+        self.executables
+            .values_mut()
+            .filter_map(|executable| executable.links.take())
     }
 
     fn write_count(&self, ebpf: &mut Ebpf) -> Result<(), CaptureError> {
@@ -243,39 +259,17 @@ fn set_sync(ebpf: &mut Ebpf, conn: ConnKey, done: u32) -> Result<(), CaptureErro
         })
 }
 
-fn program(ebpf: &mut Ebpf) -> Result<&mut UProbe, CaptureError> {
-    ebpf.program_mut(PROGRAM_GO_HPACK_FIELD)
-        .and_then(|program| program.try_into().ok())
-        .ok_or(CaptureError::MissingProgram(PROGRAM_GO_HPACK_FIELD))
-}
-
-fn attach(ebpf: &mut Ebpf, executable: &mut Executable, path: &Path) -> Result<(), CaptureError> {
-    let program = program(ebpf)?;
-    for &(offset, cookie) in &executable.points {
-        let point = UProbeAttachPoint {
-            location: UProbeAttachLocation::AbsoluteOffset(offset),
-            cookie: Some(cookie),
-        };
-        let link = program
-            .attach(point, path, UProbeScope::AllProcesses)
-            .map_err(|source| CaptureError::Program {
-                name: PROGRAM_GO_HPACK_FIELD,
-                source,
-            })?;
-        executable.links.push(link);
-    }
-    Ok(())
-}
-
-fn detach(ebpf: &mut Ebpf, executable: &mut Executable) -> Result<(), CaptureError> {
-    let program = program(ebpf)?;
-    for link in executable.links.drain(..) {
-        program
-            .detach(link)
-            .map_err(|source| CaptureError::Program {
-                name: PROGRAM_GO_HPACK_FIELD,
-                source,
-            })?;
-    }
+fn attach(
+    ebpf: &mut Ebpf,
+    uprobes: &UprobeAttacher,
+    executable: &mut Executable,
+    path: &Path,
+) -> Result<(), CaptureError> {
+    let points: Vec<_> = executable
+        .points
+        .iter()
+        .map(|&(offset, cookie)| (PROGRAM_GO_HPACK_FIELD, offset, cookie))
+        .collect();
+    executable.links = Some(uprobes.attach(ebpf, path, &points)?);
     Ok(())
 }

@@ -11,10 +11,7 @@ use std::{collections::HashMap, net::SocketAddr, os::unix::fs::MetadataExt as _,
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, ProgramArray, RingBuf},
-    programs::{
-        ProgramError, RawTracePoint, UProbe,
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-    },
+    programs::{ProgramError, RawTracePoint},
 };
 use tracer_common::{
     config::{COMM_BYTES, Config, TARGET_WAL, TargetInfo, WAKEUP_FRACTION},
@@ -45,6 +42,7 @@ use super::{
     kube_probes,
     proc_fds::{OpenFd, open_fds},
     targets::{FoundTarget, TargetMatcher, scan_proc},
+    uprobe_links::{self, UprobeAttacher, UprobeLinks},
     wire::{Peer, record_bytes},
 };
 
@@ -65,6 +63,9 @@ pub struct CaptureOptions {
     pub ring_buffer_bytes: u32,
     /// Payload bytes copied per socket or file syscall (at most `DATA_BYTES_MAX`).
     pub data_bytes: u32,
+    /// Attach the Go probes as one perf event each even where the kernel
+    /// has uprobe multi links (as on kernels before 6.6).
+    pub uprobe_perf_events: bool,
 }
 
 /// Failure to set up capture. Each variant says what to do about it.
@@ -114,6 +115,14 @@ pub enum CaptureError {
         /// Why (with the verifier log for load failures).
         source: ProgramError,
     },
+    /// Loading a uprobe program for multi links, or creating a link, failed.
+    #[error("uprobe program {name}: {source}")]
+    UprobeLink {
+        /// Program name.
+        name: &'static str,
+        /// Why (with the verifier log for load failures).
+        source: std::io::Error,
+    },
     /// More uprobe attachments than `PROBE_HITS` has slots.
     #[error("more than {0} uprobe attachments")]
     TooManyProbes(u32),
@@ -134,10 +143,26 @@ pub struct Probes {
     go_binaries: HashMap<(u64, u64), Option<u32>>,
     /// Slots of `GO_FUNCS` in use.
     go_func_slots: u32,
+    /// How the Go uprobes attach.
+    uprobes: UprobeAttacher,
+    /// The Go probes of each executable but the HPACK ones.
+    go_links: Vec<UprobeLinks>,
     /// The HPACK probes, attached while a process needs them.
     hpack: HpackProbes,
     /// Connections whose bytes the programs no longer copy.
     muted: MutedConns,
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        let started = std::time::Instant::now();
+        let links = uprobe_links::close_all(self.go_links.drain(..).chain(self.hpack.take_links()));
+        tracing::info!(
+            links,
+            ms = started.elapsed().as_millis() as u64,
+            "Go probe links detached"
+        );
+    }
 }
 
 /// What attaching the Go probes to one binary did.
@@ -246,22 +271,19 @@ impl Probes {
             attach_raw_tracepoint(&mut ebpf, name, name)?;
         }
 
-        for name in [
-            PROGRAM_GO_TLS_WRITE,
-            PROGRAM_GO_TLS_READ,
-            PROGRAM_GO_TLS_READ_RET,
-            PROGRAM_GO_TLS_READ_COPY,
-            PROGRAM_GO_HPACK_FIELD,
-            PROGRAM_GO_FUNC,
-        ] {
-            let program: &mut UProbe = ebpf
-                .program_mut(name)
-                .and_then(|program| program.try_into().ok())
-                .ok_or(CaptureError::MissingProgram(name))?;
-            program
-                .load()
-                .map_err(|source| CaptureError::Program { name, source })?;
-        }
+        let uprobes = UprobeAttacher::load(
+            &mut ebpf,
+            EBPF_OBJECT,
+            !options.uprobe_perf_events,
+            &[
+                PROGRAM_GO_TLS_WRITE,
+                PROGRAM_GO_TLS_READ,
+                PROGRAM_GO_TLS_READ_RET,
+                PROGRAM_GO_TLS_READ_COPY,
+                PROGRAM_GO_HPACK_FIELD,
+                PROGRAM_GO_FUNC,
+            ],
+        )?;
 
         let seeded = scan_proc(
             Path::new("/proc"),
@@ -297,6 +319,8 @@ impl Probes {
             open_fds,
             go_binaries: HashMap::new(),
             go_func_slots: 0,
+            uprobes,
+            go_links: Vec::new(),
             hpack: HpackProbes::default(),
             muted: MutedConns::default(),
         };
@@ -458,23 +482,14 @@ impl Probes {
             Some(Err(error)) => (0, Some(error.to_string())),
             None => (0, None),
         };
-        for (name, offset, cookie) in &points {
-            let program: &mut UProbe = self
-                .ebpf
-                .program_mut(name)
-                .and_then(|program| program.try_into().ok())
-                .ok_or(CaptureError::MissingProgram(name))?;
-            let point = UProbeAttachPoint {
-                location: UProbeAttachLocation::AbsoluteOffset(*offset),
-                cookie: Some(*cookie),
-            };
-            program
-                .attach(point, exe, UProbeScope::AllProcesses)
-                .map_err(|source| CaptureError::Program { name, source })?;
+        if !points.is_empty() {
+            let links = self.uprobes.attach(&mut self.ebpf, exe, &points)?;
+            self.go_links.push(links);
         }
         let hpack_points_count = hpack_points.len();
         self.hpack.add_executable(
             &mut self.ebpf,
+            &self.uprobes,
             file,
             exe.to_path_buf(),
             hpack_points,
@@ -495,7 +510,9 @@ impl Probes {
     pub fn control(&mut self, requests: &[CaptureControl]) {
         for request in requests {
             let done = match *request {
-                CaptureControl::Hpack(hpack) => self.hpack.control(&mut self.ebpf, hpack),
+                CaptureControl::Hpack(hpack) => {
+                    self.hpack.control(&mut self.ebpf, &self.uprobes, hpack)
+                }
                 CaptureControl::Mute(conn) => self.muted.set(&mut self.ebpf, conn, true),
                 CaptureControl::Unmute(conn) => self.muted.set(&mut self.ebpf, conn, false),
             };

@@ -15,6 +15,7 @@ pub mod proc_fds;
 pub mod recording;
 pub mod ring;
 pub mod targets;
+pub(crate) mod uprobe_links;
 pub mod uprobes;
 pub mod wire;
 
