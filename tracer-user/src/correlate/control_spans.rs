@@ -473,7 +473,13 @@ impl ControlSpans {
         if call.write == WriteKind::Create {
             return Some("created".to_owned());
         }
-        let (node_before, phase_before) = before.unwrap_or_default();
+        let Some((node_before, phase_before)) = before else {
+            // None of the Pod's earlier writes was seen (it is older than
+            // podtrace, or they were lost): what this one changed is not
+            // known, and a status update of an older Pod, which names its
+            // node, is not its binding.
+            return Some("updated".to_owned());
+        };
         match (&now.0, &now.1) {
             (Some(node), _) if node_before.is_none() => Some(format!("bound to {node}")),
             (_, Some(phase)) if phase_before.as_ref() != Some(phase) => {
@@ -1092,6 +1098,24 @@ mod tests {
         assert_eq!(changes.len(), 3, "{out:#?}");
         assert!(matches!(changes[1], (change, SpanStatus::Error(_)) if *change == bound));
         assert_eq!(changes[2], (&bound, &SpanStatus::Unset));
+    }
+
+    #[test]
+    fn the_first_write_seen_of_a_bound_pod_is_not_named_its_binding() {
+        let mut control = spans();
+        let mut out = Vec::new();
+        // A Pod created and bound before podtrace: its status updates name
+        // its node, as its binding did.
+        let running = clues("old", Some("uid-0"), Some("node-a"), "Running");
+        out.extend(control.on_etcd(&call(Side::Client, WriteKind::Update, running, 1, 9, 15)));
+        out.extend(control.finish());
+        let changes: Vec<&AttributeValue> = out
+            .iter()
+            .filter(|s| s.kind == SpanKind::Client)
+            .map(|s| attribute(s, "podtrace.k8s.pod.change"))
+            .collect();
+        let updated = AttributeValue::String("updated".into());
+        assert_eq!(changes, [&updated], "{out:#?}");
     }
 
     #[test]
