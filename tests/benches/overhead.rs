@@ -280,6 +280,8 @@ struct WithAgent {
     programs_s: f64,
     /// The agent's final drop counters (`reason=count`).
     drops: String,
+    /// From SIGINT to the agent's exit (probes detached, spans flushed).
+    exit_after_signal: Duration,
     /// Spans the agent exported, by name and kind (server, client).
     spans: BTreeMap<(String, &'static str), usize>,
 }
@@ -305,8 +307,9 @@ fn leg_with_agent(
         Ok(window) => window?,
         Err(_) => bail!("the BPF statistics thread panicked"),
     };
-    let drops = agent
-        .stop()
+    let stopped = agent.stop_with_log();
+    let drops = stopped
+        .last
         .split_once("drops=")
         .map(|(_, rest)| rest.trim().to_owned())
         .unwrap_or_default();
@@ -325,6 +328,7 @@ fn leg_with_agent(
         programs,
         programs_s,
         drops,
+        exit_after_signal: stopped.exit_after_signal,
         spans,
     })
 }
@@ -610,6 +614,11 @@ fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, [f64; 2])], base: &
     for (with, _) in legs {
         println!("  drops: {}", with.drops);
     }
+    let exits: Vec<String> = legs
+        .iter()
+        .map(|(with, _)| format!("{} ms", with.exit_after_signal.as_millis()))
+        .collect();
+    println!("  agent exit after SIGINT: {}", exits.join(", "));
     let mut spans: BTreeMap<&(String, &str), usize> = BTreeMap::new();
     for (with, _) in legs {
         for (key, count) in &with.spans {

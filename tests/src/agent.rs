@@ -10,7 +10,7 @@ use std::{
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex, mpsc},
     thread,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use crate::podtrace_binary;
@@ -129,37 +129,54 @@ impl Agent {
     /// Lets waiting spans settle, then stops it as Ctrl-C would; it must
     /// exit cleanly. Returns its last log line (what it saw: events, drops).
     pub fn stop(self) -> String {
-        self.stop_with_log().0
+        self.stop_with_log().last
     }
 
-    /// [`Agent::stop`], also returning every line it logged.
-    pub fn stop_with_log(mut self) -> (String, Vec<String>) {
-        let log = Arc::clone(&self.log);
-        let last = self.stop_inner();
-        let lines = log.lock().map(|lines| lines.clone()).unwrap_or_default();
-        (last, lines)
-    }
-
-    fn stop_inner(&mut self) -> String {
+    /// [`Agent::stop`], with every line it logged and how long it took to
+    /// exit.
+    pub fn stop_with_log(mut self) -> Stopped {
         // Spans wait up to 2 s for their parents, CNI runs 1 s to settle.
         thread::sleep(Duration::from_secs(4));
         // SAFETY: kill has no memory preconditions; the pid is our child's.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
-        let signalled = std::time::Instant::now();
+        let signalled = Instant::now();
         let status = self
             .child
             .wait()
             .unwrap_or_else(|_| panic!("wait for podtrace"));
+        let exit_after_signal = signalled.elapsed();
         // Shown, not asserted: how long a stop takes is a benchmark's figure.
         eprintln!(
             "podtrace exited {} ms after SIGINT",
-            signalled.elapsed().as_millis()
+            exit_after_signal.as_millis()
         );
         assert!(status.success(), "podtrace exited with {status}");
-        self.stopped
+        let last = self
+            .stopped
             .recv_timeout(Duration::from_secs(5))
-            .unwrap_or_else(|_| panic!("podtrace said it stopped"))
+            .unwrap_or_else(|_| panic!("podtrace said it stopped"));
+        let log = self
+            .log
+            .lock()
+            .map(|lines| lines.clone())
+            .unwrap_or_default();
+        Stopped {
+            last,
+            log,
+            exit_after_signal,
+        }
     }
+}
+
+/// What a stopped agent said, and how long it took.
+#[derive(Debug)]
+pub struct Stopped {
+    /// Its last log line (what it saw: events, drops).
+    pub last: String,
+    /// Every line it logged.
+    pub log: Vec<String>,
+    /// From SIGINT to its exit.
+    pub exit_after_signal: Duration,
 }
 
 impl Drop for Agent {

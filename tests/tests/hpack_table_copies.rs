@@ -79,8 +79,10 @@ fn traced_load(agent_args: &[&str]) -> Vec<String> {
     assert!(leg.writes > 100, "{} writes", leg.writes);
     let detached = agent.logged("HPACK probes detached");
     let attached_again = agent.logged("HPACK probes attached again");
-    let (last, log) = agent.stop_with_log();
-    let links: Vec<String> = log
+    let stopped = agent.stop_with_log();
+    let last = stopped.last;
+    let links: Vec<String> = stopped
+        .log
         .into_iter()
         .filter(|line| line.contains("Go probe links detached"))
         .collect();
