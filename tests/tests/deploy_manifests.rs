@@ -868,8 +868,9 @@ fn every_manifest_file_is_applied_by_some_kustomization_and_validates_on_its_own
 }
 
 /// The capabilities the agent holds, each for a reason given in
-/// daemonset.yaml: CAP_SYS_ADMIN because Linux 6.16 (and stable kernels
-/// since July 2025) require it for uprobes again.
+/// daemonset.yaml: CAP_SYS_ADMIN because stable kernels before 6.6 updated
+/// since July 2025 require it for perf-event uprobes again (from 6.6 the
+/// uprobes are multi links, which do not).
 const CAPABILITIES: [&str; 5] = [
     "BPF",
     "PERFMON",

@@ -86,8 +86,9 @@ pub fn run_checks() -> Vec<Finding> {
             "CONFIG_UPROBE_EVENTS; Go TLS and gRPC probes need it",
         ),
     ];
-    findings.push(uprobe_multi_links());
-    findings.extend(capabilities(caps));
+    let multi_links = crate::capture::uprobe_links::kernel_has_multi_links();
+    findings.push(uprobe_multi_links(multi_links.as_ref().err()));
+    findings.extend(capabilities(caps, multi_links.is_ok()));
     findings.push(pmu(
         "kprobes",
         "kprobe",
@@ -190,11 +191,11 @@ fn pmu(feature: &'static str, name: &str, need: Need, missing: &str) -> Finding 
     finding(feature, need, present, detail)
 }
 
-fn uprobe_multi_links() -> Finding {
+fn uprobe_multi_links(missing: Option<&std::io::Error>) -> Finding {
     let feature = "uprobe multi links";
-    match crate::capture::uprobe_links::kernel_has_multi_links() {
-        Ok(()) => finding(feature, Need::Optional, true, "supported"),
-        Err(error) => finding(
+    match missing {
+        None => finding(feature, Need::Optional, true, "supported"),
+        Some(error) => finding(
             feature,
             Need::Optional,
             false,
@@ -237,7 +238,9 @@ const CAP_SYS_RESOURCE: u32 = 24;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
-fn capabilities(caps: u64) -> Vec<Finding> {
+/// `multi_links`: the Go probes attach as uprobe multi links, through
+/// bpf(2) (CAP_BPF + CAP_PERFMON), not perf_event_open.
+fn capabilities(caps: u64, multi_links: bool) -> Vec<Finding> {
     let has = |cap: u32| caps & (1 << cap) != 0;
     let bpf = has(CAP_BPF) && has(CAP_PERFMON) || has(CAP_SYS_ADMIN);
     vec![
@@ -267,10 +270,13 @@ fn capabilities(caps: u64) -> Vec<Finding> {
             has(CAP_SYS_ADMIN),
             if has(CAP_SYS_ADMIN) {
                 "held"
+            } else if multi_links {
+                "not held: not needed here, the Go probes attach as uprobe multi links \
+                 (perf-event uprobes, on kernels before 6.6 updated since July 2025, need it)"
             } else {
                 "not held: Linux 6.16 and stable kernels updated since July 2025 require it to \
-                 attach uprobes; without it there is no TLS plaintext or HTTP/2 headers from Go, \
-                 only syscall data"
+                 attach uprobes through perf events; without it there is no TLS plaintext or \
+                 HTTP/2 headers from Go, only syscall data"
             },
         ),
         finding(
@@ -301,10 +307,24 @@ mod tests {
 
     #[test]
     fn capability_bits() {
-        let findings = capabilities(1 << CAP_BPF | 1 << CAP_PERFMON);
+        let findings = capabilities(1 << CAP_BPF | 1 << CAP_PERFMON, true);
         assert!(findings[0].present);
         assert!(!findings[1].present && findings[1].fails());
-        let findings = capabilities(1 << CAP_SYS_ADMIN | 1 << CAP_SYS_PTRACE);
+        let findings = capabilities(1 << CAP_SYS_ADMIN | 1 << CAP_SYS_PTRACE, false);
         assert!(findings.iter().take(2).all(|f| f.present));
+    }
+
+    #[test]
+    fn cap_sys_admin_is_asked_for_only_where_uprobes_are_perf_events() {
+        let caps = 1 << CAP_BPF | 1 << CAP_PERFMON | 1 << CAP_SYS_PTRACE;
+        let sys_admin = |multi_links| {
+            capabilities(caps, multi_links)
+                .into_iter()
+                .find(|f| f.feature == "CAP_SYS_ADMIN")
+                .map(|f| f.detail)
+                .unwrap_or_default()
+        };
+        assert!(sys_admin(true).contains("not needed here"));
+        assert!(sys_admin(false).contains("require it"));
     }
 }
