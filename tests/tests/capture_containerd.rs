@@ -28,7 +28,7 @@ use tracer_user::{
         Activity, Correlator, Span, TraceConfig,
         span::{AttributeValue, SpanId, TraceId},
     },
-    decode::Decoder,
+    decode::{Decoder, FollowWindow},
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -152,7 +152,8 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
         ..TraceConfig::default()
     };
     let mut decoder = Decoder::default();
-    let mut correlator = Correlator::new(WallClock::anchor(), traces, None);
+    let window = FollowWindow::new(WallClock::anchor(), None, traces.trace_timeout_ns);
+    let mut correlator = Correlator::new(WallClock::anchor(), traces, window);
     let mut activities: Vec<Activity> = events
         .into_iter()
         .flat_map(|event| decoder.decode(event))

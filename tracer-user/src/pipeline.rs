@@ -175,11 +175,12 @@ impl Stages {
         // replay, from its first event on. Both stages use the same window.
         let since_unix_ns = live.then(|| clock.unix_ns(WallClock::monotonic_now_ns()));
         let window = FollowWindow::new(clock, since_unix_ns, export.traces.trace_timeout_ns);
+        let decode_window = window.clone();
         let (input, mut raw_rx) = mpsc::channel::<Vec<RawEvent>>(CHANNEL_CAPACITY);
         let (msg_tx, mut msg_rx) = mpsc::channel::<Vec<Message>>(CHANNEL_CAPACITY);
         let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
         let decode = tokio::spawn(async move {
-            let mut decoder = Decoder::new(&decode_options, window);
+            let mut decoder = Decoder::new(&decode_options, decode_window);
             while let Some(events) = raw_rx.recv().await {
                 let messages: Vec<Message> = events
                     .into_iter()
@@ -241,7 +242,7 @@ impl Stages {
         });
         let traces = export.traces.clone();
         let correlate = tokio::spawn(async move {
-            let mut correlator = Correlator::new(clock, traces, since_unix_ns);
+            let mut correlator = Correlator::new(clock, traces, window);
             for (tgid, name) in known_processes {
                 correlator.processes.seed(tgid, name);
             }

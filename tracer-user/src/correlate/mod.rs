@@ -91,18 +91,13 @@ pub struct Correlator {
 }
 
 impl Correlator {
-    /// Empty tables with the default bounds. Pods created before
-    /// `since_unix_ns` (the agent's start; `None`: the first event's time,
-    /// as in a replay) are not followed ([`FollowWindow`]).
-    pub fn new(clock: WallClock, traces: TraceConfig, since_unix_ns: Option<u64>) -> Self {
+    /// Empty tables with the default bounds, following the Pods created in
+    /// `window` (the decode stage's: see [`FollowWindow`]).
+    pub fn new(clock: WallClock, traces: TraceConfig, window: FollowWindow) -> Self {
         Self {
             processes: ProcessTable::new(clock, process_table::DEFAULT_PROCESS_CAPACITY),
             conns: ConnTable::new(clock, conn_table::DEFAULT_CONN_CAPACITY),
-            control_spans: ControlSpans::new(
-                clock,
-                traces.cluster_id.clone(),
-                FollowWindow::new(clock, since_unix_ns, traces.trace_timeout_ns),
-            ),
+            control_spans: ControlSpans::new(clock, traces.cluster_id.clone(), window),
             component_spans: ComponentSpans::new(
                 clock,
                 traces.cluster_id.clone(),

@@ -6,7 +6,11 @@
 //! trace ended: no write of either makes a span. Most Pod writes of a
 //! running cluster are such (status updates of Pods long up), so the decode
 //! stage skips them before decoding them, and the correlate stage decides
-//! from the Pods it decoded; both ask one window, so they agree.
+//! from the Pods it decoded; both ask one window, so they agree — in a
+//! replay too, whose window starts at the first event either stage sees
+//! (the decode stage's, which sees every event first).
+
+use std::sync::{Arc, OnceLock};
 
 use crate::capture::clock::WallClock;
 
@@ -15,12 +19,12 @@ use crate::capture::clock::WallClock;
 /// apiserver's clock, which may differ a little from this node's.
 const CREATED_BEFORE_START_SLACK_NS: u64 = 5_000_000_000;
 
-/// The creation times whose Pods may be followed.
-#[derive(Clone, Copy, Debug)]
+/// The creation times whose Pods may be followed. Clones share the start.
+#[derive(Clone, Debug)]
 pub struct FollowWindow {
     clock: WallClock,
     /// The agent's start (unix ns); a replay's is its first event's.
-    since_unix_ns: Option<u64>,
+    since_unix_ns: Arc<OnceLock<u64>>,
     trace_timeout_ns: u64,
 }
 
@@ -28,9 +32,13 @@ impl FollowWindow {
     /// A live agent's window starts when it does (`since_unix_ns`); a
     /// replay's (`None`) at its first event ([`Self::start_by`]).
     pub fn new(clock: WallClock, since_unix_ns: Option<u64>, trace_timeout_ns: u64) -> Self {
+        let since = OnceLock::new();
+        if let Some(since_unix_ns) = since_unix_ns {
+            let _ = since.set(since_unix_ns);
+        }
         Self {
             clock,
-            since_unix_ns,
+            since_unix_ns: Arc::new(since),
             trace_timeout_ns,
         }
     }
@@ -40,18 +48,18 @@ impl FollowWindow {
         self.trace_timeout_ns
     }
 
-    /// Event time reached `now_ns` (CLOCK_MONOTONIC): the first time seen
-    /// starts a window that had no start.
-    pub fn start_by(&mut self, now_ns: u64) {
-        if self.since_unix_ns.is_none() {
-            self.since_unix_ns = Some(self.clock.unix_ns(now_ns));
+    /// Event time reached `now_ns` (CLOCK_MONOTONIC): the first time seen,
+    /// by this window or a clone, starts a window that had no start.
+    pub fn start_by(&self, now_ns: u64) {
+        if self.since_unix_ns.get().is_none() {
+            let _ = self.since_unix_ns.set(self.clock.unix_ns(now_ns));
         }
     }
 
     /// Whether a Pod created at `created_unix_s` can be in a creation that
     /// is followed at `now_ns` (CLOCK_MONOTONIC).
     pub fn may_follow(&self, created_unix_s: i64, now_ns: u64) -> bool {
-        let Some(since) = self.since_unix_ns else {
+        let Some(&since) = self.since_unix_ns.get() else {
             return true;
         };
         let created = u64::try_from(created_unix_s)
@@ -70,12 +78,14 @@ mod tests {
     fn pods_created_before_the_start_or_past_the_timeout_are_not_followed() {
         // Monotonic 0 is unix 1000 s; the agent starts at monotonic 100 s.
         let clock = WallClock::from_offset(1_000_000_000_000);
-        let mut window = FollowWindow::new(clock, None, 300_000_000_000);
+        let window = FollowWindow::new(clock, None, 300_000_000_000);
+        let clone = window.clone();
         assert!(
             window.may_follow(0, 0),
             "no start yet: anything may be followed"
         );
-        window.start_by(100_000_000_000);
+        // The first event seen by either (the decode stage's) starts both.
+        clone.start_by(100_000_000_000);
         window.start_by(200_000_000_000);
         let at = |s: u64| s * 1_000_000_000;
         assert!(window.may_follow(1096, at(100)), "within the clock slack");
