@@ -12,11 +12,11 @@
 //! plane's 16 links detach in ~0.1 s.
 //!
 //! aya 0.14 loads uprobe programs without the expected attach type a multi
-//! link requires, so for links these programs are loaded a second time here:
+//! link requires, so for links these programs are loaded here:
 //! from the same object, relocated against the maps aya created (the agent's
 //! configuration in `.rodata` included), through `BPF_PROG_LOAD` with
-//! `expected_attach_type = BPF_TRACE_UPROBE_MULTI`. aya's own load of each
-//! program stays for the fallback.
+//! `expected_attach_type = BPF_TRACE_UPROBE_MULTI`. aya loads them only for
+//! the fallback, so that each program reaches the verifier once.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -68,33 +68,33 @@ pub(crate) enum UprobeLinks {
 
 impl UprobeAttacher {
     /// Loads the programs `names` of `ebpf` (their maps created by aya,
-    /// `object` the bytes aya loaded): through aya, and, if `multi_links`,
-    /// for multi links where the kernel has them.
+    /// `object` the bytes aya loaded): if `multi_links`, for multi links
+    /// where the kernel has them, and through aya otherwise.
     pub(crate) fn load(
         ebpf: &mut Ebpf,
         object: &[u8],
         multi_links: bool,
         names: &[&'static str],
     ) -> Result<Self, CaptureError> {
-        for &name in names {
-            program_mut(ebpf, name)?
-                .load()
-                .map_err(|source| CaptureError::Program { name, source })?;
-        }
-        if !multi_links {
-            return Ok(Self { multi: None });
-        }
-        let multi = match load_multi(ebpf, object, names) {
-            Ok(programs) => Some(programs),
-            Err(MultiUnavailable::Kernel(error)) => {
+        let multi = match multi_links.then(|| load_multi(ebpf, object, names)) {
+            None => None,
+            Some(Ok(programs)) => Some(programs),
+            Some(Err(MultiUnavailable::Kernel(error))) => {
                 tracing::info!(%error, "no uprobe multi links on this kernel (Linux 6.6+): one perf event per Go probe, which detach more slowly");
                 None
             }
-            Err(MultiUnavailable::Load(error)) => {
+            Some(Err(MultiUnavailable::Load(error))) => {
                 tracing::warn!(%error, "the Go probes' programs did not load for uprobe multi links: one perf event per Go probe, which detach more slowly");
                 None
             }
         };
+        if multi.is_none() {
+            for &name in names {
+                program_mut(ebpf, name)?
+                    .load()
+                    .map_err(|source| CaptureError::Program { name, source })?;
+            }
+        }
         Ok(Self { multi })
     }
 
@@ -222,22 +222,19 @@ fn load_multi(
             .map_err(|e| object_error(format!("BTF: {e}")))?,
         None => None,
     };
-    let mut fds = Vec::new();
-    for name in obj.maps.keys() {
-        let map = ebpf
-            .map(name)
-            .ok_or_else(|| object_error(format!("map {name} not created")))?;
-        let data = map_data(map).ok_or_else(|| object_error(format!("map {name}: type")))?;
-        fds.push((name.clone(), data.fd().as_fd().as_raw_fd()));
-    }
+    // Each map of the object, with the fd of the one aya created for it.
     let maps = std::mem::take(&mut obj.maps);
+    let mut created = Vec::with_capacity(maps.len());
+    for (name, map) in &maps {
+        let data = ebpf
+            .map(name)
+            .and_then(map_data)
+            .ok_or_else(|| object_error(format!("map {name} not created, or of another type")))?;
+        created.push((name.as_str(), data.fd().as_fd().as_raw_fd(), map));
+    }
     let text_sections: HashSet<usize> = obj.functions.keys().map(|(section, _)| *section).collect();
-    obj.relocate_maps(
-        fds.iter()
-            .filter_map(|(name, fd)| Some((name.as_str(), *fd, maps.get(name)?))),
-        &text_sections,
-    )
-    .map_err(|e| object_error(e.to_string()))?;
+    obj.relocate_maps(created.into_iter(), &text_sections)
+        .map_err(|e| object_error(e.to_string()))?;
     obj.relocate_calls(&text_sections)
         .map_err(|e| object_error(e.to_string()))?;
     let mut programs = HashMap::new();
