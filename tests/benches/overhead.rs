@@ -584,6 +584,18 @@ fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, [f64; 2])], base: &
             per_write(traced)
         );
     }
+    // The sum is the steadier figure: it does not drift with the machine's
+    // throughput, and where the load saturates the CPUs throughput falls by
+    // about its inverse.
+    let per_write = |legs: &Legs, agent_s: f64| {
+        1e6 * (legs.traced_cpu_s[0] + legs.traced_cpu_s[1] + agent_s) / legs.writes.max(1) as f64
+    };
+    let (before, after) = (per_write(base, 0.0), per_write(traced, agent_cpu_s));
+    println!(
+        "  CPU per write, etcd + etcd-load + agent (µs, without / with): {before:.0} / {after:.0} \
+         (× {:.3})",
+        after / before.max(f64::EPSILON)
+    );
     let mut programs: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for (with, _) in legs {
         for (name, (runs, ns)) in &with.programs {
