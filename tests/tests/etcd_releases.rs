@@ -107,11 +107,16 @@ async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &st
     // single member of etcd 3.5 before 3.5.5 (3.4 before 3.4.21) applies and
     // answers a write while its WAL sync runs (etcd issue 14370), and a
     // child must lie inside its parent, so the span is lifted to the root.
-    let expected_parent = if wal.end_unix_ns <= server.end_unix_ns {
-        &server.span_id
+    // The span it belongs to then stays as a link.
+    let (expected_parent, expected_links) = if wal.end_unix_ns <= server.end_unix_ns {
+        (&server.span_id, Vec::new())
     } else {
-        &root.span_id
+        (
+            &root.span_id,
+            vec![(server.trace_id.clone(), server.span_id.clone())],
+        )
     };
+    assert_eq!(wal.links, expected_links, "{wal:?}");
     assert_eq!(
         wal.parent_span_id.as_ref(),
         Some(expected_parent),

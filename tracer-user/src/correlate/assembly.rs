@@ -510,6 +510,7 @@ fn offer(
             return;
         }
         Some(mut parent) => {
+            let cause = parent;
             // Up the placed ancestors to one that holds the span.
             while let Some(holder) = pod.placed.get(&parent) {
                 if holder.start_ns <= span.start_unix_ns && span.end_unix_ns <= holder.end_ns {
@@ -520,7 +521,7 @@ fn offer(
                     None => break,
                 }
             }
-            span.parent_span_id = Some(parent);
+            lift(&mut span, cause, parent);
         }
         None => {}
     }
@@ -676,10 +677,26 @@ fn nest(spans: &mut [Span], summaries: &[SpanId]) {
             parent = holder.parent_span_id;
         }
         // No ancestor here holds it: it keeps its parent (on another agent).
-        if parent.is_some_and(|id| index.contains_key(&id)) {
-            spans[at].parent_span_id = parent;
+        if let Some(holder) = parent.filter(|id| index.contains_key(id))
+            && let Some(cause) = spans[at].parent_span_id
+        {
+            lift(&mut spans[at], cause, holder);
         }
     }
+}
+
+/// Hangs `span` from `holder`, an ancestor of its parent `cause` that holds
+/// it in time. The cause stays as a link when they differ: a span that
+/// outlasts its parent (a WAL sync that ends after etcd answered, the pause
+/// process after RunPodSandbox returned) still says what it belongs to.
+fn lift(span: &mut Span, cause: SpanId, holder: SpanId) {
+    if holder != cause && !span.links.iter().any(|link| link.span_id == cause) {
+        span.links.push(SpanLink {
+            trace_id: span.trace_id,
+            span_id: cause,
+        });
+    }
+    span.parent_span_id = Some(holder);
 }
 
 /// Whether `span` is below `ancestor` (bounded by the number of spans, so
@@ -860,10 +877,18 @@ mod tests {
         // from the node span.
         let node = named(&out, "node node-a");
         assert_eq!((node.start_unix_ns, node.end_unix_ns), (at(5), at(55)));
+        let exec = named(&out, "container process start: sh");
+        assert_eq!(exec.parent_span_id, Some(node_id()));
+        // It links to the call it belongs to; spans that fit keep no link.
+        let start = named(&out, "runtime.v1.RuntimeService/StartContainer");
         assert_eq!(
-            named(&out, "container process start: sh").parent_span_id,
-            Some(node_id())
+            exec.links,
+            [SpanLink {
+                trace_id: creation(),
+                span_id: start.span_id
+            }]
         );
+        assert!(start.links.is_empty() && named(&out, "kubelet pod sync").links.is_empty());
         // The node span the node's builder closed late is not sent twice.
         assert!(
             assembly
