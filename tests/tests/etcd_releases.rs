@@ -26,7 +26,7 @@ use podtrace_tests::{
         apiserver_role,
     },
     live_test_can_run,
-    otlp_json::read_spans,
+    otlp_json::{ExportedSpan, read_spans},
     trees::{assert_well_formed, outline},
 };
 
@@ -106,13 +106,18 @@ async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &st
     // Under etcd's span, unless etcd answered before the sync ended: a
     // single member of etcd 3.5 before 3.5.5 (3.4 before 3.4.21) applies and
     // answers a write while its WAL sync runs (etcd issue 14370), and a
-    // child must lie inside its parent, so the span is lifted to the root.
-    // The span it belongs to then stays as a link.
-    let (expected_parent, expected_links) = if wal.end_unix_ns <= server.end_unix_ns {
+    // child must lie inside its parent.
+    // It hangs from the nearest ancestor that holds it, and the span it
+    // belongs to stays as a link.
+    let holds = |span: &ExportedSpan| {
+        span.start_unix_ns <= wal.start_unix_ns && wal.end_unix_ns <= span.end_unix_ns
+    };
+    let (expected_parent, expected_links) = if holds(server) {
         (&server.span_id, Vec::new())
     } else {
+        let holder = if holds(client) { client } else { root };
         (
-            &root.span_id,
+            &holder.span_id,
             vec![(server.trace_id.clone(), server.span_id.clone())],
         )
     };
