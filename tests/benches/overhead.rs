@@ -587,10 +587,10 @@ fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, [f64; 2])], base: &
     // The sum is the steadier figure: it does not drift with the machine's
     // throughput, and where the load saturates the CPUs throughput falls by
     // about its inverse.
-    let per_write = |legs: &Legs, agent_s: f64| {
+    let all_per_write = |legs: &Legs, agent_s: f64| {
         1e6 * (legs.traced_cpu_s[0] + legs.traced_cpu_s[1] + agent_s) / legs.writes.max(1) as f64
     };
-    let (before, after) = (per_write(base, 0.0), per_write(traced, agent_cpu_s));
+    let (before, after) = (all_per_write(base, 0.0), all_per_write(traced, agent_cpu_s));
     println!(
         "  CPU per write, etcd + etcd-load + agent (µs, without / with): {before:.0} / {after:.0} \
          (× {:.3})",

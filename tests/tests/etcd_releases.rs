@@ -103,12 +103,11 @@ async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &st
         "{}",
         outline(&all)
     );
-    // Under etcd's span, unless etcd answered before the sync ended: a
-    // single member of etcd 3.5 before 3.5.5 (3.4 before 3.4.21) applies and
-    // answers a write while its WAL sync runs (etcd issue 14370), and a
-    // child must lie inside its parent.
-    // It hangs from the nearest ancestor that holds it, and the span it
-    // belongs to stays as a link.
+    // Under etcd's span, unless etcd answered before the sync ended (a
+    // single member of etcd 3.5 before 3.5.5, 3.4 before 3.4.21, applies and
+    // answers a write while its WAL sync runs: etcd issue 14370). A child
+    // must lie inside its parent, so it then hangs from the nearest ancestor
+    // that holds it, and etcd's span stays as a link.
     let holds = |span: &ExportedSpan| {
         span.start_unix_ns <= wal.start_unix_ns && wal.end_unix_ns <= span.end_unix_ns
     };
@@ -128,11 +127,11 @@ async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &st
         "{}",
         outline(&all)
     );
-    // OTLP-JSON writes 64-bit integers as strings.
+    // OTLP-JSON writes 64-bit integers as strings (a number is read too).
     let index = wal
         .attributes
         .get("podtrace.etcd.raft.index")
-        .and_then(|index| index.as_str()?.parse::<u64>().ok().or(index.as_u64()));
+        .and_then(|index| index.as_u64().or_else(|| index.as_str()?.parse().ok()));
     assert!(index.is_some_and(|index| index > 0), "{wal:?}");
 }
 
