@@ -263,10 +263,8 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// How long mimalloc keeps memory freed to it before handing it back to the
 /// OS. Its default, 1 s, is shorter than the cycle of the agent's batches
 /// through mimalloc's arenas under a steady load: every range it returned
-/// came back as page faults that each zeroed a transparent huge page — 234
-/// faults a second and 13 % of the agent's CPU under the benchmark's Pod
-/// writes (perf), none at 10 s, which still returns a burst's memory soon
-/// after it.
+/// came back as page faults (234 a second under the benchmark's Pod writes,
+/// 12–47 at 10 s), and 10 s still returns a burst's memory soon after it.
 const ALLOCATOR_PURGE_DELAY_MS: std::ffi::c_long = 10_000;
 
 fn main() -> ExitCode {
