@@ -369,18 +369,62 @@ fn result_seconds_ratio(sampled: f64, leg: Duration) -> f64 {
     leg.as_secs_f64() / sampled.max(f64::EPSILON)
 }
 
-/// User + system CPU seconds of a process so far (/proc/PID/stat).
-/// Runs a leg; returns its result and the CPU seconds each of `pids` used.
+/// What the CPUs did during one leg.
+#[derive(Clone, Copy, Default)]
+struct LegCpu {
+    /// CPU seconds of etcd and of the load client.
+    traced_s: [f64; 2],
+    /// The share of the machine's CPU time the hypervisor gave to others
+    /// (steal): a leg with much of it ran on a slower machine.
+    steal: f64,
+}
+
+/// Runs a leg; returns its result and what the CPUs did meanwhile, with the
+/// CPU seconds each of `pids` used.
 fn leg_with_cpu<T>(
     pids: &[u32; 2],
     leg: impl FnOnce() -> anyhow::Result<T>,
-) -> anyhow::Result<(T, [f64; 2])> {
+) -> anyhow::Result<(T, LegCpu)> {
     let before = [process_cpu_s(pids[0])?, process_cpu_s(pids[1])?];
+    let machine_before = machine_ticks()?;
     let result = leg()?;
     let after = [process_cpu_s(pids[0])?, process_cpu_s(pids[1])?];
-    Ok((result, [after[0] - before[0], after[1] - before[1]]))
+    let machine_after = machine_ticks()?;
+    let total = machine_after.total.saturating_sub(machine_before.total).max(1);
+    Ok((
+        result,
+        LegCpu {
+            traced_s: [after[0] - before[0], after[1] - before[1]],
+            steal: machine_after.steal.saturating_sub(machine_before.steal) as f64 / total as f64,
+        },
+    ))
 }
 
+/// The machine's CPU time so far, in ticks (the `cpu` line of /proc/stat).
+struct MachineTicks {
+    total: u64,
+    steal: u64,
+}
+
+fn machine_ticks() -> anyhow::Result<MachineTicks> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().context("empty /proc/stat")?;
+    // cpu user nice system idle iowait irq softirq steal guest guest_nice;
+    // guest time is counted in user time already.
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("malformed cpu line in /proc/stat")?;
+    Ok(MachineTicks {
+        total: ticks.iter().sum(),
+        steal: ticks.get(7).copied().unwrap_or(0),
+    })
+}
+
+/// User + system CPU seconds of a process so far (/proc/PID/stat).
 fn process_cpu_s(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // The fields after the parenthesised comm: state is field 3, utime 14, stime 15.
@@ -435,14 +479,14 @@ impl Drop for BpfStats {
 /// One mix's legs, each with the CPU seconds etcd and the load client used.
 struct Report {
     mix: KeyMix,
-    without: Vec<(LegResult, [f64; 2])>,
-    with: Vec<(WithAgent, [f64; 2])>,
+    without: Vec<(LegResult, LegCpu)>,
+    with: Vec<(WithAgent, LegCpu)>,
     /// Legs with `--baseline-agent`, if given.
-    baseline: Vec<(WithAgent, [f64; 2])>,
+    baseline: Vec<(WithAgent, LegCpu)>,
 }
 
 /// Legs with one agent.
-type AgentLegs = [(WithAgent, [f64; 2])];
+type AgentLegs = [(WithAgent, LegCpu)];
 
 /// Sums of a set of legs.
 #[derive(Default)]
@@ -457,15 +501,15 @@ struct Legs {
 }
 
 impl Legs {
-    fn of<'a>(legs: impl Iterator<Item = (&'a LegResult, &'a [f64; 2])>) -> Self {
+    fn of<'a>(legs: impl Iterator<Item = (&'a LegResult, &'a LegCpu)>) -> Self {
         legs.fold(Self::default(), |mut sum, (leg, cpu)| {
             sum.writes += leg.writes;
             sum.seconds += leg.seconds;
             sum.p50_us += leg.p50_us as f64;
             sum.p99_us += leg.p99_us as f64;
             sum.count += 1;
-            sum.traced_cpu_s[0] += cpu[0];
-            sum.traced_cpu_s[1] += cpu[1];
+            sum.traced_cpu_s[0] += cpu.traced_s[0];
+            sum.traced_cpu_s[1] += cpu.traced_s[1];
             sum
         })
     }
@@ -489,33 +533,34 @@ impl Report {
         let base = Legs::of(self.without.iter().map(|(leg, cpu)| (leg, cpu)));
         println!("{}", self.mix.label());
         println!(
-            "  {:<10} {:>10} {:>9} {:>9}",
-            "leg", "writes/s", "p50 ms", "p99 ms"
+            "  {:<10} {:>10} {:>9} {:>9} {:>8}",
+            "leg", "writes/s", "p50 ms", "p99 ms", "steal %"
         );
         // In the order they ran: each round's legs with an agent (the
         // baseline agent's first in even rounds), then one without.
         let mut legs = Vec::new();
-        for (index, (without, _)) in self.without.iter().enumerate() {
-            legs.push(("without", without));
+        for (index, (without, cpu)) in self.without.iter().enumerate() {
+            legs.push(("without", without, cpu));
             let mut round = Vec::new();
-            if let Some((earlier, _)) = self.baseline.get(index) {
-                round.push(("baseline", &earlier.load));
+            if let Some((earlier, cpu)) = self.baseline.get(index) {
+                round.push(("baseline", &earlier.load, cpu));
             }
-            if let Some((with, _)) = self.with.get(index) {
-                round.push(("with", &with.load));
+            if let Some((with, cpu)) = self.with.get(index) {
+                round.push(("with", &with.load, cpu));
             }
             if index % 2 == 1 {
                 round.reverse();
             }
             legs.extend(round);
         }
-        for (leg, result) in legs {
+        for (leg, result, cpu) in legs {
             println!(
-                "  {:<10} {:>10.0} {:>9.2} {:>9.2}",
+                "  {:<10} {:>10.0} {:>9.2} {:>9.2} {:>8.1}",
                 leg,
                 result.rate(),
                 result.p50_us as f64 / 1000.0,
-                result.p99_us as f64 / 1000.0
+                result.p99_us as f64 / 1000.0,
+                100.0 * cpu.steal
             );
         }
         if self.baseline.is_empty() {
@@ -544,7 +589,7 @@ fn agent_legs(legs: &AgentLegs) -> Legs {
 
 /// One agent's figures over the legs with it against the legs without
 /// (`without`, summed in `base`).
-fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, [f64; 2])], base: &Legs) {
+fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, LegCpu)], base: &Legs) {
     let traced = &agent_legs(legs);
     println!(
         "  with / without (all legs): throughput {:.3}, p50 {:.3}, p99 {:.3}",
@@ -555,17 +600,26 @@ fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, [f64; 2])], base: &
     // The machine's throughput drifts between legs by more than the effect
     // measured: each round's ratio to the legs without on either side shows
     // how far one invocation's figure can be trusted.
-    let rounds: Vec<String> = legs
+    let mut rounds: Vec<f64> = legs
         .iter()
         .zip(without.windows(2))
         .map(|((with, _), around)| {
             let without = (around[0].0.rate() + around[1].0.rate()) / 2.0;
-            format!("{:.3}", with.load.rate() / without.max(f64::EPSILON))
+            with.load.rate() / without.max(f64::EPSILON)
         })
         .collect();
+    let listed: Vec<String> = rounds.iter().map(|ratio| format!("{ratio:.3}")).collect();
+    // The median: one round on a machine that slowed down or sped up in the
+    // middle of it moves the mean of all legs, not the median of many rounds.
+    rounds.sort_by(f64::total_cmp);
+    let median = match rounds.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => rounds[n / 2],
+        n => (rounds[n / 2 - 1] + rounds[n / 2]) / 2.0,
+    };
     println!(
-        "  throughput per round, ÷ the legs without either side: {}",
-        rounds.join(", ")
+        "  throughput per round, ÷ the legs without either side: {} (median {median:.3})",
+        listed.join(", ")
     );
     let agent_cpu_s: f64 = legs.iter().map(|(with, _)| with.agent_cpu_s).sum();
     let cpu_share = agent_cpu_s / traced.seconds.max(f64::EPSILON);
