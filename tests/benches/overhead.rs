@@ -390,7 +390,10 @@ fn leg_with_cpu<T>(
     let result = leg()?;
     let after = [process_cpu_s(pids[0])?, process_cpu_s(pids[1])?];
     let machine_after = machine_ticks()?;
-    let total = machine_after.total.saturating_sub(machine_before.total).max(1);
+    let total = machine_after
+        .total
+        .saturating_sub(machine_before.total)
+        .max(1);
     Ok((
         result,
         LegCpu {
