@@ -25,6 +25,7 @@ use podtrace_tests::{
     agent::Agent,
     components::{
         cri::{CAPABILITIES_ADDED, CAPABILITIES_DROPPED, RUN_AS_USER},
+        etcd,
         images::WORKLOAD_IMAGE,
     },
     live_test_can_run,
@@ -433,6 +434,12 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
                 with_parent(&spans, server),
             );
             assert_eq!(wal.name, "etcd WAL append + fdatasync");
+            // The demo started etcd after the agent: its `--name` from the
+            // exec's arguments.
+            assert_eq!(
+                wal.string("podtrace.etcd.member.name"),
+                Some(etcd::MEMBER_NAME)
+            );
         }
     }
     let changes: HashSet<_> = clients

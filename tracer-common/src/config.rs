@@ -122,6 +122,10 @@ pub struct TargetInfo {
 /// follow the process's write-ahead-log files (etcd).
 pub const TARGET_WAL: u8 = 1 << 0;
 
+/// etcd's executable name (and comm): the target whose WAL files podtrace
+/// follows and whose `--name` names the member in WAL spans.
+pub const ETCD_EXECUTABLE: &str = "etcd";
+
 const _: () = assert!(size_of::<TargetInfo>() == 4);
 
 /// Capacity of the `TARGETS` map. A node runs a few dozen target binaries;

@@ -21,7 +21,7 @@ use crate::{
     capture::{
         CaptureControl, DropCounts, Probes, RawEvent,
         clock::WallClock,
-        recording::{RecordingReader, RecordingWriter},
+        recording::{KnownProcesses, RecordingReader, RecordingWriter},
         ring::{ReaderStats, read_ring_buffer},
         wire::parse_record,
     },
@@ -159,13 +159,13 @@ impl SpanSinks {
 }
 
 impl Stages {
-    /// Starts the stages. `known_processes` names processes that were running
-    /// before the events begin. `live`: events arrive as they happen, so
+    /// Starts the stages. `known` names processes that were running before
+    /// the events begin. `live`: events arrive as they happen, so
     /// correlation also follows the clock (waits and trace timeouts end
     /// when nothing happens); a replay follows the events' own time.
     fn spawn(
         clock: WallClock,
-        known_processes: Vec<(u32, String)>,
+        known: KnownProcesses,
         export: ExportOptions,
         control: Option<mpsc::UnboundedSender<Vec<CaptureControl>>>,
     ) -> Self {
@@ -243,8 +243,11 @@ impl Stages {
         let traces = export.traces.clone();
         let correlate = tokio::spawn(async move {
             let mut correlator = Correlator::new(clock, traces, window);
-            for (tgid, name) in known_processes {
+            for (tgid, name) in known.names {
                 correlator.processes.seed(tgid, name);
+            }
+            for (tgid, name) in known.etcd_members {
+                correlator.control_spans.etcd_member(tgid, Some(name));
             }
             let mut ticks = tokio::time::interval(CORRELATE_TICK);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -457,7 +460,10 @@ pub async fn replay<R: io::Read>(
     export: ExportOptions,
 ) -> anyhow::Result<ReplaySummary> {
     let clock = reader.clock();
-    let known = reader.header.known_processes.clone();
+    let known = KnownProcesses {
+        names: reader.header.known_processes.clone(),
+        etcd_members: reader.header.etcd_members.clone(),
+    };
     let stages = (!dump).then(|| Stages::spawn(clock, known, export, None));
     let mut malformed = 0;
     // Dumps write here; without dump the export stage prints to stdout, and

@@ -104,6 +104,9 @@ impl EtcdBinaries {
     }
 }
 
+/// The member name (`--name`) every etcd started here has.
+pub const MEMBER_NAME: &str = "podtrace";
+
 /// How to start etcd.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EtcdOptions {
@@ -120,6 +123,8 @@ pub struct Etcd {
     process: Supervised,
     options: EtcdOptions,
     binaries: EtcdBinaries,
+    /// The member name (`--name`).
+    name: String,
     endpoint: String,
     pki: Option<Pki>,
     /// The `root` client certificate of `pki`.
@@ -187,11 +192,70 @@ impl Etcd {
         Ok(PreparedEtcd {
             options,
             binaries: EtcdBinaries::debian(),
+            name: MEMBER_NAME.to_owned(),
+            initial_cluster: format!("{MEMBER_NAME}={peer_url}"),
             endpoint,
             peer_url,
             pki,
             dir,
         })
+    }
+
+    /// Starts `size` members of one cluster, plaintext and without
+    /// authentication, named `podtrace-0`, `podtrace-1`…, each its own
+    /// process and directory, and waits until each is healthy. As with
+    /// [`Etcd::start`], call it from a thread that outlives the members.
+    pub fn start_cluster(size: usize) -> anyhow::Result<Vec<Self>> {
+        let parent = std::env::temp_dir();
+        let mut prepared = (0..size)
+            .map(|_| Self::prepare_in(EtcdOptions::default(), &parent))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        for (index, member) in prepared.iter_mut().enumerate() {
+            member.name = format!("{MEMBER_NAME}-{index}");
+        }
+        let initial_cluster = prepared
+            .iter()
+            .map(|member| format!("{}={}", member.name, member.peer_url))
+            .collect::<Vec<_>>()
+            .join(",");
+        let started = Instant::now();
+        // All of them before waiting: a member is healthy only once a
+        // quorum of the cluster runs.
+        let mut members = prepared
+            .into_iter()
+            .map(|mut member| {
+                member.initial_cluster = initial_cluster.clone();
+                member.spawn()
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        for member in &mut members {
+            member.ready(started)?;
+        }
+        Ok(members)
+    }
+
+    /// The member name (`--name`).
+    pub fn member_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waits until this member is healthy and, with `auth`, authentication
+    /// is enabled.
+    fn ready(&mut self, started: Instant) -> anyhow::Result<()> {
+        self.wait_healthy()?;
+        if self.options.auth {
+            self.enable_auth()?;
+        }
+        note(format_args!(
+            "etcd {} (pid {}) serving {} (tls: {}, auth: {}), ready after {:?}",
+            self.name,
+            self.pid(),
+            self.endpoint,
+            self.options.tls,
+            self.options.auth,
+            started.elapsed()
+        ));
+        Ok(())
     }
 
     fn wait_healthy(&mut self) -> anyhow::Result<()> {
@@ -414,6 +478,9 @@ impl Etcd {
 pub struct PreparedEtcd {
     options: EtcdOptions,
     binaries: EtcdBinaries,
+    name: String,
+    /// `--initial-cluster`: every member's name and peer URL.
+    initial_cluster: String,
     endpoint: String,
     peer_url: String,
     pki: Option<Pki>,
@@ -446,9 +513,18 @@ impl PreparedEtcd {
     /// thread that outlives the returned value.
     pub fn start(self) -> anyhow::Result<Etcd> {
         let started = Instant::now();
+        let mut etcd = self.spawn()?;
+        etcd.ready(started)?;
+        Ok(etcd)
+    }
+
+    /// Starts the process, without waiting for it.
+    fn spawn(self) -> anyhow::Result<Etcd> {
         let Self {
             options,
             binaries,
+            name,
+            initial_cluster,
             endpoint,
             peer_url,
             pki,
@@ -458,7 +534,6 @@ impl PreparedEtcd {
             Some(pki) => Some(pki.client("root")?.clone()),
             None => None,
         };
-        let name = "podtrace";
 
         let mut command = Command::new(&binaries.etcd);
         command
@@ -468,7 +543,7 @@ impl PreparedEtcd {
             .arg(format!("--advertise-client-urls={endpoint}"))
             .arg(format!("--listen-peer-urls={peer_url}"))
             .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster={name}={peer_url}"))
+            .arg(format!("--initial-cluster={initial_cluster}"))
             .arg("--initial-cluster-state=new")
             .args(["--logger=zap", "--log-outputs=stderr"])
             .arg(format!("--quota-backend-bytes={BACKEND_QUOTA_BYTES}"));
@@ -488,29 +563,17 @@ impl PreparedEtcd {
                 .arg("--peer-client-cert-auth");
         }
         let process = Supervised::spawn("etcd", &mut command, &dir.path().join("etcd.log"))?;
-        let mut etcd = Etcd {
+        Ok(Etcd {
             process,
             options,
             binaries,
+            name,
             endpoint,
             pki,
             root_client,
             root_password: None,
             dir,
-        };
-        etcd.wait_healthy()?;
-        if options.auth {
-            etcd.enable_auth()?;
-        }
-        note(format_args!(
-            "etcd (pid {}) serving {} (tls: {}, auth: {}), ready after {:?}",
-            etcd.pid(),
-            etcd.endpoint,
-            options.tls,
-            options.auth,
-            started.elapsed()
-        ));
-        Ok(etcd)
+        })
     }
 }
 

@@ -14,7 +14,7 @@ use aya::{
     programs::{ProgramError, RawTracePoint},
 };
 use tracer_common::{
-    config::{COMM_BYTES, Config, TARGET_WAL, TargetInfo, WAKEUP_FRACTION},
+    config::{COMM_BYTES, Config, ETCD_EXECUTABLE, TARGET_WAL, TargetInfo, WAKEUP_FRACTION},
     drop_reason::DropReason,
     event::{EventHeader, EventKind, FILENAME_BYTES},
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
@@ -41,7 +41,8 @@ use super::{
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
     kube_probes,
     proc_fds::{OpenFd, open_fds},
-    targets::{FoundTarget, TargetMatcher, scan_proc},
+    recording::KnownProcesses,
+    targets::{FoundTarget, TargetMatcher, etcd_member_name, scan_proc},
     uprobe_links::{self, UprobeAttacher, UprobeLinks},
     wire::{Peer, record_bytes},
 };
@@ -625,15 +626,37 @@ impl Probes {
             .collect()
     }
 
-    /// Names of the targets found at start, by tgid (from their executables).
-    pub fn known_processes(&self) -> Vec<(u32, String)> {
-        self.seeded
+    /// What podtrace knows of the targets found at start: their names, by
+    /// tgid (from their executables), and the etcd members' names
+    /// ([`etcd_member_name`], from their command lines).
+    pub fn known_processes(&self) -> KnownProcesses {
+        let names = self
+            .seeded
             .iter()
             .filter_map(|target| {
                 let name = target.exe.as_ref()?.file_name()?.to_str()?.to_owned();
                 Some((target.tgid, name))
             })
-            .collect()
+            .collect::<Vec<_>>();
+        let etcd_members = names
+            .iter()
+            .filter(|(_, name)| name == ETCD_EXECUTABLE)
+            .filter_map(|(tgid, _)| {
+                // Gone since the scan, or not readable: no name, as for a
+                // member whose flags do not give one.
+                let cmdline = std::fs::read(format!("/proc/{tgid}/cmdline")).ok()?;
+                let argv: Vec<String> = cmdline
+                    .split(|byte| *byte == 0)
+                    .filter(|arg| !arg.is_empty())
+                    .map(|arg| String::from_utf8_lossy(arg).into_owned())
+                    .collect();
+                Some((*tgid, etcd_member_name(&argv, false)?))
+            })
+            .collect();
+        KnownProcesses {
+            names,
+            etcd_members,
+        }
     }
 
     /// The targets found in /proc at start.

@@ -60,11 +60,15 @@ pub struct RecordingHeader {
     /// Targets running when recording started, by tgid, with their names
     /// (their exec happened before the recording).
     pub known_processes: Vec<(u32, String)>,
+    /// etcd members running when recording started, by tgid, with their
+    /// names (absent from recordings made before podtrace named members).
+    #[serde(default)]
+    pub etcd_members: Vec<(u32, String)>,
 }
 
 impl RecordingHeader {
     /// A header for a recording made now on this host.
-    pub fn here(clock: &WallClock, data_bytes: u32, known_processes: Vec<(u32, String)>) -> Self {
+    pub fn here(clock: &WallClock, data_bytes: u32, known: KnownProcesses) -> Self {
         let read = |path: &str| {
             std::fs::read_to_string(path)
                 .map(|s| s.trim().to_owned())
@@ -77,9 +81,19 @@ impl RecordingHeader {
             kernel: read("/proc/sys/kernel/osrelease"),
             realtime_minus_monotonic_ns: clock.realtime_minus_monotonic_ns(),
             data_bytes,
-            known_processes,
+            known_processes: known.names,
+            etcd_members: known.etcd_members,
         }
     }
+}
+
+/// What podtrace knows of the targets running before its events begin.
+#[derive(Clone, Debug, Default)]
+pub struct KnownProcesses {
+    /// Names by tgid (their exec happened before).
+    pub names: Vec<(u32, String)>,
+    /// etcd members' names by tgid.
+    pub etcd_members: Vec<(u32, String)>,
 }
 
 /// Failure to read or write a recording.
@@ -316,7 +330,14 @@ mod tests {
     use super::*;
 
     fn header() -> RecordingHeader {
-        RecordingHeader::here(&WallClock::anchor(), 4096, vec![(1, "etcd".to_owned())])
+        RecordingHeader::here(
+            &WallClock::anchor(),
+            4096,
+            KnownProcesses {
+                names: vec![(1, "etcd".to_owned())],
+                etcd_members: vec![(1, "m1".to_owned())],
+            },
+        )
     }
 
     #[test]

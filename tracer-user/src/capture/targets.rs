@@ -12,7 +12,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use tracer_common::config::{COMM_BYTES, TARGET_WAL, TargetReason};
+use tracer_common::config::{COMM_BYTES, ETCD_EXECUTABLE, TARGET_WAL, TargetReason};
 
 /// Executables podtrace follows by default. `containerd-shim*` covers every
 /// shim (`containerd-shim-runc-v2`, …).
@@ -135,7 +135,11 @@ impl TargetMatcher {
 
 /// What else is captured for a target name: etcd's WAL files.
 pub fn flags_for(name: &str) -> u8 {
-    if name == "etcd" { TARGET_WAL } else { 0 }
+    if name == ETCD_EXECUTABLE {
+        TARGET_WAL
+    } else {
+        0
+    }
 }
 
 /// `name` as the kernel stores it in a comm: at most 15 bytes, NUL padded.
@@ -250,9 +254,78 @@ fn parse_stat(stat: &str) -> Option<(String, u32)> {
     Some((comm, ppid))
 }
 
+/// The member name an etcd command line gives (`--name NAME`, `--name=NAME`
+/// or Go's single-dash forms). `None` when the flag is absent — etcd then
+/// takes `ETCD_NAME` from its environment, which podtrace never reads, or
+/// its default — and when the flag's value may have been cut with the
+/// command line (`truncated`: the last string is partial).
+pub fn etcd_member_name(argv: &[String], truncated: bool) -> Option<String> {
+    let complete = |index: usize| !truncated || index + 1 < argv.len();
+    let mut args = argv.iter().enumerate().skip(1);
+    while let Some((index, arg)) = args.next() {
+        let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
+            continue;
+        };
+        if let Some(value) = flag.strip_prefix("name=") {
+            return complete(index).then(|| value.to_owned());
+        }
+        if flag == "name" {
+            let (index, value) = args.next()?;
+            return complete(index).then(|| value.clone());
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn etcd_member_name_in_every_flag_form() {
+        for args in [
+            &["etcd", "--data-dir=/d", "--name=infra1"][..],
+            &["etcd", "--name", "infra1", "--data-dir=/d"],
+            &["etcd", "-name=infra1"],
+            &["etcd", "-name", "infra1"],
+        ] {
+            assert_eq!(
+                etcd_member_name(&strings(args), false).as_deref(),
+                Some("infra1"),
+                "{args:?}"
+            );
+        }
+        // Absent: etcd's environment or default decides, unknown here.
+        assert_eq!(
+            etcd_member_name(&strings(&["etcd", "--data-dir=/d"]), false),
+            None
+        );
+        // A flag's value, not a flag: `--initial-cluster-token name`.
+        assert_eq!(
+            etcd_member_name(
+                &strings(&["etcd", "--initial-cluster-token", "name"]),
+                false
+            ),
+            None
+        );
+        // Cut command lines: the last string may be a partial name.
+        assert_eq!(
+            etcd_member_name(&strings(&["etcd", "--name=inf"]), true),
+            None
+        );
+        assert_eq!(
+            etcd_member_name(&strings(&["etcd", "--name", "inf"]), true),
+            None
+        );
+        assert_eq!(
+            etcd_member_name(&strings(&["etcd", "--name=infra1", "--data-d"]), true).as_deref(),
+            Some("infra1")
+        );
+    }
 
     fn default_matcher() -> TargetMatcher {
         TargetMatcher::new(DEFAULT_TARGET_NAMES).unwrap()

@@ -146,6 +146,9 @@ pub struct ControlSpans {
     changes: HashMap<[u8; 16], String>,
     roots: HashMap<String, Root>,
     batches: HashMap<ConnKey, WalBatch>,
+    /// etcd members' names (`--name`), by tgid: which member a WAL span's
+    /// write was (several members can share a host, each its own process).
+    members: HashMap<u32, String>,
     /// Span keys drafted recently, with their spans' end (unix ns).
     seen: HashMap<String, u64>,
     seen_order: VecDeque<String>,
@@ -184,6 +187,7 @@ impl ControlSpans {
             changes: HashMap::new(),
             roots: HashMap::new(),
             batches: HashMap::new(),
+            members: HashMap::new(),
             seen: HashMap::new(),
             seen_order: VecDeque::new(),
             waiting: Vec::new(),
@@ -194,6 +198,19 @@ impl ControlSpans {
             not_followed: 0,
             unattributed: 0,
             dropped: 0,
+        }
+    }
+
+    /// Process `tgid` is the etcd member `name`, or (`None`) no member podtrace
+    /// can name: a process that exec'd anew, or whose name is unknown.
+    pub fn etcd_member(&mut self, tgid: u32, name: Option<String>) {
+        match name {
+            Some(name) => {
+                self.members.insert(tgid, name);
+            }
+            None => {
+                self.members.remove(&tgid);
+            }
         }
     }
 
@@ -691,7 +708,7 @@ impl ControlSpans {
             for pod in pods {
                 // A follower sees the Pod reported Running only here.
                 self.end_if_reported(&entry.clues, &pod, entry.fingerprint);
-                let attributes = vec![
+                let mut attributes = vec![
                     string_attribute("db.system.name", "etcd"),
                     int_attribute("podtrace.etcd.raft.index", entry.index as i64),
                     int_attribute("podtrace.etcd.raft.term", entry.term as i64),
@@ -705,6 +722,9 @@ impl ControlSpans {
                         AttributeValue::Bool(pods_in_batch.len() > 1),
                     ),
                 ];
+                if let Some(member) = self.members.get(&sync.ids.tgid) {
+                    attributes.push(string_attribute("podtrace.etcd.member.name", member));
+                }
                 self.wait(Draft {
                     pod,
                     key: format!(
@@ -992,6 +1012,7 @@ mod tests {
     #[test]
     fn client_server_and_wal_spans_nest_by_request_fingerprint_under_the_root() {
         let mut control = spans();
+        control.etcd_member(ETCD, Some("infra1".to_owned()));
         let mut out = Vec::new();
         // Order as events arrive: WAL write and sync during etcd's handling,
         // then etcd's response, then the apiserver reading it.
@@ -1067,6 +1088,10 @@ mod tests {
             attribute(wal, "podtrace.etcd.wal.shared"),
             &AttributeValue::Bool(false)
         );
+        assert_eq!(
+            attribute(wal, "podtrace.etcd.member.name"),
+            &AttributeValue::String("infra1".into())
+        );
         assert_eq!(out.len(), 8);
         // Ids are unique within the trace.
         let mut ids: Vec<_> = out.iter().map(|s| s.span_id).collect();
@@ -1121,6 +1146,9 @@ mod tests {
     #[test]
     fn one_fdatasync_for_two_pods_is_a_span_in_each_trace_naming_the_batch() {
         let mut control = spans();
+        // A member that exec'd again, or exited: no longer named.
+        control.etcd_member(ETCD, Some("infra1".to_owned()));
+        control.etcd_member(ETCD, None);
         control.on_wal(&wal_write(&[("a", "uid-a", 1), ("b", "uid-b", 2)], 11));
         let mut out = control.on_fsync(&fsync(13));
         out.extend(control.finish());
@@ -1143,6 +1171,13 @@ mod tests {
             assert_eq!(
                 attribute(span, "podtrace.etcd.wal.batch"),
                 &AttributeValue::String("default/a,default/b".into())
+            );
+            assert!(
+                !span
+                    .attributes
+                    .iter()
+                    .any(|(key, _)| key == "podtrace.etcd.member.name"),
+                "{span:#?}"
             );
             // No etcd handling seen here (a follower): under the root.
             assert_eq!(

@@ -26,8 +26,10 @@ pub use node_spans::NodeSpans;
 pub use process_table::{ProcessActivity, ProcessEvent, ProcessTable};
 pub use span::Span;
 
+use tracer_common::config::ETCD_EXECUTABLE;
+
 use crate::{
-    capture::clock::WallClock,
+    capture::{clock::WallClock, targets::etcd_member_name},
     decode::{Message, follow_window::FollowWindow},
 };
 
@@ -187,6 +189,12 @@ impl Correlator {
     fn observe_message(&mut self, message: Message) -> Vec<Activity> {
         match message {
             Message::Exec(exec) => {
+                // Any exec replaces what the tgid was: an etcd member by its
+                // flags, anything else no member.
+                let member = (exec.comm == ETCD_EXECUTABLE)
+                    .then(|| etcd_member_name(&exec.argv, exec.argv_truncated))
+                    .flatten();
+                self.control_spans.etcd_member(exec.ids.tgid, member);
                 let started = self.node_spans.on_exec(&exec);
                 let started = self.assembled(started);
                 let mut activities = vec![Activity::Process(
@@ -202,6 +210,7 @@ impl Correlator {
                 )]
             }
             Message::Exit(exit) => {
+                self.control_spans.etcd_member(exit.ids.tgid, None);
                 let finished = self.node_spans.on_exit(&exit);
                 let finished = self.assembled(finished);
                 let mut activities = vec![Activity::Process(
