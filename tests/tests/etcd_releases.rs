@@ -158,9 +158,7 @@ async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &st
     assert!(raft_index(wal).is_some_and(|index| index > 0), "{wal:?}");
     // etcd ran before the agent: its `--name` read from /proc at start.
     assert_eq!(
-        wal.attributes
-            .get("podtrace.etcd.member.name")
-            .and_then(|name| name.as_str()),
+        wal.string("podtrace.etcd.member.name"),
         Some(etcd::MEMBER_NAME),
         "{wal:?}"
     );
@@ -201,7 +199,7 @@ async fn each_of_three_members_names_its_wal_span_of_a_pod_create() {
         .collect();
     let names: BTreeSet<&str> = wals
         .iter()
-        .filter_map(|wal| wal.attributes.get("podtrace.etcd.member.name")?.as_str())
+        .filter_map(|wal| wal.string("podtrace.etcd.member.name"))
         .collect();
     let expected: BTreeSet<&str> = members.iter().map(Etcd::member_name).collect();
     assert_eq!(

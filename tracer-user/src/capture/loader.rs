@@ -44,7 +44,7 @@ use super::{
     recording::KnownProcesses,
     targets::{FoundTarget, TargetMatcher, etcd_member_name, scan_proc},
     uprobe_links::{self, UprobeAttacher, UprobeLinks},
-    wire::{Peer, record_bytes},
+    wire::{Peer, record_bytes, split_args},
 };
 
 /// `BPF_NOEXIST` map update flag (include/uapi/linux/bpf.h): insert only if absent.
@@ -645,12 +645,7 @@ impl Probes {
                 // Gone since the scan, or not readable: no name, as for a
                 // member whose flags do not give one.
                 let cmdline = std::fs::read(format!("/proc/{tgid}/cmdline")).ok()?;
-                let argv: Vec<String> = cmdline
-                    .split(|byte| *byte == 0)
-                    .filter(|arg| !arg.is_empty())
-                    .map(|arg| String::from_utf8_lossy(arg).into_owned())
-                    .collect();
-                Some((*tgid, etcd_member_name(&argv, false)?))
+                Some((*tgid, etcd_member_name(&split_args(&cmdline), false)?))
             })
             .collect();
         KnownProcesses {

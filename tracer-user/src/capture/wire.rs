@@ -738,8 +738,9 @@ fn parse_exec(ids: ProcessIds, event: &ExecEvent) -> Result<ExecRecord, WireErro
     })
 }
 
-/// Splits the kernel's argument area (each string NUL terminated) into strings.
-fn split_args(area: &[u8]) -> Vec<String> {
+/// Splits the kernel's argument area (each string NUL terminated, as
+/// /proc/PID/cmdline shows it too) into strings.
+pub(crate) fn split_args(area: &[u8]) -> Vec<String> {
     let area = area.strip_suffix(&[0]).unwrap_or(area);
     if area.is_empty() {
         return Vec::new();
