@@ -213,4 +213,18 @@ async fn each_of_three_members_names_its_wal_span_of_a_pod_create() {
         indexes.len() == 1 && indexes.iter().all(Option::is_some),
         "{wals:?}"
     );
+    // Each member's id from the head of its WAL segment (the members ran
+    // before podtrace), and its role from the state it saved with the entry:
+    // one leader, two followers.
+    let ids: BTreeSet<&str> = wals
+        .iter()
+        .filter_map(|wal| wal.string("podtrace.etcd.member.id"))
+        .collect();
+    assert_eq!(ids.len(), MEMBERS, "three member ids\n{wals:#?}");
+    let mut roles: Vec<&str> = wals
+        .iter()
+        .filter_map(|wal| wal.string("podtrace.etcd.member.role"))
+        .collect();
+    roles.sort_unstable();
+    assert_eq!(roles, ["follower", "follower", "leader"], "{wals:#?}");
 }

@@ -42,6 +42,8 @@ pub enum EventKind {
     HpackEntry = 10,
     /// [`crate::io::HpackTableEvent`]
     HpackTable = 11,
+    /// [`crate::io::WalHeadEvent`] (made by user space)
+    WalHead = 12,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -59,6 +61,7 @@ impl TryFrom<u32> for EventKind {
             9 => Ok(EventKind::GoFunc),
             10 => Ok(EventKind::HpackEntry),
             11 => Ok(EventKind::HpackTable),
+            12 => Ok(EventKind::WalHead),
             other => Err(other),
         }
     }

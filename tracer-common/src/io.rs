@@ -422,6 +422,29 @@ pub struct FileOpenEvent {
     pub path: [u8; FILENAME_BYTES],
 }
 
+/// Bytes of a WAL segment's start kept in a [`WalHeadEvent`]: its CRC and
+/// metadata records take 56.
+pub const WAL_HEAD_BYTES: usize = 128;
+
+/// The first bytes of a WAL segment podtrace follows, which name the etcd
+/// member that writes it. Made by user space, never by the programs: read
+/// from the file when capture learns of the segment (its open, or at start),
+/// and recorded with the kernel's records so that a replay has them too.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalHeadEvent {
+    /// `kind` = `EventKind::WalHead`; `tgid` the member's process.
+    pub header: EventHeader,
+    /// The segment's [`FdInfo::conn_id`].
+    pub conn_id: u64,
+    /// File descriptor.
+    pub fd: u32,
+    /// Valid bytes of `head` (fewer in a segment shorter than that).
+    pub len: u32,
+    /// The segment's first bytes.
+    pub head: [u8; WAL_HEAD_BYTES],
+}
+
 /// Bytes of an HTTP/2 header name kept by the HPACK probes.
 pub const HEADER_NAME_BYTES: usize = 64;
 /// Bytes of an HTTP/2 header value kept by the HPACK probes.
@@ -713,6 +736,7 @@ const _: () =
 const _: () = assert!(size_of::<ConnEvent>().is_multiple_of(8));
 const _: () = assert!(size_of::<FsyncEvent>() == 24 + 8 + 8 + 8 + 8);
 const _: () = assert!(size_of::<FileOpenEvent>() == 24 + 8 + 8 + FILENAME_BYTES);
+const _: () = assert!(size_of::<WalHeadEvent>() == 24 + 8 + 8 + WAL_HEAD_BYTES);
 
 impl_pod!(
     FdKey,
@@ -722,6 +746,7 @@ impl_pod!(
     ConnEvent,
     FsyncEvent,
     FileOpenEvent,
+    WalHeadEvent,
     GoTlsOffsets,
     GoCallKey,
     GoTlsRead,

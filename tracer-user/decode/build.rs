@@ -5,6 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "proto/etcd/api/etcdserverpb/rpc.proto",
         "proto/etcd/api/etcdserverpb/raft_internal.proto",
+        "proto/etcd/api/etcdserverpb/etcdserver.proto",
         "proto/etcd/server/wal/walpb/record.proto",
         "proto/cri/api.proto",
     ];

@@ -19,9 +19,9 @@ use tracer_common::{
     event::{EventHeader, EventKind, FILENAME_BYTES},
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
     io::{
-        AF_INET, AF_INET6, AF_UNIX, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FileOpenEvent,
-        GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GoTlsOffsets, HeaderSide, IoSyscall,
-        MAX_GO_BINARIES, UNIX_PATH_BYTES, USER_CONN_ID_BIT,
+        AF_INET, AF_INET6, AF_UNIX, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FdKind,
+        FileOpenEvent, GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GoTlsOffsets, HeaderSide,
+        IoSyscall, MAX_GO_BINARIES, UNIX_PATH_BYTES, USER_CONN_ID_BIT,
     },
     names::{
         GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_GO_BINARIES,
@@ -44,6 +44,7 @@ use super::{
     recording::KnownProcesses,
     targets::{FoundTarget, TargetMatcher, etcd_member_name, scan_proc},
     uprobe_links::{self, UprobeAttacher, UprobeLinks},
+    wal_head::wal_head_record,
     wire::{Peer, record_bytes, split_args},
 };
 
@@ -574,56 +575,68 @@ impl Probes {
     /// start (connections found in /proc, WAL files), stamped with the current
     /// time: the pipeline sees them before any kernel record about them, and
     /// `podtrace record` stores them like the rest.
+    /// A WAL segment's open record is followed by the record of its first
+    /// bytes ([`wal_head_record`]).
     pub fn initial_records(&self) -> Vec<Vec<u8>> {
         let ts_ns = monotonic_now_ns();
         self.open_fds
             .iter()
-            .map(|(open, conn_id)| {
-                let header = |kind: EventKind| EventHeader {
-                    ts_ns,
-                    kind: kind as u32,
-                    tgid: open.tgid,
-                    tid: open.tgid,
-                    _pad: 0,
-                };
-                match &open.path {
-                    Some(path) => {
-                        let mut event = FileOpenEvent {
-                            header: header(EventKind::FileOpen),
-                            conn_id: *conn_id,
-                            fd: open.fd,
-                            path_len: 0,
-                            fd_kind: open.kind as u8,
-                            _pad: 0,
-                            path: [0; FILENAME_BYTES],
-                        };
-                        let len = path.len().min(FILENAME_BYTES - 1);
-                        event.path[..len].copy_from_slice(&path.as_bytes()[..len]);
-                        event.path_len = len as u16;
-                        record_bytes(&event)
-                    }
-                    None => {
-                        let mut event = ConnEvent {
-                            header: header(EventKind::Conn),
-                            conn_id: *conn_id,
-                            ret: 0,
-                            fd: open.fd,
-                            family: 0,
-                            port: 0,
-                            action: open.action as u8,
-                            fd_kind: open.kind as u8,
-                            unix_path_len: 0,
-                            _pad: [0; 5],
-                            addr: [0; 16],
-                            unix_path: [0; UNIX_PATH_BYTES],
-                            _tail: [0; 4],
-                        };
-                        set_peer(&mut event, &open.peer);
-                        record_bytes(&event)
-                    }
-                }
+            .flat_map(|(open, conn_id)| {
+                let head = (open.kind == FdKind::WalFile)
+                    .then(|| wal_head_record(open.tgid, open.fd, *conn_id, ts_ns))
+                    .flatten();
+                [Some(Self::initial_record(open, *conn_id, ts_ns)), head]
             })
+            .flatten()
             .collect()
+    }
+
+    /// The record of one fd open at start: a WAL segment's open, or a
+    /// connection's.
+    fn initial_record(open: &OpenFd, conn_id: u64, ts_ns: u64) -> Vec<u8> {
+        let header = |kind: EventKind| EventHeader {
+            ts_ns,
+            kind: kind as u32,
+            tgid: open.tgid,
+            tid: open.tgid,
+            _pad: 0,
+        };
+        match &open.path {
+            Some(path) => {
+                let mut event = FileOpenEvent {
+                    header: header(EventKind::FileOpen),
+                    conn_id,
+                    fd: open.fd,
+                    path_len: 0,
+                    fd_kind: open.kind as u8,
+                    _pad: 0,
+                    path: [0; FILENAME_BYTES],
+                };
+                let len = path.len().min(FILENAME_BYTES - 1);
+                event.path[..len].copy_from_slice(&path.as_bytes()[..len]);
+                event.path_len = len as u16;
+                record_bytes(&event)
+            }
+            None => {
+                let mut event = ConnEvent {
+                    header: header(EventKind::Conn),
+                    conn_id,
+                    ret: 0,
+                    fd: open.fd,
+                    family: 0,
+                    port: 0,
+                    action: open.action as u8,
+                    fd_kind: open.kind as u8,
+                    unix_path_len: 0,
+                    _pad: [0; 5],
+                    addr: [0; 16],
+                    unix_path: [0; UNIX_PATH_BYTES],
+                    _tail: [0; 4],
+                };
+                set_peer(&mut event, &open.peer);
+                record_bytes(&event)
+            }
+        }
     }
 
     /// What podtrace knows of the targets found at start: their names, by

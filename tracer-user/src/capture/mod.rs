@@ -17,6 +17,7 @@ pub mod ring;
 pub mod targets;
 pub(crate) mod uprobe_links;
 pub mod uprobes;
+pub mod wal_head;
 pub mod wire;
 
 pub use control::CaptureControl;
@@ -25,5 +26,5 @@ pub use loader::{CaptureError, CaptureOptions, DropCounts, Probes};
 pub use wire::{
     ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, ExitStatus, FileOpenRecord,
     ForkRecord, FsyncRecord, GoFuncRecord, HeaderRecord, HpackEntryRecord, HpackTableRecord, Peer,
-    ProcessIds, RawEvent,
+    ProcessIds, RawEvent, WalHeadRecord,
 };

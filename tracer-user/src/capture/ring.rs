@@ -20,10 +20,11 @@ use tokio::{
     sync::mpsc,
 };
 use tokio_util::sync::CancellationToken;
-use tracer_common::config::RING_DRAIN_INTERVAL_MS;
+use tracer_common::{config::RING_DRAIN_INTERVAL_MS, io::FdKind};
 
 use super::{
     recording::RecordingWriter,
+    wal_head::wal_head_record,
     wire::{RawEvent, parse_record},
 };
 
@@ -109,15 +110,25 @@ fn drain(
         match parse_record(&item) {
             Ok(mut event) => {
                 stats.events.fetch_add(1, Ordering::Relaxed);
-                if let RawEvent::Exec(exec) = &mut event {
-                    exec.cgroup_path = cgroup_path(exec.ids.tgid);
-                    if exec.depth == 0 {
-                        // A component started (or re-exec'd): it may need
-                        // its own Go TLS probes. Nobody listening is fine.
-                        let _ = new_components.send(exec.ids.tgid);
+                let wal_head = match &mut event {
+                    RawEvent::Exec(exec) => {
+                        exec.cgroup_path = cgroup_path(exec.ids.tgid);
+                        if exec.depth == 0 {
+                            // A component started (or re-exec'd): it may need
+                            // its own Go TLS probes. Nobody listening is fine.
+                            let _ = new_components.send(exec.ids.tgid);
+                        }
+                        None
                     }
-                }
+                    RawEvent::FileOpen(open) if open.fd_kind == FdKind::WalFile => {
+                        wal_head_record(open.ids.tgid, open.fd, open.conn.conn_id, open.ids.ts_ns)
+                    }
+                    _ => None,
+                };
                 batch.push(event);
+                if let Some(head) = wal_head {
+                    push_own_record(&head, &mut batch, stats, recorder.as_deref_mut())?;
+                }
             }
             Err(error) => {
                 stats.malformed.fetch_add(1, Ordering::Relaxed);
@@ -126,4 +137,28 @@ fn drain(
         }
     }
     Ok(batch)
+}
+
+/// A record capture made itself (in the kernel's wire format), handled as
+/// one from the ring buffer.
+fn push_own_record(
+    record: &[u8],
+    batch: &mut Vec<RawEvent>,
+    stats: &ReaderStats,
+    recorder: Option<&mut RecordingWriter>,
+) -> std::io::Result<()> {
+    if let Some(recorder) = recorder {
+        recorder.write_record(record)?;
+    }
+    match parse_record(record) {
+        Ok(event) => {
+            stats.events.fetch_add(1, Ordering::Relaxed);
+            batch.push(event);
+        }
+        Err(error) => {
+            stats.malformed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%error, "dropping malformed record of capture's own");
+        }
+    }
+    Ok(())
 }

@@ -23,7 +23,7 @@ use tracer_common::{
         DATA_TRUNCATED, DataEvent, Direction, FdKind, FileOpenEvent, FsyncEvent,
         HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED, HPACK_ENTRY_WITHHELD, HeaderEvent,
         HeaderSide, HpackEntryEvent, HpackTableEvent, IoSyscall, MAX_HPACK_TABLE_ENTRIES,
-        UNIX_PATH_BYTES,
+        UNIX_PATH_BYTES, WAL_HEAD_BYTES, WalHeadEvent,
     },
 };
 
@@ -322,6 +322,18 @@ pub struct HpackTableRecord {
     pub max_size: u32,
 }
 
+/// The first bytes of a WAL segment, read from the file by capture (see
+/// [`WalHeadEvent`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalHeadRecord {
+    /// The member's process, and when the bytes were read.
+    pub ids: ProcessIds,
+    /// The segment (as the file's connection key).
+    pub conn: ConnKey,
+    /// The bytes.
+    pub head: Vec<u8>,
+}
+
 /// A hit of a function probe on a Kubernetes component.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GoFuncRecord {
@@ -369,6 +381,8 @@ pub enum RawEvent {
     HpackEntry(HpackEntryRecord),
     /// See [`HpackTableRecord`].
     HpackTable(HpackTableRecord),
+    /// See [`WalHeadRecord`].
+    WalHead(WalHeadRecord),
 }
 
 impl RawEvent {
@@ -386,6 +400,7 @@ impl RawEvent {
             RawEvent::GoFunc(call) => &call.ids,
             RawEvent::HpackEntry(entry) => &entry.ids,
             RawEvent::HpackTable(table) => &table.ids,
+            RawEvent::WalHead(head) => &head.ids,
         }
     }
 }
@@ -584,6 +599,25 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
                 count: (event.count <= MAX_HPACK_TABLE_ENTRIES).then_some(event.count),
                 size: event.size,
                 max_size: event.max_size,
+            }))
+        }
+        EventKind::WalHead => {
+            let event: WalHeadEvent = read_record("WAL head", bytes)?;
+            let head =
+                event
+                    .head
+                    .get(..event.len as usize)
+                    .ok_or_else(|| WireError::Malformed {
+                        kind: "WAL head",
+                        what: format!("len {} > {WAL_HEAD_BYTES}", event.len),
+                    })?;
+            Ok(RawEvent::WalHead(WalHeadRecord {
+                conn: ConnKey {
+                    tgid: ids.tgid,
+                    conn_id: event.conn_id,
+                },
+                ids,
+                head: head.to_vec(),
             }))
         }
         EventKind::GoFunc => {

@@ -129,6 +129,8 @@ struct WalBatch {
     bytes: u64,
     entries: u64,
     pod_entries: Vec<WalPodEntry>,
+    /// The member's Raft id, when a segment head named it.
+    member_id: Option<u64>,
 }
 
 /// Builds the control-plane spans of Pod traces.
@@ -659,6 +661,7 @@ impl ControlSpans {
         }
         batch.bytes += write.bytes;
         batch.entries += write.entries;
+        batch.member_id = write.member.map(|m| m.member_id).or(batch.member_id);
         let room = MAX_BATCH_ENTRIES.saturating_sub(batch.pod_entries.len());
         self.dropped += write.pod_entries.len().saturating_sub(room) as u64;
         batch
@@ -724,6 +727,16 @@ impl ControlSpans {
                 ];
                 if let Some(member) = self.members.get(&sync.ids.tgid) {
                     attributes.push(string_attribute("podtrace.etcd.member.name", member));
+                }
+                // In hex, as etcd prints member ids.
+                if let Some(id) = batch.member_id {
+                    attributes.push(string_attribute(
+                        "podtrace.etcd.member.id",
+                        &format!("{id:x}"),
+                    ));
+                }
+                if let Some(role) = entry.role {
+                    attributes.push(string_attribute("podtrace.etcd.member.role", role.as_str()));
                 }
                 self.wait(Draft {
                     pod,
@@ -875,7 +888,10 @@ impl ControlSpans {
 #[cfg(test)]
 mod tests {
     use tracer_common::io::IoSyscall;
-    use tracer_decode::identity::PodIdentity;
+    use tracer_decode::{
+        identity::PodIdentity,
+        wal::{MemberIds, RaftRole},
+    };
 
     use super::*;
     use crate::correlate::span::TraceId;
@@ -951,8 +967,10 @@ mod tests {
                     term: 2,
                     clues: clues(name, Some(uid), None, "Pending").into(),
                     fingerprint: [*fingerprint; 16],
+                    role: None,
                 })
                 .collect(),
+            member: None,
         }
     }
 
@@ -964,6 +982,7 @@ mod tests {
                 term: 2,
                 clues: clues.into(),
                 fingerprint: [fingerprint; 16],
+                role: None,
             }],
             ..wal_write(&[], at_ms)
         }
@@ -1144,6 +1163,36 @@ mod tests {
     }
 
     #[test]
+    fn a_wal_span_names_its_member_by_id_and_role() {
+        let mut control = spans();
+        let mut write = wal_write(&[("a", "uid-a", 1), ("b", "uid-b", 2)], 11);
+        write.member = Some(MemberIds {
+            member_id: 0x8e9e_05c5_2164_694d,
+            cluster_id: 0x0cdf_8181_94e3_a8c3,
+        });
+        write.pod_entries[0].role = Some(RaftRole::Leader);
+        write.pod_entries[1].role = Some(RaftRole::Follower);
+        control.on_wal(&write);
+        let mut out = control.on_fsync(&fsync(13));
+        out.extend(control.finish());
+        let wal: Vec<&Span> = out
+            .iter()
+            .filter(|s| s.name == "etcd WAL append + fdatasync")
+            .collect();
+        assert_eq!(wal.len(), 2, "{out:#?}");
+        for (span, role) in wal.iter().zip(["leader", "follower"]) {
+            assert_eq!(
+                attribute(span, "podtrace.etcd.member.id"),
+                &AttributeValue::String("8e9e05c52164694d".into())
+            );
+            assert_eq!(
+                attribute(span, "podtrace.etcd.member.role"),
+                &AttributeValue::String(role.into())
+            );
+        }
+    }
+
+    #[test]
     fn one_fdatasync_for_two_pods_is_a_span_in_each_trace_naming_the_batch() {
         let mut control = spans();
         // A member that exec'd again, or exited: no longer named.
@@ -1176,7 +1225,7 @@ mod tests {
                 !span
                     .attributes
                     .iter()
-                    .any(|(key, _)| key == "podtrace.etcd.member.name"),
+                    .any(|(key, _)| key.starts_with("podtrace.etcd.member.")),
                 "{span:#?}"
             );
             // No etcd handling seen here (a follower): under the root.

@@ -163,12 +163,14 @@ impl Decoder {
         }
         match event {
             RawEvent::Exec(mut exec) => {
+                self.wal.on_process_gone(exec.ids.tgid);
                 process::redact_argv(&mut exec.argv);
                 vec![Message::Exec(exec)]
             }
             RawEvent::Fork(fork) => vec![Message::Fork(fork)],
             RawEvent::Exit(exit) => {
                 self.grpc.on_exit(exit.ids.tgid);
+                self.wal.on_process_gone(exit.ids.tgid);
                 vec![Message::Exit(exit)]
             }
             RawEvent::Data(data) => {
@@ -192,6 +194,10 @@ impl Decoder {
             }
             RawEvent::Fsync(fsync) => vec![Message::Fsync(fsync)],
             RawEvent::FileOpen(open) => vec![Message::FileOpen(open)],
+            RawEvent::WalHead(head) => {
+                self.wal.on_head(&head);
+                Vec::new()
+            }
             RawEvent::GoFunc(call) => vec![Message::Func(Box::new(functions::decode(call)))],
             RawEvent::HpackEntry(entry) => {
                 self.tables.on_entry(entry);

@@ -48,6 +48,11 @@ pub fn format_event(event: &RawEvent, clock: &WallClock) -> String {
                 open.fd, open.conn.conn_id, open.fd_kind, open.path
             )
         }
+        RawEvent::WalHead(segment) => format!(
+            "{head} WAL segment head conn {:#x} {} bytes",
+            segment.conn.conn_id,
+            segment.head.len()
+        ),
         RawEvent::Fsync(sync) => format!(
             "{head} {} fd {} conn {:#x} {} ns ret {}",
             sync.syscall.name(),

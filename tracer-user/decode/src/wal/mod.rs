@@ -13,7 +13,7 @@ use prost::Message;
 use crate::Decoded;
 #[cfg(doc)]
 use crate::etcd::KvRequest;
-use crate::pb::{raftpb, walpb};
+use crate::pb::{etcdserverpb, raftpb, walpb};
 
 /// Largest record accepted: etcd's own limit on a WAL record (10 MiB).
 pub const MAX_RECORD_BYTES: usize = 10 << 20;
@@ -228,6 +228,106 @@ impl WalKvEntry {
             index: entry.index.unwrap_or_default(),
             request,
         })
+    }
+}
+
+/// Which member writes a WAL: `etcdserverpb.Metadata`, the record after the
+/// CRC at the start of every segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberIds {
+    /// The member's Raft id (etcd prints it in hex).
+    pub member_id: u64,
+    /// The cluster's id.
+    pub cluster_id: u64,
+}
+
+impl MemberIds {
+    /// The member named by the first bytes of a segment, or `None` when
+    /// they end before its metadata record (or the member id is 0, which
+    /// etcd never gives a member).
+    pub fn from_segment_head(head: &[u8]) -> Result<Option<MemberIds>, WalError> {
+        let mut at = 0;
+        while let Decoded::Message { msg, consumed } = parse_record(&head[at..])? {
+            at += consumed;
+            if msg.kind != RecordKind::Metadata {
+                continue;
+            }
+            let metadata = etcdserverpb::Metadata::decode(msg.data.as_slice()).map_err(|e| {
+                WalError::BadRecord {
+                    len_bytes: msg.data.len(),
+                    reason: format!("metadata: {e}"),
+                }
+            })?;
+            return Ok(metadata
+                .node_id
+                .filter(|&id| id != 0)
+                .map(|member_id| MemberIds {
+                    member_id,
+                    cluster_id: metadata.cluster_id.unwrap_or_default(),
+                }));
+        }
+        Ok(None)
+    }
+}
+
+/// A member's Raft state as its WAL records it (`raftpb.HardState`, written
+/// after the entries of a save whenever term, vote or commit changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HardState {
+    /// The member's current term.
+    pub term: u64,
+    /// The member it voted for in that term (0: none).
+    pub vote: u64,
+    /// The highest index it knows committed.
+    pub commit: u64,
+}
+
+impl HardState {
+    /// Decodes a state record's data.
+    pub fn decode(record: &WalRecord) -> Result<HardState, WalError> {
+        let state =
+            raftpb::HardState::decode(record.data.as_slice()).map_err(|e| WalError::BadRecord {
+                len_bytes: record.data.len(),
+                reason: format!("hard state: {e}"),
+            })?;
+        Ok(HardState {
+            term: state.term.unwrap_or_default(),
+            vote: state.vote.unwrap_or_default(),
+            commit: state.commit.unwrap_or_default(),
+        })
+    }
+
+    /// The role of member `member_id`, whose state this is, for an entry of
+    /// `term`: a leader campaigned, and so voted for itself, in the term it
+    /// leads; a follower voted for the leader or, when it learnt of the term
+    /// from the leader's messages, for nobody. `None` when the state is of
+    /// another term. (A candidate that lost a split vote keeps its own vote
+    /// while it follows the winner of that term: read as leader.)
+    pub fn role(&self, member_id: u64, term: u64) -> Option<RaftRole> {
+        (self.term == term).then_some(if self.vote == member_id {
+            RaftRole::Leader
+        } else {
+            RaftRole::Follower
+        })
+    }
+}
+
+/// A member's part in a Raft term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RaftRole {
+    /// It proposed the term's entries and replicated them.
+    Leader,
+    /// It appended what the leader sent.
+    Follower,
+}
+
+impl RaftRole {
+    /// The name spans use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RaftRole::Leader => "leader",
+            RaftRole::Follower => "follower",
+        }
     }
 }
 

@@ -123,3 +123,71 @@ fn a_wal_entry_holds_the_request_bytes_the_client_sent() {
         logged.len()
     );
 }
+
+#[test]
+fn the_head_of_a_segment_names_its_member() {
+    let wal = testdata::bytes(WAL);
+    let (records, _) = WalReader::at_file_start().push(&wal, false);
+    let metadata = &records[1];
+    assert_eq!(metadata.kind, RecordKind::Metadata);
+    let ids = MemberIds::from_segment_head(&wal[..128])
+        .expect("head parses")
+        .expect("head holds the metadata record");
+    // The same ids as a full decode of the record, and not zero.
+    let full = etcdserverpb::Metadata::decode(metadata.data.as_slice()).unwrap();
+    assert_eq!(Some(ids.member_id), full.node_id);
+    assert_eq!(Some(ids.cluster_id), full.cluster_id);
+    assert_ne!(ids.member_id, 0);
+    assert_ne!(ids.cluster_id, 0);
+}
+
+#[test]
+fn a_head_cut_before_the_metadata_names_nobody_and_garbage_is_an_error() {
+    let wal = testdata::bytes(WAL);
+    assert_eq!(MemberIds::from_segment_head(&wal[..20]), Ok(None));
+    assert_eq!(MemberIds::from_segment_head(&[]), Ok(None));
+    assert!(MemberIds::from_segment_head(&[0xff; 64]).is_err());
+}
+
+#[test]
+fn a_single_member_leads_every_term_after_its_bootstrap() {
+    let wal = testdata::bytes(WAL);
+    let member = MemberIds::from_segment_head(&wal).unwrap().unwrap();
+    let (records, _) = WalReader::at_file_start().push(&wal, false);
+    // etcd saves a Ready's entries, then its state: an entry's role is read
+    // from the state saved after it (as the WAL decoder does per write).
+    let (mut state, mut pending, mut roles) = (None, Vec::new(), Vec::new());
+    for record in &records {
+        match record.kind {
+            RecordKind::State => {
+                let saved = HardState::decode(record).unwrap();
+                roles.extend(
+                    pending
+                        .drain(..)
+                        .map(|term| (term, saved.role(member.member_id, term))),
+                );
+                state = Some(saved);
+            }
+            RecordKind::Entry => pending.push(WalKvEntry::decode(record).unwrap().term),
+            _ => {}
+        }
+    }
+    // The bootstrap entries (term 1, before any election) were appended by
+    // a follower; every entry after its election, by the leader.
+    assert!(roles.iter().any(|(term, _)| *term > 1), "{roles:?}");
+    for (term, role) in &roles {
+        let expected = if *term == 1 {
+            RaftRole::Follower
+        } else {
+            RaftRole::Leader
+        };
+        assert_eq!(*role, Some(expected), "{roles:?}");
+    }
+    // Another member reading the same state follows; another term says nothing.
+    let state = state.unwrap();
+    assert_eq!(
+        state.role(member.member_id + 1, state.term),
+        Some(RaftRole::Follower)
+    );
+    assert_eq!(state.role(member.member_id, state.term + 1), None);
+}
