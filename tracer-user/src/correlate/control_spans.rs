@@ -1162,6 +1162,16 @@ mod tests {
         assert_eq!(changes, [&updated], "{out:#?}");
     }
 
+    const WAL_SPAN: &str = "etcd WAL append + fdatasync";
+
+    /// Every span once `write` is synced and the spans are finished.
+    fn synced_wal_spans(control: &mut ControlSpans, write: &WalMessage) -> Vec<Span> {
+        control.on_wal(write);
+        let mut out = control.on_fsync(&fsync(13));
+        out.extend(control.finish());
+        out
+    }
+
     #[test]
     fn a_wal_span_names_its_member_by_id_and_role() {
         let mut control = spans();
@@ -1172,13 +1182,8 @@ mod tests {
         });
         write.pod_entries[0].role = Some(RaftRole::Leader);
         write.pod_entries[1].role = Some(RaftRole::Follower);
-        control.on_wal(&write);
-        let mut out = control.on_fsync(&fsync(13));
-        out.extend(control.finish());
-        let wal: Vec<&Span> = out
-            .iter()
-            .filter(|s| s.name == "etcd WAL append + fdatasync")
-            .collect();
+        let out = synced_wal_spans(&mut control, &write);
+        let wal: Vec<&Span> = out.iter().filter(|s| s.name == WAL_SPAN).collect();
         assert_eq!(wal.len(), 2, "{out:#?}");
         for (span, role) in wal.iter().zip(["leader", "follower"]) {
             assert_eq!(
@@ -1198,13 +1203,9 @@ mod tests {
         // A member that exec'd again, or exited: no longer named.
         control.etcd_member(ETCD, Some("infra1".to_owned()));
         control.etcd_member(ETCD, None);
-        control.on_wal(&wal_write(&[("a", "uid-a", 1), ("b", "uid-b", 2)], 11));
-        let mut out = control.on_fsync(&fsync(13));
-        out.extend(control.finish());
-        let wal: Vec<&Span> = out
-            .iter()
-            .filter(|s| s.name == "etcd WAL append + fdatasync")
-            .collect();
+        let write = wal_write(&[("a", "uid-a", 1), ("b", "uid-b", 2)], 11);
+        let out = synced_wal_spans(&mut control, &write);
+        let wal: Vec<&Span> = out.iter().filter(|s| s.name == WAL_SPAN).collect();
         assert_eq!(wal.len(), 2, "{out:#?}");
         assert_eq!(wal[0].trace_id, TraceId::for_pod("test", "uid-a"));
         assert_eq!(wal[1].trace_id, TraceId::for_pod("test", "uid-b"));
