@@ -195,10 +195,12 @@ impl Stages {
                     return;
                 }
             }
-            if decoder.grpc.skipped_connections + decoder.wal.skipped_files > 0 {
+            let wal = &decoder.wal;
+            if decoder.grpc.skipped_connections + wal.skipped_files + wal.skipped_members > 0 {
                 tracing::warn!(
                     connections = decoder.grpc.skipped_connections,
-                    wal_files = decoder.wal.skipped_files,
+                    wal_files = wal.skipped_files,
+                    etcd_members = wal.skipped_members,
                     "not decoded: too many at once"
                 );
             }
