@@ -575,6 +575,7 @@ impl Probes {
     /// start (connections found in /proc, WAL files), stamped with the current
     /// time: the pipeline sees them before any kernel record about them, and
     /// `podtrace record` stores them like the rest.
+    ///
     /// A WAL segment's open record is followed by the record of its first
     /// bytes ([`wal_head_record`]).
     pub fn initial_records(&self) -> Vec<Vec<u8>> {

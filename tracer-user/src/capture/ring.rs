@@ -104,61 +104,52 @@ fn drain(
 ) -> std::io::Result<Vec<RawEvent>> {
     let mut batch = Vec::new();
     while let Some(item) = ring.next() {
-        if let Some(recorder) = recorder.as_mut() {
-            recorder.write_record(&item)?;
-        }
-        match parse_record(&item) {
-            Ok(mut event) => {
-                stats.events.fetch_add(1, Ordering::Relaxed);
-                let wal_head = match &mut event {
-                    RawEvent::Exec(exec) => {
-                        exec.cgroup_path = cgroup_path(exec.ids.tgid);
-                        if exec.depth == 0 {
-                            // A component started (or re-exec'd): it may need
-                            // its own Go TLS probes. Nobody listening is fine.
-                            let _ = new_components.send(exec.ids.tgid);
-                        }
-                        None
-                    }
-                    RawEvent::FileOpen(open) if open.fd_kind == FdKind::WalFile => {
-                        wal_head_record(open.ids.tgid, open.fd, open.conn.conn_id, open.ids.ts_ns)
-                    }
-                    _ => None,
-                };
-                batch.push(event);
-                if let Some(head) = wal_head {
-                    push_own_record(&head, &mut batch, stats, recorder.as_deref_mut())?;
+        let Some(mut event) = take_record(&item, stats, recorder.as_deref_mut())? else {
+            continue;
+        };
+        let wal_head = match &mut event {
+            RawEvent::Exec(exec) => {
+                exec.cgroup_path = cgroup_path(exec.ids.tgid);
+                if exec.depth == 0 {
+                    // A component started (or re-exec'd): it may need
+                    // its own Go TLS probes. Nobody listening is fine.
+                    let _ = new_components.send(exec.ids.tgid);
                 }
+                None
             }
-            Err(error) => {
-                stats.malformed.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%error, "dropping malformed ring buffer record");
+            RawEvent::FileOpen(open) if open.fd_kind == FdKind::WalFile => {
+                wal_head_record(open.ids.tgid, open.fd, open.conn.conn_id, open.ids.ts_ns)
             }
+            _ => None,
+        };
+        batch.push(event);
+        if let Some(head) = wal_head {
+            batch.extend(take_record(&head, stats, recorder.as_deref_mut())?);
         }
     }
     Ok(batch)
 }
 
-/// A record capture made itself (in the kernel's wire format), handled as
-/// one from the ring buffer.
-fn push_own_record(
+/// One record, from the ring buffer or made by capture itself (in the
+/// kernel's wire format): written to `recorder` first when there is one,
+/// then parsed and counted.
+fn take_record(
     record: &[u8],
-    batch: &mut Vec<RawEvent>,
     stats: &ReaderStats,
     recorder: Option<&mut RecordingWriter>,
-) -> std::io::Result<()> {
+) -> std::io::Result<Option<RawEvent>> {
     if let Some(recorder) = recorder {
         recorder.write_record(record)?;
     }
     match parse_record(record) {
         Ok(event) => {
             stats.events.fetch_add(1, Ordering::Relaxed);
-            batch.push(event);
+            Ok(Some(event))
         }
         Err(error) => {
             stats.malformed.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%error, "dropping malformed record of capture's own");
+            tracing::debug!(%error, "dropping malformed ring buffer record");
+            Ok(None)
         }
     }
-    Ok(())
 }

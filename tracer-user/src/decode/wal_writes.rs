@@ -81,7 +81,8 @@ pub struct WalDecoder {
     members: FxHashMap<u32, MemberState>,
     /// Segments not read because `MAX_FILES` were being read.
     pub skipped_files: u64,
-    /// Members not told apart because `MAX_MEMBERS` were known.
+    /// Segment heads and writes whose member (process) was not kept
+    /// because `MAX_MEMBERS` were.
     pub skipped_members: u64,
     /// Records that did not decode (the reader resynchronised after each).
     pub bad_records: u64,
