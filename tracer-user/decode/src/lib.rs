@@ -43,6 +43,7 @@ pub mod kube;
 pub mod pb;
 mod pb_fields;
 pub mod rest;
+pub mod tls;
 pub mod wal;
 pub mod watch;
 
