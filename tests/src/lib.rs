@@ -210,3 +210,25 @@ impl LiveCapture {
         drop(self.probes);
     }
 }
+
+/// `events` with the ciphertext of every TLS direction whose secret capture
+/// sent replaced by its plaintext, as the agent's decode stage sees it
+/// (`tracer_user::decode::TlsStreams`); the secrets' records stay.
+pub fn decrypted(events: &[RawEvent]) -> Vec<RawEvent> {
+    let mut streams = tracer_user::decode::TlsStreams::default();
+    let mut out = Vec::with_capacity(events.len());
+    for event in events {
+        match event {
+            RawEvent::TlsKey(key) => streams.on_key(key),
+            RawEvent::Data(data) => {
+                if let Some(plaintext) = streams.decrypt(data) {
+                    out.extend(plaintext.into_iter().map(RawEvent::Data));
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        out.push(event.clone());
+    }
+    out
+}

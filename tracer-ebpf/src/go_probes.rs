@@ -25,7 +25,7 @@ use tracer_common::{
     drop_reason::DropReason,
     event::EventKind,
     io::{
-        ActiveCall, DATA_GO_TLS, FD_TLS, FdInfo, FdKey, FdKind, GO_AT_STACK_CHECK,
+        ActiveCall, DATA_GO_TLS, Direction, FD_TLS, FdInfo, FdKey, FdKind, GO_AT_STACK_CHECK,
         GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GoCallKey, GoTlsConn, GoTlsConnKey,
         GoTlsOffsets, GoTlsRead, HEADER_NAME_BYTES, HEADER_VALUE_BYTES, HEADER_VALUE_REDACTED,
         HEADER_VALUE_TRUNCATED, HeaderEvent, HeaderSide, IoSyscall,
@@ -41,6 +41,7 @@ use crate::{
         count_drop, submit_flags, target_of,
     },
     record::{Ids, header, now_ns},
+    tls_keys,
 };
 
 /// Records a Go TLS write or read is copied in at most: gRPC's writer
@@ -291,6 +292,21 @@ fn try_tls_write(ctx: &ProbeContext) -> Result<(), DropReason> {
     let Some((fd, info)) = tls_conn_socket(ids.tgid, tls_conn, cookie)? else {
         return Ok(());
     };
+    if tls_keys::keyed(&info, Direction::Egress) {
+        // Its ciphertext is copied from the syscalls and decrypted.
+        return Ok(());
+    }
+    if tls_keys::wanted(ids.tgid, &info, Direction::Egress) {
+        let secret = tls_keys::offsets(cookie)
+            .and_then(|offsets| tls_keys::read_secret(tls_conn, &offsets, Direction::Egress));
+        if let Some(secret) = secret {
+            // None of this write's records is sealed yet: they are the
+            // first ciphertext to decrypt, and its plaintext is not sent.
+            tls_keys::send(ids, fd, &info, Direction::Egress, &secret)?;
+            tls_keys::mark_keyed(ids.tgid, fd, &info, Direction::Egress);
+            return Ok(());
+        }
+    }
     if hpack_table::sync_wanted() {
         // The encoder's table now includes every block in this write and
         // before: the copy goes ahead of the write's record.
@@ -471,14 +487,61 @@ fn try_tls_read_copy(ctx: &ProbeContext) -> Result<(), DropReason> {
     let Some((fd, info)) = tls_conn_socket(ids.tgid, tls_conn, cookie)? else {
         return Ok(());
     };
+    if tls_keys::keyed(&info, Direction::Ingress) {
+        return Ok(());
+    }
     // runtime.memmove(to, from, n): RBX and RCX.
-    tls_plaintext_read(
-        ctx,
+    let (from, n) = (go_abi::word(ctx, 1), go_abi::word(ctx, 2));
+    if tls_keys::wanted(ids.tgid, &info, Direction::Ingress) {
+        if let Some(offsets) = tls_keys::offsets(cookie) {
+            if let Some(secret) = tls_keys::read_secret(tls_conn, &offsets, Direction::Ingress) {
+                return key_read(ctx, ids, (fd, info), tls_conn, &offsets, &secret, from);
+            }
+        }
+    }
+    tls_plaintext_read(ctx, ids, fd, info, from, n)
+}
+
+/// The read whose copy starts at `from` switches its direction to
+/// ciphertext (see [`tls_keys`]): the rest of the record being handed out in
+/// plaintext, the secret, then the ciphertext Go read and has not decrypted.
+#[inline(always)]
+fn key_read(
+    ctx: &ProbeContext,
+    ids: Ids,
+    (fd, info): (u32, FdInfo),
+    tls_conn: u64,
+    offsets: &GoTlsOffsets,
+    secret: &tls_keys::Secret,
+    from: u64,
+) -> Result<(), DropReason> {
+    let field = |offset: u16| tls_conn + u64::from(offset);
+    let unresolved = |_| DropReason::TlsConnUnresolved;
+    // input: bytes.Reader{s []byte; i int64}; the copy starts at s[i].
+    let record_len = read_user::<u64>(field(offsets.tls_conn_input_s) + 8).map_err(unresolved)?;
+    let taken = read_user::<u64>(field(offsets.tls_conn_input_i)).map_err(unresolved)?;
+    tls_plaintext_read(ctx, ids, fd, info, from, record_len.saturating_sub(taken))?;
+    tls_keys::send(ids, fd, &info, Direction::Ingress, secret)?;
+    // rawInput: bytes.Buffer{buf []byte; off int}: buf[off:] is undecrypted.
+    let raw = read_user::<u64>(field(offsets.tls_conn_raw_input_buf)).map_err(unresolved)?;
+    let raw_len =
+        read_user::<u64>(field(offsets.tls_conn_raw_input_buf) + 8).map_err(unresolved)?;
+    let raw_off = read_user::<u64>(field(offsets.tls_conn_raw_input_off)).map_err(unresolved)?;
+    let unread = raw_len.saturating_sub(raw_off);
+    tls_keys::mark_keyed(ids.tgid, fd, &info, Direction::Ingress);
+    if unread == 0 {
+        return Ok(());
+    }
+    let call = tls_call(fd, info, raw + raw_off, unread, IoSyscall::Read, now_ns());
+    // Flags 0: ciphertext, as the syscall programs copy it.
+    data_parts::<MAX_TLS_PARTS>(
         ids,
-        fd,
-        info,
-        go_abi::word(ctx, 1),
-        go_abi::word(ctx, 2),
+        &call,
+        IoSyscall::Read,
+        unread as i64,
+        raw + raw_off,
+        0,
+        call.ts_ns,
     )
 }
 

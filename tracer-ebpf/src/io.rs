@@ -41,6 +41,7 @@ use crate::{
         SYSCALL_PROGRAMS, config, count_drop, output_flags, submit_flags, target_of,
     },
     record::{Ids, header, now_ns},
+    tls_keys::keyed_flag,
 };
 
 /// Offsets in x86-64 `struct pt_regs` (arch/x86/include/asm/ptrace.h): the
@@ -185,8 +186,14 @@ fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRe
             // SAFETY: the value is copied out at once.
             match unsafe { FDS.get(key) }.copied() {
                 // Go's TLS probes deliver this socket's plaintext; its
-                // ciphertext would only be the same bytes again, encrypted.
-                Some(info) if info.flags & FD_TLS != 0 && syscall.direction().is_some() => {
+                // ciphertext would only be the same bytes again, encrypted —
+                // unless the direction's secret was sent (`tls_keys`).
+                Some(info)
+                    if info.flags & FD_TLS != 0
+                        && syscall
+                            .direction()
+                            .is_some_and(|direction| info.flags & keyed_flag(direction) == 0) =>
+                {
                     return Ok(());
                 }
                 // Bytes of a socket user space muted: nothing to keep.

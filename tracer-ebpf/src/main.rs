@@ -24,6 +24,7 @@ mod kernel_read;
 mod lifecycle;
 mod maps;
 mod record;
+mod tls_keys;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]

@@ -59,6 +59,26 @@ pub struct StructOffsets {
     /// `crypto/tls.Conn.conn`, a `net.Conn` interface (type word, data word);
     /// for a TCP connection the data word (+8) is a `*net.TCPConn`.
     pub tls_conn_conn: u64,
+    /// `crypto/tls.Conn.vers`: the negotiated version (`uint16`, 0x0304 for TLS 1.3).
+    pub tls_conn_vers: u64,
+    /// `crypto/tls.Conn.cipherSuite`: the suite's IANA id (`uint16`).
+    pub tls_conn_cipher_suite: u64,
+    /// `crypto/tls.Conn.in.seq`: the read side's next record number (`[8]byte`, big-endian).
+    pub tls_conn_in_seq: u64,
+    /// `crypto/tls.Conn.in.trafficSecret`: the read side's TLS 1.3 secret (a `[]byte`).
+    pub tls_conn_in_secret: u64,
+    /// `crypto/tls.Conn.out.seq`: the write side's next record number.
+    pub tls_conn_out_seq: u64,
+    /// `crypto/tls.Conn.out.trafficSecret`: the write side's TLS 1.3 secret.
+    pub tls_conn_out_secret: u64,
+    /// `crypto/tls.Conn.input.s`: the plaintext of the record being read (a `[]byte`).
+    pub tls_conn_input_s: u64,
+    /// `crypto/tls.Conn.input.i`: how much of it was read (an `int64`).
+    pub tls_conn_input_i: u64,
+    /// `crypto/tls.Conn.rawInput.buf`: ciphertext read from the socket, not yet decrypted from `off` on.
+    pub tls_conn_raw_input_buf: u64,
+    /// `crypto/tls.Conn.rawInput.off`: where the undecrypted ciphertext starts (an `int`).
+    pub tls_conn_raw_input_off: u64,
     /// `net.TCPConn.conn.fd`: the `*net.netFD` of a TCP connection.
     pub tcp_conn_fd: u64,
     /// `net.netFD.pfd.Sysfd`: the file descriptor number (an `int`).

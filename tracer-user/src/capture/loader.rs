@@ -197,6 +197,9 @@ pub enum GoAttachError {
     /// `GO_FUNCS` is full.
     #[error("more than {MAX_GO_FUNC_PROBES} Kubernetes function probe attachments")]
     TooManyFunctionProbes,
+    /// A `crypto/tls.Conn` field offset over 65535 (the table has none near).
+    #[error("crypto/tls.Conn field offset {0} does not fit the probes' 16 bits")]
+    OffsetTooLarge(u64),
 }
 
 impl Probes {
@@ -561,11 +564,24 @@ impl Probes {
         if index >= MAX_GO_BINARIES {
             return Err(GoAttachError::TooManyBinaries);
         }
+        // The crypto/tls.Conn offsets are a few hundred bytes (see the
+        // generated table); one that did not fit would read the wrong field.
+        let small =
+            |offset: u64| u16::try_from(offset).map_err(|_| GoAttachError::OffsetTooLarge(offset));
         let value = GoTlsOffsets {
             tls_conn_conn: offsets.tls_conn_conn as u32,
             tcp_conn_fd: offsets.tcp_conn_fd as u32,
             net_fd_sysfd: offsets.net_fd_sysfd as u32,
-            _pad: 0,
+            tls_conn_vers: small(offsets.tls_conn_vers)?,
+            tls_conn_cipher_suite: small(offsets.tls_conn_cipher_suite)?,
+            tls_conn_in_seq: small(offsets.tls_conn_in_seq)?,
+            tls_conn_in_secret: small(offsets.tls_conn_in_secret)?,
+            tls_conn_out_seq: small(offsets.tls_conn_out_seq)?,
+            tls_conn_out_secret: small(offsets.tls_conn_out_secret)?,
+            tls_conn_input_s: small(offsets.tls_conn_input_s)?,
+            tls_conn_input_i: small(offsets.tls_conn_input_i)?,
+            tls_conn_raw_input_buf: small(offsets.tls_conn_raw_input_buf)?,
+            tls_conn_raw_input_off: small(offsets.tls_conn_raw_input_off)?,
         };
         array_set(&mut self.ebpf, MAP_GO_BINARIES, index, value)?;
         Ok(index)

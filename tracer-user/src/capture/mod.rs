@@ -26,5 +26,5 @@ pub use loader::{CaptureError, CaptureOptions, DropCounts, Probes};
 pub use wire::{
     ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, ExitStatus, FileOpenRecord,
     ForkRecord, FsyncRecord, GoFuncRecord, HeaderRecord, HpackEntryRecord, HpackTableRecord, Peer,
-    ProcessIds, RawEvent, WalHeadRecord,
+    ProcessIds, RawEvent, TlsKeyRecord, WalHeadRecord,
 };

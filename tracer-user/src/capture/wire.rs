@@ -23,7 +23,7 @@ use tracer_common::{
         DATA_TRUNCATED, DataEvent, Direction, FdKind, FileOpenEvent, FsyncEvent,
         HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED, HPACK_ENTRY_WITHHELD, HeaderEvent,
         HeaderSide, HpackEntryEvent, HpackTableEvent, IoSyscall, MAX_HPACK_TABLE_ENTRIES,
-        UNIX_PATH_BYTES, WAL_HEAD_BYTES, WalHeadEvent,
+        TlsKeyEvent, UNIX_PATH_BYTES, WAL_HEAD_BYTES, WalHeadEvent,
     },
 };
 
@@ -334,6 +334,42 @@ pub struct WalHeadRecord {
     pub head: Vec<u8>,
 }
 
+/// The TLS 1.3 traffic secret of one direction of a socket (see
+/// [`TlsKeyEvent`]): the ciphertext of that direction captured after this
+/// record is to be decrypted with it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsKeyRecord {
+    /// The thread of the probe hit, and when.
+    pub ids: ProcessIds,
+    /// The socket.
+    pub conn: ConnKey,
+    /// File descriptor.
+    pub fd: u32,
+    /// Which way the secret seals, seen from the process.
+    pub direction: Direction,
+    /// The first record number of the ciphertext after this record: exact
+    /// for [`Direction::Ingress`], a lower bound for [`Direction::Egress`].
+    pub seq: u64,
+    /// The cipher suite's IANA id.
+    pub suite: u16,
+    /// The secret.
+    pub secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsKeyRecord {
+    // A key: Debug never shows it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsKeyRecord")
+            .field("ids", &self.ids)
+            .field("conn", &self.conn)
+            .field("fd", &self.fd)
+            .field("direction", &self.direction)
+            .field("seq", &self.seq)
+            .field("suite", &self.suite)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A hit of a function probe on a Kubernetes component.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GoFuncRecord {
@@ -383,6 +419,8 @@ pub enum RawEvent {
     HpackTable(HpackTableRecord),
     /// See [`WalHeadRecord`].
     WalHead(WalHeadRecord),
+    /// See [`TlsKeyRecord`].
+    TlsKey(TlsKeyRecord),
 }
 
 impl RawEvent {
@@ -401,6 +439,7 @@ impl RawEvent {
             RawEvent::HpackEntry(entry) => &entry.ids,
             RawEvent::HpackTable(table) => &table.ids,
             RawEvent::WalHead(head) => &head.ids,
+            RawEvent::TlsKey(key) => &key.ids,
         }
     }
 }
@@ -618,6 +657,31 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
                 },
                 ids,
                 head: head.to_vec(),
+            }))
+        }
+        EventKind::TlsKey => {
+            let event: TlsKeyEvent = read_record("TLS key", bytes)?;
+            let malformed = |what: String| WireError::Malformed {
+                kind: "TLS key",
+                what,
+            };
+            let secret = event
+                .secret
+                .get(..usize::from(event.secret_len))
+                .ok_or_else(|| malformed(format!("secret_len {}", event.secret_len)))?;
+            let direction = Direction::try_from(event.direction)
+                .map_err(|value| malformed(format!("direction {value}")))?;
+            Ok(RawEvent::TlsKey(TlsKeyRecord {
+                conn: ConnKey {
+                    tgid: ids.tgid,
+                    conn_id: event.conn_id,
+                },
+                ids,
+                fd: event.fd,
+                direction,
+                seq: event.seq,
+                suite: event.suite,
+                secret: secret.to_vec(),
             }))
         }
         EventKind::GoFunc => {

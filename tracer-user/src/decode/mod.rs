@@ -14,6 +14,7 @@ pub mod grpc_calls;
 pub mod headers;
 pub mod process;
 pub mod table_copies;
+pub mod tls_streams;
 pub mod wal_writes;
 
 pub use decoded_once::DecodedOnce;
@@ -22,6 +23,7 @@ pub use functions::FuncMessage;
 pub use grpc_calls::{CriMessage, EtcdMessage, GrpcDecoder, MUTE_AFTER_REQUESTS, RestMessage};
 pub use headers::{HeaderAttributor, HeaderMessage};
 pub use table_copies::{TableAssembler, TableCopyMessage};
+pub use tls_streams::TlsStreams;
 pub use wal_writes::{WalDecoder, WalMessage};
 
 use tracer_common::io::{ConnAction, Direction, FdKind};
@@ -138,6 +140,8 @@ pub struct Decoder {
     pub tables: TableAssembler,
     /// Pods and etcd requests decoded, for their next sightings.
     pub once: DecodedOnce,
+    /// TLS 1.3 ciphertext decrypted with the secrets capture read.
+    pub tls: TlsStreams,
 }
 
 impl Decoder {
@@ -164,6 +168,7 @@ impl Decoder {
         match event {
             RawEvent::Exec(mut exec) => {
                 self.wal.on_process_gone(exec.ids.tgid);
+                self.tls.on_process_gone(exec.ids.tgid);
                 process::redact_argv(&mut exec.argv);
                 vec![Message::Exec(exec)]
             }
@@ -171,22 +176,26 @@ impl Decoder {
             RawEvent::Exit(exit) => {
                 self.grpc.on_exit(exit.ids.tgid);
                 self.wal.on_process_gone(exit.ids.tgid);
+                self.tls.on_process_gone(exit.ids.tgid);
                 vec![Message::Exit(exit)]
             }
-            RawEvent::Data(data) => {
-                let headers = self.headers.on_data(&data);
-                for header in &headers {
-                    self.grpc.on_header(header);
-                }
-                let mut messages: Vec<Message> = headers.into_iter().map(Message::Header).collect();
-                messages.extend(self.grpc.on_data(&data, &mut self.once));
-                messages.extend(self.wal.on_data(&data, &mut self.once).map(Message::Wal));
-                messages.push(Message::Data(DataMoved::of(&data)));
-                messages
+            RawEvent::Data(data) => match self.tls.decrypt(&data) {
+                Some(plaintext) => plaintext
+                    .iter()
+                    .flat_map(|data| self.decode_data(data))
+                    .collect(),
+                None => self.decode_data(&data),
+            },
+            RawEvent::TlsKey(key) => {
+                self.tls.on_key(&key);
+                Vec::new()
             }
             RawEvent::Conn(conn) => {
-                if conn.fd_kind == FdKind::WalFile && conn.change == ConnAction::Closed {
-                    self.wal.on_close(&conn.conn);
+                if conn.change == ConnAction::Closed {
+                    match conn.fd_kind {
+                        FdKind::WalFile => self.wal.on_close(&conn.conn),
+                        FdKind::Socket => self.tls.on_closed(&conn.conn),
+                    }
                 }
                 let mut messages = self.grpc.on_conn(&conn, &mut self.once);
                 messages.push(Message::Conn(conn));
@@ -218,5 +227,18 @@ impl Decoder {
                 }
             }
         }
+    }
+
+    /// The messages of bytes through a socket or file (plaintext, for TLS).
+    fn decode_data(&mut self, data: &DataRecord) -> Vec<Message> {
+        let headers = self.headers.on_data(data);
+        for header in &headers {
+            self.grpc.on_header(header);
+        }
+        let mut messages: Vec<Message> = headers.into_iter().map(Message::Header).collect();
+        messages.extend(self.grpc.on_data(data, &mut self.once));
+        messages.extend(self.wal.on_data(data, &mut self.once).map(Message::Wal));
+        messages.push(Message::Data(DataMoved::of(data)));
+        messages
     }
 }

@@ -48,6 +48,11 @@ pub fn format_event(event: &RawEvent, clock: &WallClock) -> String {
                 open.fd, open.conn.conn_id, open.fd_kind, open.path
             )
         }
+        // The secret is never printed.
+        RawEvent::TlsKey(key) => format!(
+            "{head} TLS 1.3 secret fd {} conn {:#x} {:?} suite {:#06x} from record {}",
+            key.fd, key.conn.conn_id, key.direction, key.suite, key.seq
+        ),
         RawEvent::WalHead(segment) => format!(
             "{head} WAL segment head conn {:#x} {} bytes",
             segment.conn.conn_id,

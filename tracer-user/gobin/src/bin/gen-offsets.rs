@@ -42,6 +42,49 @@ const fn field(name: &'static str, chain: &'static [(&'static str, &'static str)
 /// regenerated.
 const FIELDS: &[Field] = &[
     field("tls_conn_conn", &[("crypto/tls.Conn", "conn")]),
+    field("tls_conn_vers", &[("crypto/tls.Conn", "vers")]),
+    field(
+        "tls_conn_cipher_suite",
+        &[("crypto/tls.Conn", "cipherSuite")],
+    ),
+    field(
+        "tls_conn_in_seq",
+        &[("crypto/tls.Conn", "in"), ("crypto/tls.halfConn", "seq")],
+    ),
+    field(
+        "tls_conn_in_secret",
+        &[
+            ("crypto/tls.Conn", "in"),
+            ("crypto/tls.halfConn", "trafficSecret"),
+        ],
+    ),
+    field(
+        "tls_conn_out_seq",
+        &[("crypto/tls.Conn", "out"), ("crypto/tls.halfConn", "seq")],
+    ),
+    field(
+        "tls_conn_out_secret",
+        &[
+            ("crypto/tls.Conn", "out"),
+            ("crypto/tls.halfConn", "trafficSecret"),
+        ],
+    ),
+    field(
+        "tls_conn_input_s",
+        &[("crypto/tls.Conn", "input"), ("bytes.Reader", "s")],
+    ),
+    field(
+        "tls_conn_input_i",
+        &[("crypto/tls.Conn", "input"), ("bytes.Reader", "i")],
+    ),
+    field(
+        "tls_conn_raw_input_buf",
+        &[("crypto/tls.Conn", "rawInput"), ("bytes.Buffer", "buf")],
+    ),
+    field(
+        "tls_conn_raw_input_off",
+        &[("crypto/tls.Conn", "rawInput"), ("bytes.Buffer", "off")],
+    ),
     field(
         "tcp_conn_fd",
         &[("net.TCPConn", "conn"), ("net.conn", "fd")],
