@@ -219,7 +219,11 @@ pub fn decrypted(events: &[RawEvent]) -> Vec<RawEvent> {
     let mut out = Vec::with_capacity(events.len());
     for event in events {
         match event {
-            RawEvent::TlsKey(key) => streams.on_key(key),
+            RawEvent::TlsKey(key) => {
+                out.push(event.clone());
+                out.extend(streams.on_key(key).into_iter().map(RawEvent::Data));
+                continue;
+            }
             RawEvent::Data(data) => {
                 if let Some(plaintext) = streams.decrypt(data) {
                     out.extend(plaintext.into_iter().map(RawEvent::Data));

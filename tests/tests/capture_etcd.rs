@@ -102,23 +102,27 @@ async fn put_is_seen_by_client_server_and_wal(
             client.tls_plaintext && server.tls_plaintext,
             "{client:?} {server:?}"
         );
-        // Both connections are newer than the capture: the direction that
-        // carried the key was keyed at a probe hit (a TLS 1.3 secret sent),
-        // and from there on its bytes are the syscalls' ciphertext,
-        // decrypted above — the probes sent no plaintext of it.
+        // Both connections are newer than the capture: Go installed each
+        // direction's TLS 1.3 secret at the handshake (numbered from record
+        // 0) and capture sent it then, so every byte of the connection is
+        // the syscalls' ciphertext, decrypted above — the per-call TLS probes
+        // sent no plaintext of it at all.
         for (conn, direction) in [
             (client.conn, Direction::Egress),
             (server.conn, Direction::Ingress),
         ] {
-            let keyed_at = raw_events
+            assert!(
+                raw_events
+                    .iter()
+                    .any(|event| matches!(event, RawEvent::TlsKey(secret)
+                    if secret.conn == conn && secret.direction == direction && secret.seq == 0)),
+                "no handshake secret of {conn:?} {direction:?}: {raw_events:#?}"
+            );
+            let probe_plaintext = raw_events
                 .iter()
-                .position(|event| matches!(event, RawEvent::TlsKey(secret) if secret.conn == conn && secret.direction == direction))
-                .unwrap_or_else(|| panic!("no TLS secret of {conn:?} {direction:?}: {raw_events:#?}"));
-            let probe_plaintext_after = raw_events[keyed_at..]
-                .iter()
-                .filter(|event| matches!(event, RawEvent::Data(data) if data.conn == conn && data.direction == direction && data.tls_plaintext))
+                .filter(|event| matches!(event, RawEvent::Data(data) if data.conn == conn && data.tls_plaintext))
                 .count();
-            assert_eq!(probe_plaintext_after, 0, "{raw_events:#?}");
+            assert_eq!(probe_plaintext, 0, "{raw_events:#?}");
         }
     } else {
         assert!(!client.tls_plaintext && !server.tls_plaintext);
@@ -231,8 +235,11 @@ async fn apiserver_role_txn_over_mtls_is_captured_as_plaintext_from_demo_apiserv
     let events = capture
         .collect_until(TIMEOUT, |event| match event {
             RawEvent::TlsKey(secret) => {
-                streams.on_key(secret);
-                false
+                sent = streams
+                    .on_key(secret)
+                    .into_iter()
+                    .find(|data| data.ids.tgid == relay_pid && contains(&data.data, key));
+                sent.is_some()
             }
             RawEvent::Data(data)
                 if data.ids.tgid == relay_pid && data.direction == Direction::Egress =>

@@ -701,6 +701,12 @@ pub const GO_TLS_READ_ARGS_AT_RET: u64 = 1 << 32;
 /// from this shift up the offset from RSP of the spill area that holds `c`.
 pub const GO_TLS_COPY_SPILL_SHIFT: u32 = 40;
 
+/// Attach-cookie bit of `go_tls_secret`, on `crypto/tls.(*halfConn).setTrafficSecret`:
+/// the function takes a QUIC encryption level before the secret (Go ≥ 1.21),
+/// so the secret's pointer and length are argument words 3 and 4, not 2 and
+/// 3. The low 32 bits stay the `GO_BINARIES` index.
+pub const GO_TLS_SECRET_LEVEL_ARG: u64 = 1 << 33;
+
 /// Attach-cookie bit of an entry probe on Go's stack-check `JBE` (any Go
 /// probe program): a hit whose jump is about to be taken (CF or ZF set) is a
 /// call growing its stack, which reruns the prologue; that hit is skipped.
@@ -742,6 +748,12 @@ pub struct GoTlsOffsets {
     pub tls_conn_raw_input_buf: u16,
     /// `crypto/tls.Conn.rawInput.off` (an `int`).
     pub tls_conn_raw_input_off: u16,
+    /// `crypto/tls.Conn.in`: the read side's `halfConn`.
+    pub tls_conn_in: u16,
+    /// `crypto/tls.Conn.out`: the write side's `halfConn`.
+    pub tls_conn_out: u16,
+    /// Explicit padding, zero.
+    pub _pad: u32,
 }
 
 /// Key of `GO_TLS_READS`: a goroutine, by its `g` pointer (stable for its
@@ -804,7 +816,7 @@ pub struct GoTlsConn {
 
 const _: () = assert!(size_of::<GoTlsConnKey>() == 16);
 const _: () = assert!(size_of::<GoTlsConn>() == 16);
-const _: () = assert!(size_of::<GoTlsOffsets>() == 32);
+const _: () = assert!(size_of::<GoTlsOffsets>() == 40);
 const _: () = assert!(size_of::<GoCallKey>() == 16);
 const _: () = assert!(size_of::<GoTlsRead>() == 32);
 const _: () = assert!(size_of::<FdKey>() == 8);

@@ -42,6 +42,9 @@ pub const PROGRAM_GO_TLS_READ_RET: &str = "go_tls_read_ret";
 /// Uprobe at the call to `runtime.memmove` inside `crypto/tls.(*Conn).Read`
 /// that copies the plaintext out (instead of the entry and RET probes).
 pub const PROGRAM_GO_TLS_READ_COPY: &str = "go_tls_read_copy";
+/// Uprobe at `crypto/tls.(*halfConn).setTrafficSecret` (entry): a TLS 1.3
+/// direction's new secret.
+pub const PROGRAM_GO_TLS_SECRET: &str = "go_tls_secret";
 /// Uprobe at `hpack.(*Encoder).WriteField` and `hpack.(*Decoder).callEmit`
 /// (entry; the cookie is the `io::HeaderSide`).
 pub const PROGRAM_GO_HPACK_FIELD: &str = "go_hpack_field";

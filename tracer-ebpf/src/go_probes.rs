@@ -26,9 +26,9 @@ use tracer_common::{
     event::EventKind,
     io::{
         ActiveCall, DATA_GO_TLS, Direction, FD_TLS, FdInfo, FdKey, FdKind, GO_AT_STACK_CHECK,
-        GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GoCallKey, GoTlsConn, GoTlsConnKey,
-        GoTlsOffsets, GoTlsRead, HEADER_NAME_BYTES, HEADER_VALUE_BYTES, HEADER_VALUE_REDACTED,
-        HEADER_VALUE_TRUNCATED, HeaderEvent, HeaderSide, IoSyscall,
+        GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GO_TLS_SECRET_LEVEL_ARG, GoCallKey,
+        GoTlsConn, GoTlsConnKey, GoTlsOffsets, GoTlsRead, HEADER_NAME_BYTES, HEADER_VALUE_BYTES,
+        HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED, HeaderEvent, HeaderSide, IoSyscall,
     },
 };
 
@@ -543,6 +543,69 @@ fn key_read(
         0,
         call.ts_ns,
     )
+}
+
+/// `func (hc *halfConn) setTrafficSecret(suite *cipherSuiteTLS13, [level
+/// QUICEncryptionLevel,] secret []byte)`, at entry: a TLS 1.3 connection's
+/// direction gets a new secret (handshake, application, KeyUpdate), with
+/// which its next records are sealed from number 0. Sent at once, the
+/// direction is keyed before any of them is read or written — so a
+/// connection podtrace saw open never needs the per-call TLS probes.
+///
+/// `hc` is `&c.in` or `&c.out` of its `*tls.Conn`: the one whose `c` leads to
+/// a followed socket of a TLS 1.3 connection says which.
+#[uprobe]
+fn go_tls_secret(ctx: ProbeContext) -> u32 {
+    if let Err(reason) = try_tls_secret(&ctx) {
+        count_drop(reason);
+    }
+    0
+}
+
+#[inline(always)]
+fn try_tls_secret(ctx: &ProbeContext) -> Result<(), DropReason> {
+    let cookie = attach_cookie(ctx);
+    if go_abi::growing_stack(ctx, cookie) {
+        return Ok(());
+    }
+    let Some(ids) = component_ids() else {
+        return Ok(());
+    };
+    let offsets = tls_keys::offsets(cookie).ok_or(DropReason::TlsConnUnresolved)?;
+    let half = go_abi::word(ctx, 0);
+    let suite = go_abi::word(ctx, 1);
+    // All three words read, then chosen: the verifier refuses a context
+    // read at an offset computed at run time.
+    let words = [
+        go_abi::word(ctx, 2),
+        go_abi::word(ctx, 3),
+        go_abi::word(ctx, 4),
+    ];
+    let (addr, len) = if cookie & GO_TLS_SECRET_LEVEL_ARG != 0 {
+        (words[1], words[2])
+    } else {
+        (words[0], words[1])
+    };
+    for direction in [Direction::Ingress, Direction::Egress] {
+        let field = match direction {
+            Direction::Ingress => offsets.tls_conn_in,
+            Direction::Egress => offsets.tls_conn_out,
+        };
+        let tls_conn = half.wrapping_sub(u64::from(field));
+        let Ok((fd, info)) = walk_tls_conn(ids.tgid, tls_conn, cookie) else {
+            continue;
+        };
+        let Some(secret) = tls_keys::handshake_secret(tls_conn, &offsets, suite, addr, len) else {
+            continue;
+        };
+        if muted(ids.tgid, info.conn_id) {
+            return Ok(());
+        }
+        tls_keys::send(ids, fd, &info, direction, &secret)?;
+        tls_keys::mark_keyed(ids.tgid, fd, &info, direction);
+        return Ok(());
+    }
+    Ok(())
 }
 
 /// The syscall-shaped record the data path takes, entered at `ts_ns`.

@@ -116,6 +116,31 @@ pub(crate) fn read_secret(
     })
 }
 
+/// The secret `setTrafficSecret` is about to install (`addr`, `len`) on a
+/// `halfConn` of the `*tls.Conn` at `tls_conn`, with the suite at `suite`
+/// (`cipherSuiteTLS13.id` is its first field), numbered from 0; `None`
+/// unless that `Conn` is TLS 1.3 (a wrong guess of which `halfConn` it is
+/// reads something else there) and the secret a hash's length.
+#[inline(always)]
+pub(crate) fn handshake_secret(
+    tls_conn: u64,
+    offsets: &GoTlsOffsets,
+    suite: u64,
+    addr: u64,
+    len: u64,
+) -> Option<Secret> {
+    let vers = read_user::<u16>(tls_conn + u64::from(offsets.tls_conn_vers)).ok()?;
+    if vers != TLS_VERSION_13 || (len != 32 && len != 48) {
+        return None;
+    }
+    Some(Secret {
+        suite: read_user::<u16>(suite).ok()?,
+        seq: 0,
+        addr,
+        len,
+    })
+}
+
 /// Sends `secret` for `direction` of the socket `fd`.
 #[inline(always)]
 pub(crate) fn send(

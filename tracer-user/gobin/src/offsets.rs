@@ -61,6 +61,10 @@ pub struct StructOffsets {
     pub tls_conn_conn: u64,
     /// `crypto/tls.Conn.vers`: the negotiated version (`uint16`, 0x0304 for TLS 1.3).
     pub tls_conn_vers: u64,
+    /// `crypto/tls.Conn.in`: the read side's `halfConn`.
+    pub tls_conn_in: u64,
+    /// `crypto/tls.Conn.out`: the write side's `halfConn`.
+    pub tls_conn_out: u64,
     /// `crypto/tls.Conn.cipherSuite`: the suite's IANA id (`uint16`).
     pub tls_conn_cipher_suite: u64,
     /// `crypto/tls.Conn.in.seq`: the read side's next record number (`[8]byte`, big-endian).

@@ -14,6 +14,8 @@ pub(crate) const TABLE: &[TableEntry] = &[
         offsets: StructOffsets {
             tls_conn_conn: 0,
             tls_conn_vers: 64,
+            tls_conn_in: 344,
+            tls_conn_out: 488,
             tls_conn_cipher_suite: 90,
             tls_conn_in_seq: 408,
             tls_conn_in_secret: 464,
@@ -43,6 +45,8 @@ pub(crate) const TABLE: &[TableEntry] = &[
         offsets: StructOffsets {
             tls_conn_conn: 0,
             tls_conn_vers: 72,
+            tls_conn_in: 376,
+            tls_conn_out: 528,
             tls_conn_cipher_suite: 98,
             tls_conn_in_seq: 440,
             tls_conn_in_secret: 504,
@@ -72,6 +76,8 @@ pub(crate) const TABLE: &[TableEntry] = &[
         offsets: StructOffsets {
             tls_conn_conn: 0,
             tls_conn_vers: 72,
+            tls_conn_in: 376,
+            tls_conn_out: 528,
             tls_conn_cipher_suite: 98,
             tls_conn_in_seq: 440,
             tls_conn_in_secret: 504,
@@ -101,6 +107,8 @@ pub(crate) const TABLE: &[TableEntry] = &[
         offsets: StructOffsets {
             tls_conn_conn: 0,
             tls_conn_vers: 72,
+            tls_conn_in: 384,
+            tls_conn_out: 536,
             tls_conn_cipher_suite: 100,
             tls_conn_in_seq: 448,
             tls_conn_in_secret: 512,
@@ -130,6 +138,8 @@ pub(crate) const TABLE: &[TableEntry] = &[
         offsets: StructOffsets {
             tls_conn_conn: 0,
             tls_conn_vers: 72,
+            tls_conn_in: 384,
+            tls_conn_out: 536,
             tls_conn_cipher_suite: 100,
             tls_conn_in_seq: 448,
             tls_conn_in_secret: 512,
@@ -159,6 +169,8 @@ pub(crate) const TABLE: &[TableEntry] = &[
         offsets: StructOffsets {
             tls_conn_conn: 0,
             tls_conn_vers: 72,
+            tls_conn_in: 368,
+            tls_conn_out: 520,
             tls_conn_cipher_suite: 100,
             tls_conn_in_seq: 432,
             tls_conn_in_secret: 496,
@@ -188,6 +200,8 @@ pub(crate) const TABLE: &[TableEntry] = &[
         offsets: StructOffsets {
             tls_conn_conn: 0,
             tls_conn_vers: 72,
+            tls_conn_in: 368,
+            tls_conn_out: 520,
             tls_conn_cipher_suite: 100,
             tls_conn_in_seq: 432,
             tls_conn_in_secret: 496,
@@ -217,6 +231,8 @@ pub(crate) const TABLE: &[TableEntry] = &[
         offsets: StructOffsets {
             tls_conn_conn: 0,
             tls_conn_vers: 72,
+            tls_conn_in: 392,
+            tls_conn_out: 544,
             tls_conn_cipher_suite: 100,
             tls_conn_in_seq: 456,
             tls_conn_in_secret: 520,

@@ -23,6 +23,8 @@ pub enum GoProbeRole {
     TlsConnWrite,
     /// Plaintext just decrypted (entry: the buffer; RETs: bytes read).
     TlsConnRead,
+    /// A TLS 1.3 direction's new traffic secret (entry).
+    TlsSetTrafficSecret,
     /// An outgoing HTTP/2 header field (name, value), before HPACK encoding.
     HpackEncoderWriteField,
     /// An incoming HTTP/2 header field after HPACK decoding.
@@ -41,7 +43,7 @@ pub struct GoProbeSpec {
 }
 
 /// Every Go function podtrace probes.
-pub const GO_PROBES: [GoProbeSpec; 4] = [
+pub const GO_PROBES: [GoProbeSpec; 5] = [
     GoProbeSpec {
         role: GoProbeRole::TlsConnWrite,
         function: "crypto/tls.(*Conn).Write",
@@ -51,6 +53,11 @@ pub const GO_PROBES: [GoProbeSpec; 4] = [
         role: GoProbeRole::TlsConnRead,
         function: "crypto/tls.(*Conn).Read",
         returns: true,
+    },
+    GoProbeSpec {
+        role: GoProbeRole::TlsSetTrafficSecret,
+        function: "crypto/tls.(*halfConn).setTrafficSecret",
+        returns: false,
     },
     GoProbeSpec {
         role: GoProbeRole::HpackEncoderWriteField,
@@ -286,6 +293,10 @@ pub struct GoPlan {
     pub tls_writes: Vec<ResolvedFunction>,
     /// Every copy of `crypto/tls.(*Conn).Read` (entry and RET probes).
     pub tls_reads: Vec<ResolvedFunction>,
+    /// Every copy of `crypto/tls.(*halfConn).setTrafficSecret` (entry probe).
+    pub tls_secret_setters: Vec<ResolvedFunction>,
+    /// Whether `setTrafficSecret` takes a QUIC level before the secret (Go ≥ 1.21).
+    pub tls_secret_level_arg: bool,
     /// Every copy of `hpack.(*Encoder).WriteField` (entry probe).
     pub hpack_encoders: Vec<ResolvedFunction>,
     /// Every copy of `hpack.(*Decoder).callEmit` (entry probe).
@@ -338,6 +349,9 @@ pub fn go_plan(path: &Path) -> Result<GoPlan, NoGoPlan> {
         offsets: tracer_gobin::StructOffsets::for_binary(binary.build_info()),
         tls_writes: of_role(GoProbeRole::TlsConnWrite),
         tls_reads: of_role(GoProbeRole::TlsConnRead),
+        tls_secret_setters: of_role(GoProbeRole::TlsSetTrafficSecret),
+        tls_secret_level_arg: tracer_gobin::GoRelease::parse(&binary.build_info().go_version)
+            .is_some_and(|release| (release.major, release.minor) >= (1, 21)),
         hpack_encoders: of_role(GoProbeRole::HpackEncoderWriteField),
         hpack_decoders: of_role(GoProbeRole::HpackDecoderCallEmit),
         kube_functions,

@@ -20,14 +20,15 @@ use tracer_common::{
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
     io::{
         AF_INET, AF_INET6, AF_UNIX, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FdKind,
-        FileOpenEvent, GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GoTlsOffsets, HeaderSide,
-        IoSyscall, MAX_GO_BINARIES, UNIX_PATH_BYTES, USER_CONN_ID_BIT,
+        FileOpenEvent, GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GO_TLS_SECRET_LEVEL_ARG,
+        GoTlsOffsets, HeaderSide, IoSyscall, MAX_GO_BINARIES, UNIX_PATH_BYTES, USER_CONN_ID_BIT,
     },
     names::{
         GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_GO_BINARIES,
         MAP_GO_FUNCS, MAP_SYSCALL_PROGRAMS, MAP_TARGET_COMMS, MAP_TARGETS, PROGRAM_GO_FUNC,
         PROGRAM_GO_HPACK_FIELD, PROGRAM_GO_TLS_READ, PROGRAM_GO_TLS_READ_COPY,
-        PROGRAM_GO_TLS_READ_RET, PROGRAM_GO_TLS_WRITE, PROGRAM_SYS_ENTER, PROGRAM_SYS_EXIT,
+        PROGRAM_GO_TLS_READ_RET, PROGRAM_GO_TLS_SECRET, PROGRAM_GO_TLS_WRITE, PROGRAM_SYS_ENTER,
+        PROGRAM_SYS_EXIT,
     },
 };
 
@@ -35,7 +36,7 @@ use tracer_gobin::GoBinError;
 
 use super::{
     clock::monotonic_now_ns,
-    control::{CaptureControl, MutedConns},
+    control::{CaptureControl, MutedConns, SecretsWanted},
     go_probes::{ARGS_AT_RET_CHECKED, NoGoPlan, ResolvedFunction, go_plan},
     hpack_probes::{FileId, HpackProbes},
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
@@ -153,6 +154,8 @@ pub struct Probes {
     hpack: HpackProbes,
     /// Connections whose bytes the programs no longer copy.
     muted: MutedConns,
+    /// Directions of older connections whose TLS secrets were asked for.
+    secrets: SecretsWanted,
 }
 
 impl Drop for Probes {
@@ -285,6 +288,7 @@ impl Probes {
                 PROGRAM_GO_TLS_READ,
                 PROGRAM_GO_TLS_READ_RET,
                 PROGRAM_GO_TLS_READ_COPY,
+                PROGRAM_GO_TLS_SECRET,
                 PROGRAM_GO_HPACK_FIELD,
                 PROGRAM_GO_FUNC,
             ],
@@ -328,6 +332,7 @@ impl Probes {
             go_links: Vec::new(),
             hpack: HpackProbes::default(),
             muted: MutedConns::default(),
+            secrets: SecretsWanted::default(),
         };
         let components: Vec<u32> = probes
             .seeded
@@ -450,6 +455,15 @@ impl Probes {
                 for read in &plan.tls_reads {
                     points.extend(tls_read_points(read, cookie));
                 }
+                let level = if plan.tls_secret_level_arg {
+                    GO_TLS_SECRET_LEVEL_ARG
+                } else {
+                    0
+                };
+                for setter in &plan.tls_secret_setters {
+                    let (offset, bits) = setter.entry_probe();
+                    points.push((PROGRAM_GO_TLS_SECRET, offset, cookie | level | bits));
+                }
                 (Some(index), None)
             }
             Ok(_) => (None, None),
@@ -520,6 +534,10 @@ impl Probes {
                 }
                 CaptureControl::Mute(conn) => self.muted.set(&mut self.ebpf, conn, true),
                 CaptureControl::Unmute(conn) => self.muted.set(&mut self.ebpf, conn, false),
+                CaptureControl::TlsSecret(conn, direction) => {
+                    self.secrets.want(&mut self.ebpf, conn, direction)
+                }
+                CaptureControl::ForgetTlsSecrets(conn) => self.secrets.forget(&mut self.ebpf, conn),
             };
             if let Err(error) = done {
                 tracing::warn!(%error, ?request, "capture control failed");
@@ -582,6 +600,9 @@ impl Probes {
             tls_conn_input_i: small(offsets.tls_conn_input_i)?,
             tls_conn_raw_input_buf: small(offsets.tls_conn_raw_input_buf)?,
             tls_conn_raw_input_off: small(offsets.tls_conn_raw_input_off)?,
+            tls_conn_in: small(offsets.tls_conn_in)?,
+            tls_conn_out: small(offsets.tls_conn_out)?,
+            _pad: 0,
         };
         array_set(&mut self.ebpf, MAP_GO_BINARIES, index, value)?;
         Ok(index)

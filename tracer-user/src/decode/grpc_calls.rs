@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use tracer_common::io::{ConnAction, Direction, FdKind, HeaderSide};
+use tracer_common::io::{ConnAction, Direction, FdKind, HeaderSide, USER_CONN_ID_BIT};
 use tracer_decode::{
     cri::{ContainerFacts, CriCall},
     etcd::{KvCall, KvResponse, WriteKind},
@@ -219,6 +219,16 @@ struct Connection {
     joined_ts_ns: u64,
     /// What its etcd KV requests named so far.
     keys: KeysSeen,
+    /// The directions whose TLS 1.3 secret capture was asked for.
+    secrets_asked: SecretsAsked,
+}
+
+/// Which directions of a connection older than podtrace capture was asked to
+/// switch to ciphertext (their secrets: `CaptureControl::TlsSecret`).
+#[derive(Debug, Default, Clone, Copy)]
+struct SecretsAsked {
+    ingress: bool,
+    egress: bool,
 }
 
 /// What a connection's etcd KV requests named so far: whether the
@@ -299,6 +309,29 @@ impl Connection {
     }
 
     /// The wire direction of what the process receives or sends.
+    /// Whether this direction of a TLS connection can switch from the
+    /// probes' plaintext to decrypted ciphertext: nothing more is needed
+    /// from a probe hit on it — no HPACK table copy is awaited (copies are
+    /// taken at TLS hits, which stop), and the encoder's copy, loaded after
+    /// the write that follows it, is in.
+    fn ready_for_ciphertext(&self, direction: Direction) -> bool {
+        if !self.tls {
+            return false;
+        }
+        let Some(tables) = &self.tables else {
+            // No copies asked for: the wire decodes every block itself, or
+            // the connection is not HTTP/2.
+            return self.probe_headers.is_none() || self.http1.is_some();
+        };
+        match direction {
+            Direction::Ingress => !matches!(tables.decoder, TableLoad::Waiting { .. }),
+            Direction::Egress => {
+                !matches!(tables.encoder, TableLoad::Waiting { .. })
+                    && tables.pending_encoder.is_none()
+            }
+        }
+    }
+
     fn wire_direction(&self, table: HeaderSide) -> tracer_decode::Direction {
         match (self.side, table) {
             (Side::Server, HeaderSide::Decoder) | (Side::Client, HeaderSide::Encoder) => {
@@ -482,6 +515,8 @@ pub struct GrpcDecoder {
     connections: FxHashMap<ConnKey, Connection>,
     /// Connections muted: capture copies none of their bytes any more.
     muted: rustc_hash::FxHashSet<ConnKey>,
+    /// Connections older than podtrace whose TLS secrets capture was asked for.
+    secrets: rustc_hash::FxHashSet<ConnKey>,
     /// [`MUTE_AFTER_REQUESTS`] unless configured; 0 never mutes.
     pub mute_after: u32,
     /// Connections muted since start.
@@ -505,6 +540,7 @@ impl Default for GrpcDecoder {
         Self {
             connections: FxHashMap::default(),
             muted: rustc_hash::FxHashSet::default(),
+            secrets: rustc_hash::FxHashSet::default(),
             mute_after: MUTE_AFTER_REQUESTS,
             muted_total: 0,
             skipped_connections: 0,
@@ -542,6 +578,7 @@ impl GrpcDecoder {
                 if self.muted.remove(&conn.conn) {
                     self.control.push(CaptureControl::Unmute(conn.conn));
                 }
+                self.forget_secrets(conn.conn);
                 let Some(connection) = self.connections.remove(&conn.conn) else {
                     return Vec::new();
                 };
@@ -577,6 +614,7 @@ impl GrpcDecoder {
                 resets_seen: (0, 0),
                 joined_ts_ns: conn.ids.ts_ns,
                 keys: KeysSeen::default(),
+                secrets_asked: SecretsAsked::default(),
             },
         );
         Vec::new()
@@ -666,6 +704,9 @@ impl GrpcDecoder {
                 .push(CaptureControl::Hpack(HpackControl::Ask(data.conn)));
         }
         pair_probe_headers(connection);
+        if data.tls_plaintext && data.conn.conn_id & USER_CONN_ID_BIT != 0 {
+            ask_secrets(connection, &mut self.secrets, &mut self.control, data.conn);
+        }
         let exchanges = connection.http2.take_exchanges();
         let side = connection.side;
         let mute_after = self.mute_after;
@@ -702,6 +743,15 @@ impl GrpcDecoder {
         self.muted.insert(conn);
         self.muted_total += 1;
         self.control.push(CaptureControl::Mute(conn));
+        self.forget_secrets(conn);
+    }
+
+    /// The connection closed or was muted: what capture was asked about its
+    /// secrets can go.
+    fn forget_secrets(&mut self, conn: ConnKey) {
+        if self.secrets.remove(&conn) {
+            self.control.push(CaptureControl::ForgetTlsSecrets(conn));
+        }
     }
 
     /// A copy of one of a connection's HPACK tables: the decoder's is
@@ -753,6 +803,13 @@ impl GrpcDecoder {
             let gone = conn.tgid == tgid;
             if gone {
                 control.push(CaptureControl::Unmute(*conn));
+            }
+            !gone
+        });
+        self.secrets.retain(|conn| {
+            let gone = conn.tgid == tgid;
+            if gone {
+                control.push(CaptureControl::ForgetTlsSecrets(*conn));
             }
             !gone
         });
@@ -921,6 +978,29 @@ fn tables_forgotten(
         }
     }
     true
+}
+
+/// Asks capture for the TLS secret of each direction of a connection older
+/// than podtrace that is ready to be decrypted from here on
+/// ([`Connection::ready_for_ciphertext`]), once.
+fn ask_secrets(
+    connection: &mut Connection,
+    secrets: &mut rustc_hash::FxHashSet<ConnKey>,
+    control: &mut Vec<CaptureControl>,
+    conn: ConnKey,
+) {
+    for direction in [Direction::Ingress, Direction::Egress] {
+        let ready = connection.ready_for_ciphertext(direction);
+        let asked = match direction {
+            Direction::Ingress => &mut connection.secrets_asked.ingress,
+            Direction::Egress => &mut connection.secrets_asked.egress,
+        };
+        if ready && !*asked {
+            *asked = true;
+            secrets.insert(conn);
+            control.push(CaptureControl::TlsSecret(conn, direction));
+        }
+    }
 }
 
 fn pair_probe_headers(connection: &mut Connection) {

@@ -186,10 +186,12 @@ impl Decoder {
                     .collect(),
                 None => self.decode_data(&data),
             },
-            RawEvent::TlsKey(key) => {
-                self.tls.on_key(&key);
-                Vec::new()
-            }
+            RawEvent::TlsKey(key) => self
+                .tls
+                .on_key(&key)
+                .iter()
+                .flat_map(|data| self.decode_data(data))
+                .collect(),
             RawEvent::Conn(conn) => {
                 if conn.change == ConnAction::Closed {
                     match conn.fd_kind {

@@ -2,18 +2,27 @@
 //! stage decodes, with `tracer-decode`'s [`TlsReader`].
 //!
 //! Once capture has read the traffic secret of a direction of a Go TLS
-//! socket ([`TlsKeyRecord`], at one probe hit), it copies that direction's
-//! ciphertext from the syscalls and no longer takes plaintext from a probe
-//! hit per TLS read or write. Here each such direction gets a reader; every
-//! later data record of it is decrypted into records that look exactly as
-//! the probes' plaintext did (`tls_plaintext`), with the syscall's times.
-//! A gap (bytes cut by the capture, a record that does not open) becomes a
-//! `truncated` record, as cut plaintext was. Secrets stay in the readers:
-//! never logged, never passed on.
+//! socket ([`TlsKeyRecord`]: when Go installs it at the handshake, or at one
+//! probe hit on a connection older than podtrace), it copies that
+//! direction's ciphertext from the syscalls and no longer takes plaintext
+//! from a probe hit per TLS read or write. Here each such direction gets a
+//! reader; every later data record of it is decrypted into records that look
+//! exactly as the probes' plaintext did (`tls_plaintext`), with the
+//! syscall's times. A gap (bytes cut by the capture, a record that does not
+//! open) becomes a `truncated` record, as cut plaintext was.
+//!
+//! A secret installed at the handshake numbers its records from 0, and Go
+//! may have read the peer's first records before installing the secret that
+//! opens them (a client's Finished and first request in one read): the
+//! ciphertext of a connection seen from its handshake is held until its
+//! reader opens application data, and a new secret numbered from 0 reads it
+//! from the start.
+//!
+//! Secrets stay in the readers: never logged, never passed on.
 
 use rustc_hash::FxHashMap;
 
-use tracer_common::io::{Direction, FdKind};
+use tracer_common::io::{Direction, FdKind, IoSyscall};
 use tracer_decode::tls::{TlsReader, TlsStats, TrafficKeys};
 
 use crate::capture::{ConnKey, DataRecord, TlsKeyRecord};
@@ -21,44 +30,86 @@ use crate::capture::{ConnKey, DataRecord, TlsKeyRecord};
 /// Directions decrypted at once: two per connection, as many connections as
 /// the HTTP/2 decoder follows.
 const MAX_READERS: usize = 2 * 4096;
+/// Ciphertext held per direction until a secret opens it: a handshake and
+/// the first records after it.
+const MAX_HELD_BYTES: usize = 64 * 1024;
+/// A TLS handshake record's first bytes: type 22, legacy version 3.x.
+const HANDSHAKE_RECORD: [u8; 2] = [22, 3];
+
+/// A socket direction.
+type Slot = (ConnKey, Direction);
+
+/// What is kept of a direction's ciphertext before its reader opens
+/// application data.
+#[derive(Debug)]
+enum Held {
+    /// It began with a TLS handshake record: everything so far.
+    Tls(Vec<u8>),
+    /// Not a TLS connection seen from its start, more than
+    /// [`MAX_HELD_BYTES`] before a secret, or opened already.
+    Nothing,
+}
 
 /// The readers of every keyed socket direction.
 #[derive(Debug, Default)]
 pub struct TlsStreams {
-    readers: FxHashMap<(ConnKey, Direction), TlsReader>,
+    readers: FxHashMap<Slot, TlsReader>,
+    held: FxHashMap<Slot, Held>,
     /// What readers that are gone did.
     finished: TlsStats,
     /// Secrets that could not be used (not a TLS 1.3 suite, a wrong length).
     pub keys_refused: u64,
-    /// Directions not decrypted because the table was full.
+    /// Directions not decrypted (or not held) because the table was full.
     pub skipped: u64,
+    /// Directions whose handshake outgrew [`MAX_HELD_BYTES`] before a
+    /// secret came: a secret from the handshake cannot read their start.
+    pub held_too_long: u64,
 }
 
 impl TlsStreams {
-    /// A direction's secret: its later ciphertext is decrypted with it.
-    pub fn on_key(&mut self, key: &TlsKeyRecord) {
+    /// A direction's secret: its later ciphertext is decrypted with it. A
+    /// secret numbered from 0 first reads what was held, whose plaintext
+    /// is returned.
+    pub fn on_key(&mut self, key: &TlsKeyRecord) -> Vec<DataRecord> {
         let keys = match TrafficKeys::new(key.suite, &key.secret) {
             Ok(keys) => keys,
             Err(error) => {
                 self.keys_refused += 1;
                 tracing::debug!(conn = ?key.conn, direction = ?key.direction, %error, "TLS secret not usable");
-                return;
+                return Vec::new();
             }
         };
         let slot = (key.conn, key.direction);
         if !self.readers.contains_key(&slot) && self.readers.len() >= MAX_READERS {
             self.skipped += 1;
-            return;
+            return Vec::new();
         }
         // What Go reads next is exactly that record; what it writes next
-        // may follow another goroutine's write still under way.
-        let exact = key.direction == Direction::Ingress;
-        if let Some(old) = self
-            .readers
-            .insert(slot, TlsReader::new(keys, key.seq, exact))
-        {
+        // may follow another goroutine's write still under way; a new
+        // secret's first record may follow records of the one before.
+        let exact = key.direction == Direction::Ingress && key.seq != 0;
+        let mut reader = TlsReader::new(keys, key.seq, exact);
+        let mut plaintext = Vec::new();
+        match self.held.get(&slot) {
+            Some(Held::Tls(bytes)) if key.seq == 0 => {
+                let template = KeyTemplate(key);
+                plaintext = reader
+                    .push(bytes, false)
+                    .into_iter()
+                    .map(|piece| template.record(piece.bytes, piece.gap_after))
+                    .collect();
+            }
+            // A secret read at a probe hit: what came before it was
+            // delivered in plaintext.
+            _ => {
+                self.held.insert(slot, Held::Nothing);
+            }
+        }
+        if let Some(old) = self.readers.insert(slot, reader) {
             add(&mut self.finished, old.stats());
         }
+        self.stop_holding_if_opened(slot);
+        plaintext
     }
 
     /// The plaintext records of `data` if it is ciphertext of a keyed
@@ -67,8 +118,11 @@ impl TlsStreams {
         if data.tls_plaintext || data.fd_kind != FdKind::Socket {
             return None;
         }
-        let reader = self.readers.get_mut(&(data.conn, data.direction))?;
+        let slot = (data.conn, data.direction);
+        self.hold(slot, &data.data, data.truncated);
+        let reader = self.readers.get_mut(&slot)?;
         let pieces = reader.push(&data.data, data.truncated);
+        self.stop_holding_if_opened(slot);
         Some(
             pieces
                 .into_iter()
@@ -89,9 +143,48 @@ impl TlsStreams {
         )
     }
 
+    /// Keeps `bytes` of a direction that began with a TLS handshake, until
+    /// its reader opens application data.
+    fn hold(&mut self, slot: Slot, bytes: &[u8], cut: bool) {
+        let held = match self.held.get_mut(&slot) {
+            Some(held) => held,
+            None => {
+                let starts_tls = bytes.starts_with(&HANDSHAKE_RECORD);
+                if starts_tls && self.held.len() >= MAX_READERS {
+                    self.skipped += 1;
+                }
+                let held = if starts_tls && self.held.len() < MAX_READERS {
+                    Held::Tls(Vec::new())
+                } else {
+                    Held::Nothing
+                };
+                self.held.entry(slot).or_insert(held)
+            }
+        };
+        if let Held::Tls(kept) = held {
+            if cut || kept.len() + bytes.len() > MAX_HELD_BYTES {
+                self.held_too_long += 1;
+                *held = Held::Nothing;
+            } else {
+                kept.extend_from_slice(bytes);
+            }
+        }
+    }
+
+    fn stop_holding_if_opened(&mut self, slot: Slot) {
+        let opened = self
+            .readers
+            .get(&slot)
+            .is_some_and(|reader| reader.stats().application_records > 0);
+        if opened {
+            self.held.insert(slot, Held::Nothing);
+        }
+    }
+
     /// The socket closed: its readers go.
     pub fn on_closed(&mut self, conn: &ConnKey) {
         for direction in [Direction::Egress, Direction::Ingress] {
+            self.held.remove(&(*conn, direction));
             if let Some(reader) = self.readers.remove(&(*conn, direction)) {
                 add(&mut self.finished, reader.stats());
             }
@@ -108,6 +201,7 @@ impl TlsStreams {
             }
             keep
         });
+        self.held.retain(|(conn, _), _| conn.tgid != tgid);
     }
 
     /// Directions being decrypted now.
@@ -120,6 +214,11 @@ impl TlsStreams {
         self.readers.is_empty()
     }
 
+    /// Whether this direction of the connection is decrypted.
+    pub fn keyed(&self, conn: ConnKey, direction: Direction) -> bool {
+        self.readers.contains_key(&(conn, direction))
+    }
+
     /// What every reader did since start.
     pub fn stats(&self) -> TlsStats {
         let mut total = self.finished;
@@ -130,8 +229,35 @@ impl TlsStreams {
     }
 }
 
+/// The data records of plaintext a secret's arrival released: stamped with
+/// the secret's time (the syscalls that read or wrote them came before).
+struct KeyTemplate<'a>(&'a TlsKeyRecord);
+
+impl KeyTemplate<'_> {
+    fn record(&self, bytes: Vec<u8>, gap_after: bool) -> DataRecord {
+        let key = self.0;
+        DataRecord {
+            ids: key.ids.clone(),
+            conn: key.conn,
+            fd: key.fd,
+            syscall: match key.direction {
+                Direction::Egress => IoSyscall::Write,
+                Direction::Ingress => IoSyscall::Read,
+            },
+            direction: key.direction,
+            fd_kind: FdKind::Socket,
+            len: bytes.len() as u64,
+            enter_ts_ns: 0,
+            data: bytes,
+            truncated: gap_after,
+            tls_plaintext: true,
+        }
+    }
+}
+
 fn add(total: &mut TlsStats, stats: TlsStats) {
     total.records += stats.records;
+    total.application_records += stats.application_records;
     total.skipped += stats.skipped;
     total.undecryptable += stats.undecryptable;
     total.resyncs += stats.resyncs;

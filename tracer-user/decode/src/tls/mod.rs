@@ -235,6 +235,8 @@ impl Pieces {
 pub struct TlsStats {
     /// Records opened.
     pub records: u64,
+    /// Of them, records of application data (not a handshake message or an alert).
+    pub application_records: u64,
     /// Records skipped before the first one opened: sent before the secret
     /// was read, their plaintext came another way or not at all.
     pub skipped: u64,
@@ -428,7 +430,10 @@ impl TlsReader {
             return 0;
         };
         match inner[type_at] {
-            APPLICATION_DATA => type_at,
+            APPLICATION_DATA => {
+                self.stats.application_records += 1;
+                type_at
+            }
             HANDSHAKE if contains_key_update(&inner[..type_at]) => {
                 // Every later record of this direction uses the next
                 // secret, numbered from zero.

@@ -43,6 +43,8 @@ const fn field(name: &'static str, chain: &'static [(&'static str, &'static str)
 const FIELDS: &[Field] = &[
     field("tls_conn_conn", &[("crypto/tls.Conn", "conn")]),
     field("tls_conn_vers", &[("crypto/tls.Conn", "vers")]),
+    field("tls_conn_in", &[("crypto/tls.Conn", "in")]),
+    field("tls_conn_out", &[("crypto/tls.Conn", "out")]),
     field(
         "tls_conn_cipher_suite",
         &[("crypto/tls.Conn", "cipherSuite")],
