@@ -121,6 +121,11 @@ pub struct TargetInfo {
 /// `TargetInfo::flags` bit, also the `TARGET_COMMS` value for such names:
 /// follow the process's write-ahead-log files (etcd).
 pub const TARGET_WAL: u8 = 1 << 0;
+/// `TargetInfo::flags` bit: the per-call TLS probes of the process's
+/// executable are detached, so the syscall programs copy the ciphertext of
+/// its TLS sockets whose direction is not keyed too (a connection idle
+/// until now that starts to talk: the decode stage asks for the probes).
+pub const TARGET_TLS_CALLS_DETACHED: u8 = 1 << 1;
 
 /// etcd's executable name (and comm): the target whose WAL files podtrace
 /// follows and whose `--name` names the member in WAL spans.

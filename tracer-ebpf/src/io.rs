@@ -24,7 +24,7 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use tracer_common::{
-    config::TARGET_WAL,
+    config::{TARGET_TLS_CALLS_DETACHED, TARGET_WAL},
     drop_reason::DropReason,
     event::{EventKind, FILENAME_BYTES},
     io::{
@@ -187,12 +187,16 @@ fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRe
             match unsafe { FDS.get(key) }.copied() {
                 // Go's TLS probes deliver this socket's plaintext; its
                 // ciphertext would only be the same bytes again, encrypted —
-                // unless the direction's secret was sent (`tls_keys`).
+                // unless the direction's secret was sent (`tls_keys`), or
+                // the probes are detached from the process.
                 Some(info)
                     if info.flags & FD_TLS != 0
                         && syscall
                             .direction()
-                            .is_some_and(|direction| info.flags & keyed_flag(direction) == 0) =>
+                            .is_some_and(|direction| info.flags & keyed_flag(direction) == 0)
+                        && !target_of(tgid).is_some_and(|target| {
+                            target.flags & TARGET_TLS_CALLS_DETACHED != 0
+                        }) =>
                 {
                     return Ok(());
                 }

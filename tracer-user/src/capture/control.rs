@@ -33,6 +33,18 @@ pub enum CaptureControl {
     /// The connection closed, was muted, or its process exited: forget
     /// what was asked about its secrets.
     ForgetTlsSecrets(ConnKey),
+    /// Whether process `tgid` needs the per-call TLS probes: it has a TLS
+    /// connection whose plaintext still comes from them (not keyed yet, or
+    /// not TLS 1.3).
+    TlsProbes {
+        /// The process.
+        tgid: u32,
+        /// Attach (true) or detach (false).
+        needed: bool,
+    },
+    /// Process `tgid` ended: it needs no probes, and what was asked for its
+    /// connections goes.
+    Exited(u32),
 }
 
 impl From<HpackControl> for CaptureControl {

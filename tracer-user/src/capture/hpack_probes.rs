@@ -9,10 +9,7 @@
 //! decode stage says per process whether it needs them, and the probes of
 //! an executable stay attached only while one of its processes does.
 
-use std::{
-    collections::{HashMap, HashSet},
-    path::{Path, PathBuf},
-};
+use std::collections::HashSet;
 
 use aya::{
     Ebpf,
@@ -20,13 +17,10 @@ use aya::{
 };
 use tracer_common::{
     io::{HPACK_SYNC_DECODER_DONE, HPACK_SYNC_ENCODER_DONE, HeaderSide, HpackSync, ProcessConnKey},
-    names::{MAP_HPACK_SYNC, MAP_HPACK_SYNC_COUNT, PROGRAM_GO_HPACK_FIELD},
+    names::{MAP_HPACK_SYNC, MAP_HPACK_SYNC_COUNT},
 };
 
-use super::{
-    CaptureError, ConnKey,
-    uprobe_links::{UprobeAttacher, UprobeLinks},
-};
+use super::{CaptureError, ConnKey, on_demand::OnDemandProbes, uprobe_links::UprobeAttacher};
 
 /// What the decode stage asks of the HPACK probes and table copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,84 +38,27 @@ pub enum HpackControl {
         /// Attach (true) or detach (false).
         needed: bool,
     },
-    /// Process `tgid` ended.
-    Exited(u32),
-}
-
-/// An executable file: (device, inode).
-pub(crate) type FileId = (u64, u64);
-
-/// The HPACK probe points of one executable.
-#[derive(Debug)]
-struct Executable {
-    /// Where it was first found (attaching again goes through a process
-    /// of it that is alive: the path may have been replaced since).
-    path: PathBuf,
-    /// (file offset, attach cookie) of each probe point.
-    points: Vec<(u64, u64)>,
-    /// The attached probes; none while detached.
-    links: Option<UprobeLinks>,
-    /// Processes of it that said they need the probes.
-    needed_by: HashSet<u32>,
-    /// Processes of it running when it was first attached that have not
-    /// said yet: they may hold connections older than podtrace.
-    unreported: HashSet<u32>,
 }
 
 /// Attach state of the HPACK probes, and the `HPACK_SYNC` requests.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct HpackProbes {
-    executables: HashMap<FileId, Executable>,
-    process_file: HashMap<u32, FileId>,
+    /// The probes, per executable.
+    pub(crate) probes: OnDemandProbes,
     /// Connections in `HPACK_SYNC`.
     syncs: HashSet<ConnKey>,
-    /// Times the probes of an executable were attached again.
-    pub(crate) reattached: u64,
+}
+
+impl Default for HpackProbes {
+    fn default() -> Self {
+        Self {
+            probes: OnDemandProbes::new("HPACK probes"),
+            syncs: HashSet::new(),
+        }
+    }
 }
 
 impl HpackProbes {
-    /// Registers an executable's probe points, and attaches them if it has
-    /// running processes (`tgids`): those may have connections older than
-    /// podtrace. Processes started later connect while probed from their
-    /// start, and need them only if they say so.
-    pub(crate) fn add_executable(
-        &mut self,
-        ebpf: &mut Ebpf,
-        uprobes: &UprobeAttacher,
-        file: FileId,
-        path: PathBuf,
-        points: Vec<(u64, u64)>,
-        tgids: &[u32],
-    ) -> Result<(), CaptureError> {
-        for &tgid in tgids {
-            self.process_file.insert(tgid, file);
-        }
-        let mut executable = Executable {
-            path,
-            points,
-            links: None,
-            needed_by: HashSet::new(),
-            unreported: tgids.iter().copied().collect(),
-        };
-        if !tgids.is_empty() {
-            let path = executable.path.clone();
-            attach(ebpf, uprobes, &mut executable, &path)?;
-        }
-        self.executables.insert(file, executable);
-        Ok(())
-    }
-
-    /// A process of an executable already registered; `at_start`: it was
-    /// running before podtrace, so it may need the probes.
-    pub(crate) fn add_process(&mut self, file: FileId, tgid: u32, at_start: bool) {
-        if let Some(executable) = self.executables.get_mut(&file) {
-            self.process_file.insert(tgid, file);
-            if at_start {
-                executable.unreported.insert(tgid);
-            }
-        }
-    }
-
     /// Carries out what the decode stage asked.
     pub(crate) fn control(
         &mut self,
@@ -155,81 +92,38 @@ impl HpackProbes {
                     self.write_count(ebpf)?;
                 }
             }
-            HpackControl::Exited(tgid) => {
-                self.set_needed(ebpf, uprobes, tgid, false)?;
-                self.process_file.remove(&tgid);
-                // Its sockets closed with it, without close(2): no Forget comes.
-                let gone: Vec<ConnKey> = self
-                    .syncs
-                    .iter()
-                    .filter(|conn| conn.tgid == tgid)
-                    .copied()
-                    .collect();
-                if !gone.is_empty() {
-                    let mut syncs: BpfHashMap<_, ProcessConnKey, HpackSync> = sync_map(ebpf)?;
-                    for conn in gone {
-                        let _ = syncs.remove(&conn.map_key());
-                        self.syncs.remove(&conn);
-                    }
-                    self.write_count(ebpf)?;
-                }
-            }
             HpackControl::FieldProbes { tgid, needed } => {
-                self.set_needed(ebpf, uprobes, tgid, needed)?;
+                self.probes.set_needed(ebpf, uprobes, tgid, needed)?;
             }
         }
         Ok(())
     }
 
-    /// Notes whether process `tgid` needs the HPACK probes, and attaches or
-    /// detaches its executable's accordingly.
-    fn set_needed(
+    /// Process `tgid` ended: it needs no probes, and its connections'
+    /// table requests go.
+    pub(crate) fn exited(
         &mut self,
         ebpf: &mut Ebpf,
         uprobes: &UprobeAttacher,
         tgid: u32,
-        needed: bool,
     ) -> Result<(), CaptureError> {
-        let Some(executable) = self
-            .process_file
-            .get(&tgid)
-            .and_then(|file| self.executables.get_mut(file))
-        else {
-            return Ok(());
-        };
-        executable.unreported.remove(&tgid);
-        if needed {
-            executable.needed_by.insert(tgid);
-        } else {
-            executable.needed_by.remove(&tgid);
-        }
-        let wanted = !executable.needed_by.is_empty() || !executable.unreported.is_empty();
-        if wanted && executable.links.is_none() {
-            // The process that asked is alive: its exe is the file.
-            let path = PathBuf::from(format!("/proc/{tgid}/exe"));
-            attach(ebpf, uprobes, executable, &path)?;
-            self.reattached += 1;
-            tracing::info!(path = %executable.path.display(), tgid, "HPACK probes attached again: a connection older than podtrace needs them");
-        } else if let Some(links) = executable.links.take_if(|_| !wanted) {
-            UprobeAttacher::detach(ebpf, links)?;
-            tracing::info!(path = %executable.path.display(), "HPACK probes detached: no connection needs them");
+        self.probes.exited(ebpf, uprobes, tgid)?;
+        // Its sockets closed with it, without close(2): no Forget comes.
+        let gone: Vec<ConnKey> = self
+            .syncs
+            .iter()
+            .filter(|conn| conn.tgid == tgid)
+            .copied()
+            .collect();
+        if !gone.is_empty() {
+            let mut syncs: BpfHashMap<_, ProcessConnKey, HpackSync> = sync_map(ebpf)?;
+            for conn in gone {
+                let _ = syncs.remove(&conn.map_key());
+                self.syncs.remove(&conn);
+            }
+            self.write_count(ebpf)?;
         }
         Ok(())
-    }
-
-    /// How many executables have their HPACK probes attached now.
-    pub(crate) fn attached(&self) -> usize {
-        self.executables
-            .values()
-            .filter(|executable| executable.links.is_some())
-            .count()
-    }
-
-    /// Takes the attached probes, to be closed at once at stop.
-    pub(crate) fn take_links(&mut self) -> impl Iterator<Item = UprobeLinks> + '_ {
-        self.executables
-            .values_mut()
-            .filter_map(|executable| executable.links.take())
     }
 
     fn write_count(&self, ebpf: &mut Ebpf) -> Result<(), CaptureError> {
@@ -257,19 +151,4 @@ fn set_sync(ebpf: &mut Ebpf, conn: ConnKey, done: u32) -> Result<(), CaptureErro
             name: MAP_HPACK_SYNC,
             source,
         })
-}
-
-fn attach(
-    ebpf: &mut Ebpf,
-    uprobes: &UprobeAttacher,
-    executable: &mut Executable,
-    path: &Path,
-) -> Result<(), CaptureError> {
-    let points: Vec<_> = executable
-        .points
-        .iter()
-        .map(|&(offset, cookie)| (PROGRAM_GO_HPACK_FIELD, offset, cookie))
-        .collect();
-    executable.links = Some(uprobes.attach(ebpf, path, &points)?);
-    Ok(())
 }

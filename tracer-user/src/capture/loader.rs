@@ -14,7 +14,10 @@ use aya::{
     programs::{ProgramError, RawTracePoint},
 };
 use tracer_common::{
-    config::{COMM_BYTES, Config, ETCD_EXECUTABLE, TARGET_WAL, TargetInfo, WAKEUP_FRACTION},
+    config::{
+        COMM_BYTES, Config, ETCD_EXECUTABLE, TARGET_TLS_CALLS_DETACHED, TARGET_WAL, TargetInfo,
+        WAKEUP_FRACTION,
+    },
     drop_reason::DropReason,
     event::{EventHeader, EventKind, FILENAME_BYTES},
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
@@ -38,9 +41,10 @@ use super::{
     clock::monotonic_now_ns,
     control::{CaptureControl, MutedConns, SecretsWanted},
     go_probes::{ARGS_AT_RET_CHECKED, NoGoPlan, ResolvedFunction, go_plan},
-    hpack_probes::{FileId, HpackProbes},
+    hpack_probes::HpackProbes,
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
     kube_probes,
+    on_demand::{FileId, OnDemandProbes},
     proc_fds::{OpenFd, open_fds},
     recording::KnownProcesses,
     targets::{FoundTarget, TargetMatcher, etcd_member_name, scan_proc},
@@ -152,6 +156,10 @@ pub struct Probes {
     go_links: Vec<UprobeLinks>,
     /// The HPACK probes, attached while a process needs them.
     hpack: HpackProbes,
+    /// The per-call TLS probes (`crypto/tls.(*Conn)` Write and Read),
+    /// attached while a process has a TLS connection whose plaintext comes
+    /// from them (older than podtrace and not keyed yet, or not TLS 1.3).
+    tls_calls: OnDemandProbes,
     /// Connections whose bytes the programs no longer copy.
     muted: MutedConns,
     /// Directions of older connections whose TLS secrets were asked for.
@@ -161,7 +169,12 @@ pub struct Probes {
 impl Drop for Probes {
     fn drop(&mut self) {
         let started = std::time::Instant::now();
-        let links = uprobe_links::close_all(self.go_links.drain(..).chain(self.hpack.take_links()));
+        let links = uprobe_links::close_all(
+            self.go_links
+                .drain(..)
+                .chain(self.hpack.probes.take_links())
+                .chain(self.tls_calls.take_links()),
+        );
         tracing::info!(
             links,
             ms = started.elapsed().as_millis() as u64,
@@ -331,6 +344,7 @@ impl Probes {
             uprobes,
             go_links: Vec::new(),
             hpack: HpackProbes::default(),
+            tls_calls: OnDemandProbes::new("per-call TLS probes"),
             muted: MutedConns::default(),
             secrets: SecretsWanted::default(),
         };
@@ -381,7 +395,8 @@ impl Probes {
         let file = (meta.dev(), meta.ino());
         if self.go_binaries.contains_key(&file) {
             if let Some((tgid, at_start)) = process {
-                self.hpack.add_process(file, tgid, at_start);
+                self.hpack.probes.add_process(file, tgid, at_start);
+                self.tls_calls.add_process(file, tgid, at_start);
             }
             return;
         }
@@ -392,7 +407,8 @@ impl Probes {
             .collect();
         let outcome = self.attach_go_probes_to(exe, file, &running);
         if let Some((tgid, _)) = process {
-            self.hpack.add_process(file, tgid, false);
+            self.hpack.probes.add_process(file, tgid, false);
+            self.tls_calls.add_process(file, tgid, false);
         }
         let exe = exe.display();
         let tls_index = match outcome {
@@ -441,19 +457,20 @@ impl Probes {
         ] {
             for function in functions {
                 let (offset, bits) = function.entry_probe();
-                hpack_points.push((offset, side as u64 | bits));
+                hpack_points.push((PROGRAM_GO_HPACK_FIELD, offset, side as u64 | bits));
             }
         }
+        let mut tls_call_points = Vec::new();
         let (tls_index, unknown_release) = match &plan.offsets {
             Ok(offsets) if !plan.tls_writes.is_empty() || !plan.tls_reads.is_empty() => {
                 let index = self.register_tls_offsets(offsets)?;
                 let cookie = u64::from(index);
                 for write in &plan.tls_writes {
                     let (offset, bits) = write.entry_probe();
-                    points.push((PROGRAM_GO_TLS_WRITE, offset, cookie | bits));
+                    tls_call_points.push((PROGRAM_GO_TLS_WRITE, offset, cookie | bits));
                 }
                 for read in &plan.tls_reads {
-                    points.extend(tls_read_points(read, cookie));
+                    tls_call_points.extend(tls_read_points(read, cookie));
                 }
                 let level = if plan.tls_secret_level_arg {
                     GO_TLS_SECRET_LEVEL_ARG
@@ -505,8 +522,8 @@ impl Probes {
             let links = self.uprobes.attach(&mut self.ebpf, exe, &points)?;
             self.go_links.push(links);
         }
-        let hpack_points_count = hpack_points.len();
-        self.hpack.add_executable(
+        let on_demand = hpack_points.len() + tls_call_points.len();
+        self.hpack.probes.add_executable(
             &mut self.ebpf,
             &self.uprobes,
             file,
@@ -514,8 +531,16 @@ impl Probes {
             hpack_points,
             running,
         )?;
+        self.tls_calls.add_executable(
+            &mut self.ebpf,
+            &self.uprobes,
+            file,
+            exe.to_path_buf(),
+            tls_call_points,
+            running,
+        )?;
         Ok(GoAttached {
-            attachments: points.len() + hpack_points_count,
+            attachments: points.len() + on_demand,
             tls_index,
             unknown_release,
             kube_functions,
@@ -538,11 +563,48 @@ impl Probes {
                     self.secrets.want(&mut self.ebpf, conn, direction)
                 }
                 CaptureControl::ForgetTlsSecrets(conn) => self.secrets.forget(&mut self.ebpf, conn),
+                CaptureControl::TlsProbes { tgid, needed } => self.set_tls_calls(tgid, needed),
+                CaptureControl::Exited(tgid) => self
+                    .hpack
+                    .exited(&mut self.ebpf, &self.uprobes, tgid)
+                    .and_then(|()| self.tls_calls.exited(&mut self.ebpf, &self.uprobes, tgid)),
             };
             if let Err(error) = done {
                 tracing::warn!(%error, ?request, "capture control failed");
             }
         }
+    }
+
+    /// Attaches or detaches the per-call TLS probes of process `tgid`'s
+    /// executable as it needs them, and tells the syscall programs of each
+    /// of its processes: while they are detached, the ciphertext of a TLS
+    /// socket not keyed is copied too, so that the decode stage sees a
+    /// connection idle until now start to talk, and asks for them again.
+    fn set_tls_calls(&mut self, tgid: u32, needed: bool) -> Result<(), CaptureError> {
+        if !self
+            .tls_calls
+            .set_needed(&mut self.ebpf, &self.uprobes, tgid, needed)?
+        {
+            return Ok(());
+        }
+        let (processes, attached) = self.tls_calls.processes_of(tgid);
+        let name = MAP_TARGETS;
+        let mut targets: BpfHashMap<_, u32, TargetInfo> = map_mut(&mut self.ebpf, name)?;
+        for process in processes {
+            // A process that ended has no entry: nothing to mark.
+            let Ok(mut target) = targets.get(&process, 0) else {
+                continue;
+            };
+            if attached {
+                target.flags &= !TARGET_TLS_CALLS_DETACHED;
+            } else {
+                target.flags |= TARGET_TLS_CALLS_DETACHED;
+            }
+            targets
+                .insert(process, target, 0)
+                .map_err(|source| CaptureError::Map { name, source })?;
+        }
+        Ok(())
     }
 
     /// Connections muted now, since start, and mutes refused because the
@@ -554,7 +616,7 @@ impl Probes {
     /// Executables whose HPACK probes are attached now, and how many times
     /// one was attached again after a detach.
     pub fn hpack_probes_attached(&self) -> (usize, u64) {
-        (self.hpack.attached(), self.hpack.reattached)
+        (self.hpack.probes.attached(), self.hpack.probes.reattached)
     }
 
     /// Stores a function probe's spec in the next `GO_FUNCS` slot; the slot

@@ -11,6 +11,7 @@ mod hpack_probes;
 pub mod kernel_btf;
 pub mod kube_probes;
 pub mod loader;
+mod on_demand;
 pub mod proc_fds;
 pub mod recording;
 pub mod ring;

@@ -796,8 +796,7 @@ impl GrpcDecoder {
     /// A process ended: it needs no HPACK probes any more.
     pub fn on_exit(&mut self, tgid: u32) {
         self.field_probes.remove(&tgid);
-        self.control
-            .push(CaptureControl::Hpack(HpackControl::Exited(tgid)));
+        self.control.push(CaptureControl::Exited(tgid));
         let control = &mut self.control;
         self.muted.retain(|conn| {
             let gone = conn.tgid == tgid;

@@ -156,7 +156,9 @@ impl Decoder {
 
     /// What capture is asked to do since the last call (see [`CaptureControl`]).
     pub fn take_control(&mut self) -> Vec<CaptureControl> {
-        std::mem::take(&mut self.grpc.control)
+        let mut control = std::mem::take(&mut self.grpc.control);
+        control.append(&mut self.tls.control);
+        control
     }
 
     /// Decodes one captured event into the messages it yields (header fields

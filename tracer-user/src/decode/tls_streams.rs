@@ -25,7 +25,7 @@ use rustc_hash::FxHashMap;
 use tracer_common::io::{Direction, FdKind, IoSyscall};
 use tracer_decode::tls::{TlsReader, TlsStats, TrafficKeys};
 
-use crate::capture::{ConnKey, DataRecord, TlsKeyRecord};
+use crate::capture::{CaptureControl, ConnKey, DataRecord, TlsKeyRecord};
 
 /// Directions decrypted at once: two per connection, as many connections as
 /// the HTTP/2 decoder follows.
@@ -35,6 +35,15 @@ const MAX_READERS: usize = 2 * 4096;
 const MAX_HELD_BYTES: usize = 64 * 1024;
 /// A TLS handshake record's first bytes: type 22, legacy version 3.x.
 const HANDSHAKE_RECORD: [u8; 2] = [22, 3];
+/// A TLS application-data record's first bytes (TLS 1.2 and 1.3).
+const APPLICATION_DATA_RECORD: [u8; 3] = [23, 3, 3];
+/// How long a process's per-call TLS probes stay attached after they last
+/// delivered plaintext: the connections older than podtrace are keyed
+/// within their first requests, and a connection quiet that long that
+/// talks again shows as ciphertext and brings the probes back.
+const TLS_CALLS_IDLE_NS: u64 = 2_000_000_000;
+/// How often the processes' need for the per-call TLS probes is looked at.
+const TLS_CALLS_CHECK_NS: u64 = 500_000_000;
 
 /// A socket direction.
 type Slot = (ConnKey, Direction);
@@ -50,11 +59,27 @@ enum Held {
     Nothing,
 }
 
+/// Whether a process needs its per-call TLS probes, as last said to capture.
+#[derive(Debug, Clone, Copy)]
+struct CallProbes {
+    /// When plaintext last came from them, or a TLS record showed on a
+    /// socket direction not keyed (CLOCK_MONOTONIC ns).
+    last_needed_ns: u64,
+    /// What capture was last told (`None`: nothing yet).
+    said: Option<bool>,
+}
+
 /// The readers of every keyed socket direction.
 #[derive(Debug, Default)]
 pub struct TlsStreams {
     readers: FxHashMap<Slot, TlsReader>,
     held: FxHashMap<Slot, Held>,
+    /// Per process with socket data, its need for the per-call TLS probes.
+    call_probes: FxHashMap<u32, CallProbes>,
+    /// When the idle processes are looked for next.
+    next_check_ns: u64,
+    /// What capture is asked to do, in order; the stage takes it.
+    pub control: Vec<CaptureControl>,
     /// What readers that are gone did.
     finished: TlsStats,
     /// Secrets that could not be used (not a TLS 1.3 suite, a wrong length).
@@ -115,7 +140,11 @@ impl TlsStreams {
     /// The plaintext records of `data` if it is ciphertext of a keyed
     /// direction (possibly none yet: a record not whole), else `None`.
     pub fn decrypt(&mut self, data: &DataRecord) -> Option<Vec<DataRecord>> {
-        if data.tls_plaintext || data.fd_kind != FdKind::Socket {
+        if data.fd_kind != FdKind::Socket {
+            return None;
+        }
+        self.note_call_probes(data);
+        if data.tls_plaintext {
             return None;
         }
         let slot = (data.conn, data.direction);
@@ -141,6 +170,47 @@ impl TlsStreams {
                 })
                 .collect(),
         )
+    }
+
+    /// Notes whether `data` says its process needs the per-call TLS probes
+    /// — their plaintext, or a TLS record on a direction that is neither
+    /// keyed nor in its handshake — and tells capture when that changes;
+    /// now and then, processes that went without them long enough are told
+    /// they need them no more.
+    fn note_call_probes(&mut self, data: &DataRecord) {
+        let now = data.ids.ts_ns;
+        let slot = (data.conn, data.direction);
+        let needs = data.tls_plaintext
+            || (data.data.starts_with(&APPLICATION_DATA_RECORD)
+                && !self.readers.contains_key(&slot)
+                && !matches!(self.held.get(&slot), Some(Held::Tls(_))));
+        let tgid = data.conn.tgid;
+        let probes = self.call_probes.entry(tgid).or_insert(CallProbes {
+            last_needed_ns: now,
+            said: None,
+        });
+        if needs {
+            probes.last_needed_ns = now;
+            if probes.said != Some(true) {
+                probes.said = Some(true);
+                self.control
+                    .push(CaptureControl::TlsProbes { tgid, needed: true });
+            }
+        }
+        if now < self.next_check_ns {
+            return;
+        }
+        self.next_check_ns = now + TLS_CALLS_CHECK_NS;
+        for (&tgid, probes) in &mut self.call_probes {
+            let idle = now.saturating_sub(probes.last_needed_ns) > TLS_CALLS_IDLE_NS;
+            if idle && probes.said != Some(false) {
+                probes.said = Some(false);
+                self.control.push(CaptureControl::TlsProbes {
+                    tgid,
+                    needed: false,
+                });
+            }
+        }
     }
 
     /// Keeps `bytes` of a direction that began with a TLS handshake, until
@@ -202,6 +272,7 @@ impl TlsStreams {
             keep
         });
         self.held.retain(|(conn, _), _| conn.tgid != tgid);
+        self.call_probes.remove(&tgid);
     }
 
     /// Directions being decrypted now.
