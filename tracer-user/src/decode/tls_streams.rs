@@ -334,3 +334,181 @@ fn add(total: &mut TlsStats, stats: TlsStats) {
     total.resyncs += stats.resyncs;
     total.key_updates += stats.key_updates;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::ProcessIds;
+
+    const TGID: u32 = 42;
+    const SECOND: u64 = 1_000_000_000;
+
+    /// The real Go TLS 1.3 session of `tracer-decode`'s tests: the client's
+    /// bytes on the wire, its application secret, the suite, the messages.
+    struct Session {
+        suite: u16,
+        secret: Vec<u8>,
+        client_to_server: Vec<u8>,
+        messages: Vec<u8>,
+    }
+
+    fn unhex(text: &str) -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|at| u8::from_str_radix(&text[at..at + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn session() -> Session {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/decode/testdata/tls13/tls13-session.txt"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut session = Session {
+            suite: 0,
+            secret: Vec::new(),
+            client_to_server: Vec::new(),
+            messages: Vec::new(),
+        };
+        for line in text.lines() {
+            let (name, value) = line.split_once(' ').unwrap();
+            match name {
+                "suite" => session.suite = u16::from_str_radix(value, 16).unwrap(),
+                "client_traffic_secret_0" => session.secret = unhex(value),
+                "client_to_server" => session.client_to_server = unhex(value),
+                "message" => session.messages.extend(unhex(value)),
+                _ => {}
+            }
+        }
+        session
+    }
+
+    fn conn() -> ConnKey {
+        ConnKey {
+            tgid: TGID,
+            conn_id: 7,
+        }
+    }
+
+    fn data(ts_ns: u64, bytes: &[u8], tls_plaintext: bool) -> DataRecord {
+        DataRecord {
+            ids: ProcessIds {
+                ts_ns,
+                tgid: TGID,
+                tid: TGID,
+            },
+            conn: conn(),
+            fd: 9,
+            syscall: IoSyscall::Write,
+            direction: Direction::Egress,
+            fd_kind: FdKind::Socket,
+            len: bytes.len() as u64,
+            enter_ts_ns: ts_ns,
+            data: bytes.to_vec(),
+            truncated: false,
+            tls_plaintext,
+        }
+    }
+
+    fn key(session: &Session, seq: u64) -> TlsKeyRecord {
+        TlsKeyRecord {
+            ids: ProcessIds {
+                ts_ns: 5,
+                tgid: TGID,
+                tid: TGID,
+            },
+            conn: conn(),
+            fd: 9,
+            direction: Direction::Egress,
+            seq,
+            suite: session.suite,
+            secret: session.secret.clone(),
+        }
+    }
+
+    fn plaintext(records: &[DataRecord]) -> Vec<u8> {
+        assert!(records.iter().all(|record| record.tls_plaintext));
+        records
+            .iter()
+            .flat_map(|record| record.data.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_secret_from_the_handshake_reads_what_came_before_it() {
+        let session = session();
+        let mut streams = TlsStreams::default();
+        // The whole session arrives before Go installs the secret.
+        for (at, chunk) in session.client_to_server.chunks(1000).enumerate() {
+            let out = streams.decrypt(&data(at as u64, chunk, false));
+            assert!(out.is_none(), "nothing to decrypt with yet");
+        }
+        let released = streams.on_key(&key(&session, 0));
+        assert!(plaintext(&released) == session.messages);
+        assert_eq!(streams.stats().undecryptable, 0);
+    }
+
+    #[test]
+    fn a_secret_read_at_a_probe_hit_does_not_read_what_came_before_it() {
+        let session = session();
+        let mut streams = TlsStreams::default();
+        streams.decrypt(&data(1, &session.client_to_server, false));
+        // Record 1 on: what came before was delivered in plaintext.
+        assert!(streams.on_key(&key(&session, 1)).is_empty());
+    }
+
+    #[test]
+    fn ciphertext_after_the_secret_is_decrypted_as_it_comes() {
+        let session = session();
+        let mut streams = TlsStreams::default();
+        assert!(streams.on_key(&key(&session, 0)).is_empty());
+        let records: Vec<DataRecord> = session
+            .client_to_server
+            .chunks(777)
+            .flat_map(|chunk| streams.decrypt(&data(1, chunk, false)).unwrap())
+            .collect();
+        assert!(plaintext(&records) == session.messages);
+        streams.on_closed(&conn());
+        assert!(streams.is_empty());
+        assert!(streams.stats().application_records >= 4);
+    }
+
+    #[test]
+    fn the_per_call_probes_are_needed_while_they_deliver_plaintext_and_not_after() {
+        let mut streams = TlsStreams::default();
+        streams.decrypt(&data(SECOND, b"plaintext from a probe", true));
+        assert_eq!(
+            std::mem::take(&mut streams.control),
+            [CaptureControl::TlsProbes {
+                tgid: TGID,
+                needed: true
+            }]
+        );
+        // Ciphertext of a keyed direction says nothing about them.
+        streams.on_key(&key(&session(), 0));
+        streams.decrypt(&data(2 * SECOND, &[23, 3, 3, 0, 1], false));
+        assert!(streams.control.is_empty());
+        // Quiet for longer than the idle time: not needed any more.
+        streams.decrypt(&data(SECOND + TLS_CALLS_IDLE_NS + 1, b"", false));
+        assert_eq!(
+            std::mem::take(&mut streams.control),
+            [CaptureControl::TlsProbes {
+                tgid: TGID,
+                needed: false
+            }]
+        );
+        // A TLS record on a direction neither keyed nor in its handshake
+        // (a connection idle until now) brings them back.
+        let mut idle = data(5 * SECOND, &[23, 3, 3, 0, 1], false);
+        idle.conn.conn_id = 8;
+        streams.decrypt(&idle);
+        assert_eq!(
+            streams.control,
+            [CaptureControl::TlsProbes {
+                tgid: TGID,
+                needed: true
+            }]
+        );
+    }
+}
