@@ -229,6 +229,26 @@ impl Stages {
                     "not decoded: etcd writes of Pods created before podtrace started or longer ago than the trace timeout"
                 );
             }
+            let tls = &decoder.tls;
+            let decrypted = tls.stats();
+            if decrypted.records > 0 {
+                tracing::info!(
+                    records = decrypted.records,
+                    application_records = decrypted.application_records,
+                    undecryptable = decrypted.undecryptable,
+                    resyncs = decrypted.resyncs,
+                    key_updates = decrypted.key_updates,
+                    "TLS 1.3 records decrypted with the secrets read from the processes"
+                );
+            }
+            if tls.keys_refused + tls.skipped + tls.held_too_long > 0 {
+                tracing::warn!(
+                    secrets_refused = tls.keys_refused,
+                    directions_skipped = tls.skipped,
+                    handshakes_too_long = tls.held_too_long,
+                    "TLS ciphertext not decrypted: unusable secrets, too many directions at once, or handshakes longer than podtrace holds"
+                );
+            }
             if decoder.grpc.muted_total > 0 {
                 tracing::info!(
                     connections = decoder.grpc.muted_total,
@@ -404,6 +424,8 @@ pub async fn run(
     if let Some(metrics) = &metrics {
         let (attached, reattached) = probes.hpack_probes_attached();
         metrics.set_hpack_probes(attached, reattached);
+        let (attached, reattached, refused) = probes.tls_call_probes_attached();
+        metrics.set_tls_call_probes(attached, reattached, refused);
     }
     loop {
         tokio::select! {
@@ -414,6 +436,8 @@ pub async fn run(
                 if let Some(metrics) = &metrics {
                     let (attached, reattached) = probes.hpack_probes_attached();
                     metrics.set_hpack_probes(attached, reattached);
+                    let (attached, reattached, refused) = probes.tls_call_probes_attached();
+                    metrics.set_tls_call_probes(attached, reattached, refused);
                     let (muted, total, refused) = probes.muted_connections();
                     metrics.set_muted_connections(muted, total, refused);
                 }

@@ -619,6 +619,17 @@ impl Probes {
         (self.hpack.probes.attached(), self.hpack.probes.reattached)
     }
 
+    /// Executables whose per-call TLS probes are attached now, how many
+    /// times one was attached again after a detach, and secrets of older
+    /// connections not asked for because the map was full.
+    pub fn tls_call_probes_attached(&self) -> (usize, u64, u64) {
+        (
+            self.tls_calls.attached(),
+            self.tls_calls.reattached,
+            self.secrets.refused,
+        )
+    }
+
     /// Stores a function probe's spec in the next `GO_FUNCS` slot; the slot
     /// is the attach cookie of its attachments.
     fn register_function_probe(&mut self, spec: GoFuncSpec) -> Result<u32, GoAttachError> {

@@ -275,21 +275,6 @@ impl TlsStreams {
         self.call_probes.remove(&tgid);
     }
 
-    /// Directions being decrypted now.
-    pub fn len(&self) -> usize {
-        self.readers.len()
-    }
-
-    /// Whether no direction is being decrypted.
-    pub fn is_empty(&self) -> bool {
-        self.readers.is_empty()
-    }
-
-    /// Whether this direction of the connection is decrypted.
-    pub fn keyed(&self, conn: ConnKey, direction: Direction) -> bool {
-        self.readers.contains_key(&(conn, direction))
-    }
-
     /// What every reader did since start.
     pub fn stats(&self) -> TlsStats {
         let mut total = self.finished;
@@ -470,7 +455,7 @@ mod tests {
             .collect();
         assert!(plaintext(&records) == session.messages);
         streams.on_closed(&conn());
-        assert!(streams.is_empty());
+        assert!(streams.decrypt(&data(2, b"after close", false)).is_none());
         assert!(streams.stats().application_records >= 4);
     }
 

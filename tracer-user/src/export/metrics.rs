@@ -192,6 +192,9 @@ pub struct Metrics {
     otlp_spans_dropped: Gauge,
     hpack_probes_attached: Gauge,
     hpack_probes_reattached: Gauge,
+    tls_call_probes_attached: Gauge,
+    tls_call_probes_reattached: Gauge,
+    tls_secrets_refused: Gauge,
     muted_connections: Gauge,
     muted_connections_total: Gauge,
     mutes_refused: Gauge,
@@ -258,6 +261,21 @@ impl Default for Metrics {
             "hpack_probes_reattached",
             "Times an executable's HPACK probes were attached again after a detach (a total since start)",
         );
+        let tls_call_probes_attached: Gauge = registered(
+            &mut registry,
+            "tls_call_probes_attached",
+            "Executables whose per-call TLS probes (crypto/tls Conn.Write and Conn.Read) are attached (only while a connection's plaintext comes from them: older than podtrace and not keyed yet, or not TLS 1.3)",
+        );
+        let tls_call_probes_reattached: Gauge = registered(
+            &mut registry,
+            "tls_call_probes_reattached",
+            "Times an executable's per-call TLS probes were attached again after a detach (a total since start)",
+        );
+        let tls_secrets_refused: Gauge = registered(
+            &mut registry,
+            "tls_secrets_refused",
+            "Directions of connections older than podtrace left on the per-call TLS probes because the kernel's map of wanted secrets was full (a total since start)",
+        );
         let muted_connections: Gauge = registered(
             &mut registry,
             "muted_connections",
@@ -293,6 +311,9 @@ impl Default for Metrics {
             otlp_spans_dropped,
             hpack_probes_attached,
             hpack_probes_reattached,
+            tls_call_probes_attached,
+            tls_call_probes_reattached,
+            tls_secrets_refused,
             muted_connections,
             muted_connections_total,
             mutes_refused,
@@ -371,6 +392,18 @@ impl Metrics {
             .set(i64::try_from(attached).unwrap_or(i64::MAX));
         self.hpack_probes_reattached
             .set(i64::try_from(reattached).unwrap_or(i64::MAX));
+    }
+
+    /// How many executables have their per-call TLS probes attached, how
+    /// many times they were attached again, and how many secrets of older
+    /// connections the kernel's map had no room for.
+    pub fn set_tls_call_probes(&self, attached: usize, reattached: u64, refused: u64) {
+        self.tls_call_probes_attached
+            .set(i64::try_from(attached).unwrap_or(i64::MAX));
+        self.tls_call_probes_reattached
+            .set(i64::try_from(reattached).unwrap_or(i64::MAX));
+        self.tls_secrets_refused
+            .set(i64::try_from(refused).unwrap_or(i64::MAX));
     }
 
     /// A batch of spans the OTLP-JSON file could not take.
