@@ -47,6 +47,8 @@ const CHANNEL_CAPACITY: usize = 256;
 const REPLAY_BATCH: usize = 256;
 /// How often correlation looks at the clock when no event comes.
 const CORRELATE_TICK: Duration = Duration::from_secs(1);
+/// How often a live decode stage looks at the clock (`Decoder::tick`).
+const DECODE_TICK: Duration = Duration::from_millis(500);
 /// How often the drop counters are checked.
 const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -181,7 +183,22 @@ impl Stages {
         let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
         let decode = tokio::spawn(async move {
             let mut decoder = Decoder::new(&decode_options, decode_window);
-            while let Some(events) = raw_rx.recv().await {
+            // A live agent's decisions that depend on quiet (the per-call
+            // TLS probes of a process whose connections went silent) need
+            // a clock; a replay has only its events' time.
+            let mut ticks = tokio::time::interval(DECODE_TICK);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                let events = tokio::select! {
+                    events = raw_rx.recv() => match events {
+                        Some(events) => events,
+                        None => break,
+                    },
+                    _ = ticks.tick(), if live => {
+                        decoder.tick(WallClock::monotonic_now_ns());
+                        Vec::new()
+                    }
+                };
                 let messages: Vec<Message> = events
                     .into_iter()
                     .flat_map(|event| decoder.decode(event))

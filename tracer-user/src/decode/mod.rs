@@ -161,6 +161,12 @@ impl Decoder {
         control
     }
 
+    /// Time passed with nothing to decode (a live agent's timer, at
+    /// CLOCK_MONOTONIC `now_ns`): what depends on quiet is decided.
+    pub fn tick(&mut self, now_ns: u64) {
+        self.tls.check_idle(now_ns);
+    }
+
     /// Decodes one captured event into the messages it yields (header fields
     /// an egress write releases come before the write itself).
     pub fn decode(&mut self, event: RawEvent) -> Vec<Message> {

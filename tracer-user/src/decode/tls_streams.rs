@@ -197,9 +197,16 @@ impl TlsStreams {
                     .push(CaptureControl::TlsProbes { tgid, needed: true });
             }
         }
-        if now < self.next_check_ns {
-            return;
+        if now >= self.next_check_ns {
+            self.check_idle(now);
         }
+    }
+
+    /// Tells capture which processes went without the per-call TLS probes
+    /// for [`TLS_CALLS_IDLE_NS`] by `now`: called as data comes, and on a
+    /// timer, since a process whose connections are all keyed or muted may
+    /// send no data at all.
+    pub fn check_idle(&mut self, now: u64) {
         self.next_check_ns = now + TLS_CALLS_CHECK_NS;
         for (&tgid, probes) in &mut self.call_probes {
             let idle = now.saturating_sub(probes.last_needed_ns) > TLS_CALLS_IDLE_NS;
