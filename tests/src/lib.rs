@@ -216,23 +216,8 @@ impl LiveCapture {
 /// (`tracer_user::decode::TlsStreams`); the secrets' records stay.
 pub fn decrypted(events: &[RawEvent]) -> Vec<RawEvent> {
     let mut streams = tracer_user::decode::TlsStreams::default();
-    let mut out = Vec::with_capacity(events.len());
-    for event in events {
-        match event {
-            RawEvent::TlsKey(key) => {
-                out.push(event.clone());
-                out.extend(streams.on_key(key).into_iter().map(RawEvent::Data));
-                continue;
-            }
-            RawEvent::Data(data) => {
-                if let Some(plaintext) = streams.decrypt(data) {
-                    out.extend(plaintext.into_iter().map(RawEvent::Data));
-                    continue;
-                }
-            }
-            _ => {}
-        }
-        out.push(event.clone());
-    }
-    out
+    events
+        .iter()
+        .flat_map(|event| streams.offline(event.clone()))
+        .collect()
 }

@@ -180,7 +180,8 @@ struct RecordArgs {
 struct ReplayArgs {
     /// A file written by `podtrace record`.
     file: PathBuf,
-    /// Print every event, with payload excerpts, instead of running the pipeline.
+    /// Print every event, with payload excerpts (TLS 1.3 traffic decrypted
+    /// with the secrets the recording holds), instead of running the pipeline.
     #[arg(long)]
     dump: bool,
     #[command(flatten)]

@@ -26,7 +26,7 @@ use crate::{
         wire::parse_record,
     },
     correlate::{Activity, Correlator, Span, TraceConfig},
-    decode::{DecodeOptions, Decoder, FollowWindow, Message},
+    decode::{DecodeOptions, Decoder, FollowWindow, Message, TlsStreams},
     export::{
         alerts::{self, Alert, Threshold},
         dump,
@@ -496,7 +496,8 @@ pub struct ReplaySummary {
 }
 
 /// Feeds a recording through the same stages as live events, or, with
-/// `dump`, prints every event readably instead (payload excerpts included).
+/// `dump`, prints every event readably instead (payload excerpts included;
+/// TLS 1.3 ciphertext whose secret the recording holds shown decrypted).
 pub async fn replay<R: io::Read>(
     mut reader: RecordingReader<R>,
     dump: bool,
@@ -509,6 +510,9 @@ pub async fn replay<R: io::Read>(
     };
     let stages = (!dump).then(|| Stages::spawn(clock, known, export, None));
     let mut malformed = 0;
+    // Dumps show TLS 1.3 traffic whose secret the recording holds as the
+    // decode stage reads it: decrypted.
+    let mut tls = TlsStreams::default();
     // Dumps write here; without dump the export stage prints to stdout, and
     // holding its lock while feeding the stages would deadlock them once
     // the channels fill.
@@ -532,7 +536,11 @@ pub async fn replay<R: io::Read>(
                 }
             }
             None => {
-                if let Err(err) = writeln!(out, "{}", dump::format_event(&event, &clock)) {
+                let lines = tls
+                    .offline(event)
+                    .into_iter()
+                    .map(|event| writeln!(out, "{}", dump::format_event(&event, &clock)));
+                if let Err(err) = lines.collect::<io::Result<()>>() {
                     if err.kind() == io::ErrorKind::BrokenPipe {
                         break;
                     }

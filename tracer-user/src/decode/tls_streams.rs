@@ -25,7 +25,7 @@ use rustc_hash::FxHashMap;
 use tracer_common::io::{Direction, FdKind, IoSyscall};
 use tracer_decode::tls::{TlsReader, TlsStats, TrafficKeys};
 
-use crate::capture::{CaptureControl, ConnKey, DataRecord, TlsKeyRecord};
+use crate::capture::{CaptureControl, ConnKey, DataRecord, RawEvent, TlsKeyRecord};
 
 /// Directions decrypted at once: two per connection, as many connections as
 /// the HTTP/2 decoder follows.
@@ -280,6 +280,30 @@ impl TlsStreams {
         });
         self.held.retain(|(conn, _), _| conn.tgid != tgid);
         self.call_probes.remove(&tgid);
+    }
+
+    /// `event` as the decode stage sees it, for readers of a recording
+    /// with no capture to steer (`replay --dump`, tests): ciphertext of a
+    /// keyed direction becomes its plaintext records, a secret's record
+    /// stays and is followed by the held plaintext it opened, anything else
+    /// passes as it is.
+    pub fn offline(&mut self, event: RawEvent) -> Vec<RawEvent> {
+        let out = match &event {
+            RawEvent::TlsKey(key) => {
+                let released = self.on_key(key);
+                std::iter::once(event)
+                    .chain(released.into_iter().map(RawEvent::Data))
+                    .collect()
+            }
+            RawEvent::Data(data) => match self.decrypt(data) {
+                Some(plaintext) => plaintext.into_iter().map(RawEvent::Data).collect(),
+                None => vec![event],
+            },
+            _ => vec![event],
+        };
+        // Nothing takes what capture would be asked.
+        self.control.clear();
+        out
     }
 
     /// What every reader did since start.

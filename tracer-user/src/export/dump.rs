@@ -4,6 +4,10 @@
 //!
 //! Payloads are shown as escaped text: printable bytes as themselves, others
 //! as `\xNN`.
+//!
+//! TLS 1.3 traffic reaches here decrypted where the recording holds its
+//! secret (the secret itself is never printed): `tls read` / `tls write`
+//! lines, as the per-call probes' plaintext was shown.
 
 use crate::{
     capture::{Peer, RawEvent, clock::WallClock},
