@@ -409,9 +409,40 @@ fn assert_node(trace: &Trace<'_>, pod: &DemoPod, node: &str, root_id: &str) {
 
 #[test]
 fn replayed_demo_run_gives_one_complete_trace_per_pod() {
-    let pods = demo_pods("demo-3-pods.pods.jsonl");
+    assert_demo_replay("demo-3-pods");
+}
+
+/// The same run recorded by an agent that reads TLS 1.3 from secrets: the
+/// recording holds each connection's traffic secrets and its ciphertext,
+/// not the per-call probes' plaintext, and replay decrypts it into the same
+/// traces.
+#[test]
+fn replayed_demo_run_read_from_tls13_secrets_gives_the_same_traces() {
+    let stderr = assert_demo_replay("demo-3-pods-tls13");
+    let summary = stderr
+        .lines()
+        .find(|line| line.contains("TLS 1.3 records decrypted"))
+        .unwrap_or_else(|| panic!("nothing decrypted:\n{stderr}"));
+    let count = |field: &str| -> u64 {
+        let value = summary
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix(&format!("{field}=")))
+            .unwrap_or_else(|| panic!("no {field} in {summary}"));
+        value.parse().unwrap()
+    };
+    assert!(count("application_records") > 100, "{summary}");
+    assert_eq!(count("undecryptable"), 0, "{summary}");
+    assert!(!stderr.contains("TLS ciphertext not decrypted"), "{stderr}");
+}
+
+/// Replays `{name}.ptrace` of a `podtrace-demo` run (`{name}.pods.jsonl`
+/// its Pods) and checks a creation and a deletion trace per Pod, each with
+/// the demo's whole tree; returns what replay logged.
+fn assert_demo_replay(name: &str) -> String {
+    let pods = demo_pods(&format!("{name}.pods.jsonl"));
     assert_eq!(pods.len(), 3);
-    let (spans, stdout) = replay("demo-3-pods.ptrace", "demo-node");
+    let (spans, stdout, stderr) = replay_run(&format!("{name}.ptrace"), "demo-node", &[]);
+    assert!(!stderr.contains("unattributed="), "{stderr}");
     // Canaries: payload the recording holds (the Pod spec's and the CRI
     // request's command, the QoS class, CRI labels) is never exported.
     let exported = format!("{spans:?}");
@@ -448,6 +479,7 @@ fn replayed_demo_run_gives_one_complete_trace_per_pod() {
             "{stdout}"
         );
     }
+    stderr
 }
 
 /// Recorded at the same time by two podtrace processes on one machine,

@@ -20,10 +20,10 @@
 //!
 //! Secrets stay in the readers: never logged, never passed on.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use tracer_common::io::{Direction, FdKind, IoSyscall};
-use tracer_decode::tls::{TlsReader, TlsStats, TrafficKeys};
+use tracer_decode::tls::{Plaintext, TlsReader, TlsStats, TrafficKeys};
 
 use crate::capture::{CaptureControl, ConnKey, DataRecord, RawEvent, TlsKeyRecord};
 
@@ -74,6 +74,11 @@ struct CallProbes {
 pub struct TlsStreams {
     readers: FxHashMap<Slot, TlsReader>,
     held: FxHashMap<Slot, Held>,
+    /// Directions whose reader failed on a record before it opened any
+    /// application data, while their handshake is held: the gap is said
+    /// only if that reader goes on to deliver, not if a later secret
+    /// reads the held bytes again.
+    gap_withheld: FxHashSet<Slot>,
     /// Per process with socket data, its need for the per-call TLS probes.
     call_probes: FxHashMap<u32, CallProbes>,
     /// When the idle processes are looked for next.
@@ -115,8 +120,11 @@ impl TlsStreams {
         let exact = key.direction == Direction::Ingress && key.seq != 0;
         let mut reader = TlsReader::new(keys, key.seq, exact);
         let mut plaintext = Vec::new();
+        let mut reads_again = false;
         match self.held.get(&slot) {
             Some(Held::Tls(bytes)) if key.seq == 0 => {
+                reads_again = true;
+                self.gap_withheld.remove(&slot);
                 let template = KeyTemplate(key);
                 plaintext = reader
                     .push(bytes, false)
@@ -131,7 +139,11 @@ impl TlsStreams {
             }
         }
         if let Some(old) = self.readers.insert(slot, reader) {
-            add(&mut self.finished, old.stats());
+            // A reader whose bytes the new one reads again from the start
+            // (it had a handshake secret) did nothing that counts.
+            if !reads_again {
+                add(&mut self.finished, old.stats());
+            }
         }
         self.stop_holding_if_opened(slot);
         plaintext
@@ -150,7 +162,28 @@ impl TlsStreams {
         let slot = (data.conn, data.direction);
         self.hold(slot, &data.data, data.truncated);
         let reader = self.readers.get_mut(&slot)?;
-        let pieces = reader.push(&data.data, data.truncated);
+        let mut pieces = reader.push(&data.data, data.truncated);
+        let opened = reader.stats().application_records > 0;
+        if !opened && matches!(self.held.get(&slot), Some(Held::Tls(_))) {
+            // Go before 1.21 installs handshake and application secrets
+            // through the same function, with nothing to tell them apart:
+            // a reader that has opened no application data yet may hold
+            // the handshake secret, and the application secret that
+            // follows reads the held bytes again. Nothing was delivered.
+            if pieces.iter().any(|piece| piece.gap_after) {
+                self.gap_withheld.insert(slot);
+            }
+            return Some(Vec::new());
+        }
+        if self.gap_withheld.remove(&slot) {
+            pieces.insert(
+                0,
+                Plaintext {
+                    bytes: Vec::new(),
+                    gap_after: true,
+                },
+            );
+        }
         self.stop_holding_if_opened(slot);
         Some(
             pieces
@@ -262,6 +295,7 @@ impl TlsStreams {
     pub fn on_closed(&mut self, conn: &ConnKey) {
         for direction in [Direction::Egress, Direction::Ingress] {
             self.held.remove(&(*conn, direction));
+            self.gap_withheld.remove(&(*conn, direction));
             if let Some(reader) = self.readers.remove(&(*conn, direction)) {
                 add(&mut self.finished, reader.stats());
             }
@@ -279,6 +313,7 @@ impl TlsStreams {
             keep
         });
         self.held.retain(|(conn, _), _| conn.tgid != tgid);
+        self.gap_withheld.retain(|(conn, _)| conn.tgid != tgid);
         self.call_probes.remove(&tgid);
     }
 
@@ -364,6 +399,7 @@ mod tests {
     struct Session {
         suite: u16,
         secret: Vec<u8>,
+        handshake_secret: Vec<u8>,
         client_to_server: Vec<u8>,
         messages: Vec<u8>,
     }
@@ -384,6 +420,7 @@ mod tests {
         let mut session = Session {
             suite: 0,
             secret: Vec::new(),
+            handshake_secret: Vec::new(),
             client_to_server: Vec::new(),
             messages: Vec::new(),
         };
@@ -392,6 +429,7 @@ mod tests {
             match name {
                 "suite" => session.suite = u16::from_str_radix(value, 16).unwrap(),
                 "client_traffic_secret_0" => session.secret = unhex(value),
+                "client_handshake_traffic_secret" => session.handshake_secret = unhex(value),
                 "client_to_server" => session.client_to_server = unhex(value),
                 "message" => session.messages.extend(unhex(value)),
                 _ => {}
@@ -461,6 +499,33 @@ mod tests {
             assert!(out.is_none(), "nothing to decrypt with yet");
         }
         let released = streams.on_key(&key(&session, 0));
+        assert!(plaintext(&released) == session.messages);
+        assert_eq!(streams.stats().undecryptable, 0);
+    }
+
+    /// Go before 1.21: the handshake secret comes first, through the same
+    /// function and also numbered from 0; it opens the client's Finished,
+    /// not the application data after it; then the application secret.
+    #[test]
+    fn a_handshake_secret_before_the_application_secret_loses_nothing() {
+        let session = session();
+        let mut streams = TlsStreams::default();
+        // The ClientHello (a plaintext record), then the handshake secret.
+        let hello = 5 + usize::from(u16::from_be_bytes([
+            session.client_to_server[3],
+            session.client_to_server[4],
+        ]));
+        let (hello, rest) = session.client_to_server.split_at(hello);
+        assert!(streams.decrypt(&data(0, hello, false)).is_none());
+        let mut handshake = key(&session, 0);
+        handshake.secret = session.handshake_secret.clone();
+        assert!(streams.on_key(&handshake).is_empty());
+        for (at, chunk) in rest.chunks(1000).enumerate() {
+            let out = streams.decrypt(&data(at as u64, chunk, false)).unwrap();
+            assert!(out.is_empty(), "nothing delivered, not even a gap");
+        }
+        let released = streams.on_key(&key(&session, 0));
+        assert!(released.iter().all(|record| !record.truncated));
         assert!(plaintext(&released) == session.messages);
         assert_eq!(streams.stats().undecryptable, 0);
     }

@@ -101,7 +101,7 @@ func main() {
 	out := fmt.Sprintf("suite %04x\n", client.ConnectionState().CipherSuite)
 	for _, line := range strings.Split(strings.TrimSpace(keylog.String()), "\n") {
 		f := strings.Fields(line)
-		if f[0] == "CLIENT_TRAFFIC_SECRET_0" || f[0] == "SERVER_TRAFFIC_SECRET_0" {
+		if f[0] == "CLIENT_HANDSHAKE_TRAFFIC_SECRET" || f[0] == "CLIENT_TRAFFIC_SECRET_0" || f[0] == "SERVER_TRAFFIC_SECRET_0" {
 			out += strings.ToLower(f[0]) + " " + f[2] + "\n"
 		}
 	}
