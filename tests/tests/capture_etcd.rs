@@ -244,7 +244,9 @@ async fn apiserver_role_txn_over_mtls_is_captured_as_plaintext_from_demo_apiserv
             RawEvent::Data(data)
                 if data.ids.tgid == relay_pid && data.direction == Direction::Egress =>
             {
-                let plaintext = streams.decrypt(data).unwrap_or_else(|| vec![data.clone()]);
+                let plaintext = streams
+                    .decrypt(data.clone())
+                    .unwrap_or_else(|data| vec![data]);
                 sent = plaintext.into_iter().find(|data| contains(&data.data, key));
                 sent.is_some()
             }

@@ -187,12 +187,12 @@ impl Decoder {
                 self.tls.on_process_gone(exit.ids.tgid);
                 vec![Message::Exit(exit)]
             }
-            RawEvent::Data(data) => match self.tls.decrypt(&data) {
-                Some(plaintext) => plaintext
+            RawEvent::Data(data) => match self.tls.decrypt(data) {
+                Ok(plaintext) => plaintext
                     .iter()
                     .flat_map(|data| self.decode_data(data))
                     .collect(),
-                None => self.decode_data(&data),
+                Err(data) => self.decode_data(&data),
             },
             RawEvent::TlsKey(key) => self
                 .tls

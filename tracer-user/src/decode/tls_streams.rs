@@ -127,7 +127,7 @@ impl TlsStreams {
                 self.gap_withheld.remove(&slot);
                 let template = KeyTemplate(key);
                 plaintext = reader
-                    .push(bytes, false)
+                    .push(bytes.clone(), false)
                     .into_iter()
                     .map(|piece| template.record(piece.bytes, piece.gap_after))
                     .collect();
@@ -150,19 +150,34 @@ impl TlsStreams {
     }
 
     /// The plaintext records of `data` if it is ciphertext of a keyed
-    /// direction (possibly none yet: a record not whole), else `None`.
-    pub fn decrypt(&mut self, data: &DataRecord) -> Option<Vec<DataRecord>> {
+    /// direction (possibly none yet: a record not whole; decrypted in
+    /// place), else `data` back.
+    pub fn decrypt(&mut self, data: DataRecord) -> Result<Vec<DataRecord>, DataRecord> {
         if data.fd_kind != FdKind::Socket {
-            return None;
+            return Err(data);
         }
-        self.note_call_probes(data);
+        self.note_call_probes(&data);
         if data.tls_plaintext {
-            return None;
+            return Err(data);
         }
         let slot = (data.conn, data.direction);
         self.hold(slot, &data.data, data.truncated);
-        let reader = self.readers.get_mut(&slot)?;
-        let mut pieces = reader.push(&data.data, data.truncated);
+        let Some(reader) = self.readers.get_mut(&slot) else {
+            return Err(data);
+        };
+        let DataRecord {
+            ids,
+            conn,
+            fd,
+            syscall,
+            direction,
+            fd_kind,
+            enter_ts_ns,
+            data: ciphertext,
+            truncated,
+            ..
+        } = data;
+        let mut pieces = reader.push(ciphertext, truncated);
         let opened = reader.stats().application_records > 0;
         if !opened && matches!(self.held.get(&slot), Some(Held::Tls(_))) {
             // Go before 1.21 installs handshake and application secrets
@@ -173,7 +188,7 @@ impl TlsStreams {
             if pieces.iter().any(|piece| piece.gap_after) {
                 self.gap_withheld.insert(slot);
             }
-            return Some(Vec::new());
+            return Ok(Vec::new());
         }
         if self.gap_withheld.remove(&slot) {
             pieces.insert(
@@ -185,24 +200,22 @@ impl TlsStreams {
             );
         }
         self.stop_holding_if_opened(slot);
-        Some(
-            pieces
-                .into_iter()
-                .map(|piece| DataRecord {
-                    ids: data.ids.clone(),
-                    conn: data.conn,
-                    fd: data.fd,
-                    syscall: data.syscall,
-                    direction: data.direction,
-                    fd_kind: data.fd_kind,
-                    len: piece.bytes.len() as u64,
-                    enter_ts_ns: data.enter_ts_ns,
-                    data: piece.bytes,
-                    truncated: piece.gap_after,
-                    tls_plaintext: true,
-                })
-                .collect(),
-        )
+        Ok(pieces
+            .into_iter()
+            .map(|piece| DataRecord {
+                ids: ids.clone(),
+                conn,
+                fd,
+                syscall,
+                direction,
+                fd_kind,
+                len: piece.bytes.len() as u64,
+                enter_ts_ns,
+                data: piece.bytes,
+                truncated: piece.gap_after,
+                tls_plaintext: true,
+            })
+            .collect())
     }
 
     /// Notes whether `data` says its process needs the per-call TLS probes
@@ -323,18 +336,18 @@ impl TlsStreams {
     /// stays and is followed by the held plaintext it opened, anything else
     /// passes as it is.
     pub fn offline(&mut self, event: RawEvent) -> Vec<RawEvent> {
-        let out = match &event {
+        let out = match event {
             RawEvent::TlsKey(key) => {
-                let released = self.on_key(key);
-                std::iter::once(event)
+                let released = self.on_key(&key);
+                std::iter::once(RawEvent::TlsKey(key))
                     .chain(released.into_iter().map(RawEvent::Data))
                     .collect()
             }
             RawEvent::Data(data) => match self.decrypt(data) {
-                Some(plaintext) => plaintext.into_iter().map(RawEvent::Data).collect(),
-                None => vec![event],
+                Ok(plaintext) => plaintext.into_iter().map(RawEvent::Data).collect(),
+                Err(data) => vec![RawEvent::Data(data)],
             },
-            _ => vec![event],
+            other => vec![other],
         };
         // Nothing takes what capture would be asked.
         self.control.clear();
@@ -495,8 +508,8 @@ mod tests {
         let mut streams = TlsStreams::default();
         // The whole session arrives before Go installs the secret.
         for (at, chunk) in session.client_to_server.chunks(1000).enumerate() {
-            let out = streams.decrypt(&data(at as u64, chunk, false));
-            assert!(out.is_none(), "nothing to decrypt with yet");
+            let out = streams.decrypt(data(at as u64, chunk, false));
+            assert!(out.is_err(), "nothing to decrypt with yet");
         }
         let released = streams.on_key(&key(&session, 0));
         assert!(plaintext(&released) == session.messages);
@@ -516,12 +529,12 @@ mod tests {
             session.client_to_server[4],
         ]));
         let (hello, rest) = session.client_to_server.split_at(hello);
-        assert!(streams.decrypt(&data(0, hello, false)).is_none());
+        assert!(streams.decrypt(data(0, hello, false)).is_err());
         let mut handshake = key(&session, 0);
         handshake.secret = session.handshake_secret.clone();
         assert!(streams.on_key(&handshake).is_empty());
         for (at, chunk) in rest.chunks(1000).enumerate() {
-            let out = streams.decrypt(&data(at as u64, chunk, false)).unwrap();
+            let out = streams.decrypt(data(at as u64, chunk, false)).unwrap();
             assert!(out.is_empty(), "nothing delivered, not even a gap");
         }
         let released = streams.on_key(&key(&session, 0));
@@ -534,7 +547,11 @@ mod tests {
     fn a_secret_read_at_a_probe_hit_does_not_read_what_came_before_it() {
         let session = session();
         let mut streams = TlsStreams::default();
-        streams.decrypt(&data(1, &session.client_to_server, false));
+        assert!(
+            streams
+                .decrypt(data(1, &session.client_to_server, false))
+                .is_err()
+        );
         // Record 1 on: what came before was delivered in plaintext.
         assert!(streams.on_key(&key(&session, 1)).is_empty());
     }
@@ -547,18 +564,22 @@ mod tests {
         let records: Vec<DataRecord> = session
             .client_to_server
             .chunks(777)
-            .flat_map(|chunk| streams.decrypt(&data(1, chunk, false)).unwrap())
+            .flat_map(|chunk| streams.decrypt(data(1, chunk, false)).unwrap())
             .collect();
         assert!(plaintext(&records) == session.messages);
         streams.on_closed(&conn());
-        assert!(streams.decrypt(&data(2, b"after close", false)).is_none());
+        assert!(streams.decrypt(data(2, b"after close", false)).is_err());
         assert!(streams.stats().application_records >= 4);
     }
 
     #[test]
     fn the_per_call_probes_are_needed_while_they_deliver_plaintext_and_not_after() {
         let mut streams = TlsStreams::default();
-        streams.decrypt(&data(SECOND, b"plaintext from a probe", true));
+        assert!(
+            streams
+                .decrypt(data(SECOND, b"plaintext from a probe", true))
+                .is_err()
+        );
         assert_eq!(
             std::mem::take(&mut streams.control),
             [CaptureControl::TlsProbes {
@@ -568,10 +589,18 @@ mod tests {
         );
         // Ciphertext of a keyed direction says nothing about them.
         streams.on_key(&key(&session(), 0));
-        streams.decrypt(&data(2 * SECOND, &[23, 3, 3, 0, 1], false));
+        assert!(
+            streams
+                .decrypt(data(2 * SECOND, &[23, 3, 3, 0, 1], false))
+                .is_ok()
+        );
         assert!(streams.control.is_empty());
         // Quiet for longer than the idle time: not needed any more.
-        streams.decrypt(&data(SECOND + TLS_CALLS_IDLE_NS + 1, b"", false));
+        assert!(
+            streams
+                .decrypt(data(SECOND + TLS_CALLS_IDLE_NS + 1, b"", false))
+                .is_ok()
+        );
         assert_eq!(
             std::mem::take(&mut streams.control),
             [CaptureControl::TlsProbes {
@@ -583,7 +612,7 @@ mod tests {
         // (a connection idle until now) brings them back.
         let mut idle = data(5 * SECOND, &[23, 3, 3, 0, 1], false);
         idle.conn.conn_id = 8;
-        streams.decrypt(&idle);
+        assert!(streams.decrypt(idle).is_err());
         assert_eq!(
             streams.control,
             [CaptureControl::TlsProbes {

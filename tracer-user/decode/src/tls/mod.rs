@@ -200,33 +200,64 @@ pub struct Plaintext {
     pub gap_after: bool,
 }
 
-/// The pieces one [`TlsReader::push`] returns: a new piece after each gap.
+/// What one [`TlsReader::push`] opened: where each record's content lies
+/// in its buffer (decrypted in place), and after which bytes were lost.
 #[derive(Default)]
-struct Pieces(Vec<Plaintext>);
+struct Pieces {
+    /// Content ranges in the buffer, in order; `true`: a gap after it.
+    spans: Vec<(std::ops::Range<usize>, bool)>,
+}
 
 impl Pieces {
-    fn deliver(&mut self, content: &[u8]) {
-        if content.is_empty() {
-            return;
-        }
-        match self.0.last_mut() {
-            Some(last) if !last.gap_after => last.bytes.extend_from_slice(content),
-            _ => self.0.push(Plaintext {
-                bytes: content.to_vec(),
-                gap_after: false,
-            }),
+    /// The content at `range` of the buffer is plaintext.
+    fn deliver(&mut self, range: std::ops::Range<usize>) {
+        if !range.is_empty() {
+            self.spans.push((range, false));
         }
     }
 
     /// Bytes were lost after what was delivered so far.
     fn gap(&mut self) {
-        match self.0.last_mut() {
-            Some(last) => last.gap_after = true,
-            None => self.0.push(Plaintext {
-                bytes: Vec::new(),
-                gap_after: true,
-            }),
+        match self.spans.last_mut() {
+            Some((_, gap_after)) => *gap_after = true,
+            None => self.spans.push((0..0, true)),
         }
+    }
+
+    /// Moves the contents to the front of `buf`, each after the one
+    /// before (each lies at or after where it goes), and cuts them into
+    /// one piece per stretch without a gap: a single piece is `buf` itself.
+    fn into_plaintext(self, mut buf: Vec<u8>) -> Vec<Plaintext> {
+        // (end in the moved contents, gap after) of each piece.
+        let mut ends: Vec<(usize, bool)> = Vec::new();
+        let mut write = 0;
+        for (range, gap_after) in self.spans {
+            let len = range.len();
+            buf.copy_within(range, write);
+            write += len;
+            match ends.last_mut() {
+                Some((end, false)) => *end = write,
+                _ => ends.push((write, false)),
+            }
+            if let Some((_, gap)) = ends.last_mut() {
+                *gap |= gap_after;
+            }
+        }
+        buf.truncate(write);
+        if let [(_, gap_after)] = ends.as_slice() {
+            return vec![Plaintext {
+                gap_after: *gap_after,
+                bytes: buf,
+            }];
+        }
+        let mut start = 0;
+        ends.into_iter()
+            .map(|(end, gap_after)| {
+                let bytes = buf[start..end].to_vec();
+                start = end;
+                Plaintext { bytes, gap_after }
+            })
+            .collect()
     }
 }
 
@@ -295,15 +326,23 @@ impl TlsReader {
     /// were sent after them that the capture did not keep. Returns the
     /// plaintext of the application-data records they complete, one piece
     /// per stretch without a gap.
-    pub fn push(&mut self, bytes: &[u8], cut: bool) -> Vec<Plaintext> {
+    ///
+    /// The records are decrypted in place in `bytes`, which the plaintext
+    /// is returned in: a direction's bytes are copied once, by the capture.
+    pub fn push(&mut self, bytes: Vec<u8>, cut: bool) -> Vec<Plaintext> {
         let mut pieces = Pieces::default();
-        let mut buf = std::mem::take(&mut self.pending);
-        buf.extend_from_slice(bytes);
+        let mut buf = if self.pending.is_empty() {
+            bytes
+        } else {
+            let mut buf = std::mem::take(&mut self.pending);
+            buf.extend_from_slice(&bytes);
+            buf
+        };
         let mut at = 0;
         while at < buf.len() {
             let consumed = match self.place {
-                Place::Lost => self.search(&mut buf[at..], &mut pieces),
-                Place::Exact | Place::Near => self.record(&mut buf[at..], &mut pieces),
+                Place::Lost => self.search(&mut buf[at..], at, &mut pieces),
+                Place::Exact | Place::Near => self.record(&mut buf[at..], at, &mut pieces),
             };
             match consumed {
                 Some(consumed) => at += consumed,
@@ -314,14 +353,14 @@ impl TlsReader {
             // The rest of this record and what followed are not in the capture.
             self.lose(&mut pieces);
         } else {
-            self.pending = buf.split_off(at);
+            self.pending = buf[at..].to_vec();
         }
-        pieces.0
+        pieces.into_plaintext(buf)
     }
 
-    /// The record at the start of `buf`, opened: bytes consumed, or `None`
-    /// if the record is not whole yet.
-    fn record(&mut self, buf: &mut [u8], pieces: &mut Pieces) -> Option<usize> {
+    /// The record at the start of `buf` (at `base` of the push's buffer),
+    /// opened: bytes consumed, or `None` if the record is not whole yet.
+    fn record(&mut self, buf: &mut [u8], base: usize, pieces: &mut Pieces) -> Option<usize> {
         let (kind, len) = record_header(buf)?;
         let Some(len) = len else {
             // Not a record header: the stream is not where it was thought.
@@ -344,7 +383,7 @@ impl TlsReader {
         match self.open_any(&mut buf[..total], tries) {
             Some(content) => {
                 self.place = Place::Exact;
-                pieces.deliver(&buf[HEADER..HEADER + content]);
+                pieces.deliver(base + HEADER..base + HEADER + content);
             }
             None if self.place == Place::Exact => {
                 // The number should have been right: bytes were lost unseen.
@@ -361,7 +400,7 @@ impl TlsReader {
     /// Searches `buf` for the start of a record that opens at a sequence
     /// number in the window: bytes consumed up to it and past it, or
     /// `None` to wait for more bytes.
-    fn search(&mut self, buf: &mut [u8], pieces: &mut Pieces) -> Option<usize> {
+    fn search(&mut self, buf: &mut [u8], base: usize, pieces: &mut Pieces) -> Option<usize> {
         let mut at = 0;
         while at + HEADER <= buf.len() {
             match record_header(&buf[at..]) {
@@ -369,7 +408,10 @@ impl TlsReader {
                     let mut trial = buf[at..at + HEADER + len].to_vec();
                     if let Some(content) = self.open_any(&mut trial, SEQ_WINDOW) {
                         self.place = Place::Exact;
-                        pieces.deliver(&trial[HEADER..HEADER + content]);
+                        let content = at + HEADER..at + HEADER + content;
+                        buf[content.clone()]
+                            .copy_from_slice(&trial[HEADER..content.len() + HEADER]);
+                        pieces.deliver(base + content.start..base + content.end);
                         return Some(at + HEADER + len);
                     }
                 }

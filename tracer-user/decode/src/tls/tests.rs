@@ -69,7 +69,7 @@ fn client_records(session: &Session) -> Vec<(usize, usize, Vec<u8>)> {
     let mut at = 0;
     while at + HEADER <= bytes.len() {
         let total = HEADER + usize::from(u16::from_be_bytes([bytes[at + 3], bytes[at + 4]]));
-        let plaintext = concat(&reader.push(&bytes[at..at + total], false));
+        let plaintext = concat(&reader.push(bytes[at..at + total].to_vec(), false));
         found.push((at, total, plaintext));
         at += total;
     }
@@ -83,7 +83,7 @@ fn a_go_session_decrypts_in_both_directions_from_its_first_bytes() {
     // first: a reader whose number is a lower bound skips them.
     let keys = TrafficKeys::new(session.suite, &session.client_secret).unwrap();
     let mut reader = TlsReader::new(keys, 0, false);
-    let pieces = reader.push(&session.client_to_server, false);
+    let pieces = reader.push(session.client_to_server.to_vec(), false);
     assert!(concat(&pieces) == session.messages.concat());
     assert!(pieces.iter().all(|piece| !piece.gap_after));
     // Go starts with small records and grows them (dynamic record sizing).
@@ -92,7 +92,7 @@ fn a_go_session_decrypts_in_both_directions_from_its_first_bytes() {
 
     let keys = TrafficKeys::new(session.suite, &session.server_secret).unwrap();
     let mut reader = TlsReader::new(keys, 0, false);
-    let pieces = reader.push(&session.server_to_client, false);
+    let pieces = reader.push(session.server_to_client.to_vec(), false);
     let answers: Vec<u8> = session.messages.iter().flat_map(|m| reversed(m)).collect();
     // The session tickets are records too, of handshake content: nothing out.
     assert!(concat(&pieces) == answers);
@@ -108,7 +108,7 @@ fn bytes_split_anywhere_decrypt_the_same() {
         let pieces: Vec<Plaintext> = session
             .client_to_server
             .chunks(size)
-            .flat_map(|chunk| reader.push(chunk, false))
+            .flat_map(|chunk| reader.push(chunk.to_vec(), false))
             .collect();
         assert!(
             concat(&pieces) == session.messages.concat(),
@@ -132,11 +132,11 @@ fn a_cut_capture_resumes_at_the_next_record_and_says_where_bytes_are_missing() {
     let mut reader = TlsReader::new(keys, 0, false);
     // The capture keeps the stream up to 10 bytes into a record, then
     // loses the rest of that write.
-    let first = reader.push(&session.client_to_server[..start + 10], true);
+    let first = reader.push(session.client_to_server[..start + 10].to_vec(), true);
     assert!(concat(&first) == before);
     assert!(first.last().unwrap().gap_after);
     // The next capture starts elsewhere in that record.
-    let rest = reader.push(&session.client_to_server[start + 30..], false);
+    let rest = reader.push(session.client_to_server[start + 30..].to_vec(), false);
     assert!(concat(&rest) == after, "resumed at the next record");
     assert!(rest.iter().all(|piece| !piece.gap_after));
     assert_eq!(reader.stats().resyncs, 1);
@@ -150,7 +150,7 @@ fn an_exact_number_that_is_wrong_is_a_gap_and_the_reader_recovers() {
     let (start, _, _) = records[records.len() - 2];
     let keys = TrafficKeys::new(session.suite, &session.client_secret).unwrap();
     let mut reader = TlsReader::new(keys, 0, true);
-    let pieces = reader.push(&session.client_to_server[start..], false);
+    let pieces = reader.push(session.client_to_server[start..].to_vec(), false);
     assert_eq!(reader.stats().undecryptable, 1);
     assert_eq!(pieces.len(), 2);
     assert!(pieces[0].gap_after && pieces[0].bytes.is_empty());
@@ -208,7 +208,7 @@ fn every_suite_and_a_key_update_are_followed() {
         stream.extend(seal(&next, 0, b"after", APPLICATION_DATA));
         stream.extend(seal(&next, 1, b"!", APPLICATION_DATA));
         let mut reader = TlsReader::new(TrafficKeys::new(suite, &secret).unwrap(), 5, true);
-        let pieces = reader.push(&stream, false);
+        let pieces = reader.push(stream.to_vec(), false);
         assert_eq!(concat(&pieces), b"beforeafter!", "suite {suite:#x}");
         assert_eq!(reader.stats().key_updates, 1);
     }
