@@ -345,12 +345,7 @@ fn agent_start(
         })
     };
     while !settled(agent) && start.seconds < AGENT_START_MAX.as_secs_f64() {
-        let slice = load.leg(AGENT_START_SLICE)?;
-        start.writes += slice.writes;
-        start.errors += slice.errors;
-        start.seconds += slice.seconds;
-        start.p99_us = start.p99_us.max(slice.p99_us);
-        start.first_error = start.first_error.or(slice.first_error);
+        start.join(load.leg(AGENT_START_SLICE)?);
     }
     Ok(start)
 }

@@ -127,6 +127,17 @@ pub struct LegResult {
 }
 
 impl LegResult {
+    /// Adds the leg that followed this one: counts and time summed, the
+    /// worst leg's percentiles (a load's tail is its worst moment).
+    pub fn join(&mut self, next: LegResult) {
+        self.writes += next.writes;
+        self.errors += next.errors;
+        self.seconds += next.seconds;
+        self.p50_us = self.p50_us.max(next.p50_us);
+        self.p99_us = self.p99_us.max(next.p99_us);
+        self.first_error = self.first_error.take().or(next.first_error);
+    }
+
     /// Writes per second.
     pub fn rate(&self) -> f64 {
         self.writes as f64 / self.seconds.max(f64::EPSILON)
@@ -307,14 +318,7 @@ impl BackgroundLoad {
                 first_error: None,
             };
             while !stopping.load(Ordering::Relaxed) {
-                let leg = load.leg(BACKGROUND_LEG)?;
-                total.writes += leg.writes;
-                total.errors += leg.errors;
-                total.seconds += leg.seconds;
-                // The worst leg's percentiles: a load's tail is its worst moment.
-                total.p50_us = total.p50_us.max(leg.p50_us);
-                total.p99_us = total.p99_us.max(leg.p99_us);
-                total.first_error = total.first_error.or(leg.first_error);
+                total.join(load.leg(BACKGROUND_LEG)?);
             }
             Ok(total)
         });
