@@ -272,28 +272,38 @@ fn print_pod_start(pods: u32, legs: &[Vec<f64>]) {
         let leg = if index % 2 == 0 { "without" } else { "with" };
         println!("  {:<10} {:>9.1} {:>9.1}", leg, p50(starts), max(starts));
     }
+    // With ÷ without over all legs, and the median of the rounds; legs
+    // alternate without / with / … / without.
     let ratio = |figure: &dyn Fn(&Vec<f64>) -> f64| {
-        let mean = |legs: Vec<&Vec<f64>>| {
-            legs.iter().map(|leg| figure(leg)).sum::<f64>() / legs.len().max(1) as f64
-        };
-        let with = mean(legs.iter().skip(1).step_by(2).collect());
-        let without = mean(legs.iter().step_by(2).collect());
-        let mut rounds: Vec<f64> = legs
+        let values: Vec<f64> = legs.iter().map(figure).collect();
+        let mean = |legs: &[f64]| legs.iter().sum::<f64>() / legs.len().max(1) as f64;
+        let with: Vec<f64> = values.iter().skip(1).step_by(2).copied().collect();
+        let without: Vec<f64> = values.iter().step_by(2).copied().collect();
+        let rounds = values
             .windows(3)
             .step_by(2)
-            .map(|leg| {
-                figure(&leg[1]) / ((figure(&leg[0]) + figure(&leg[2])) / 2.0).max(f64::EPSILON)
-            })
+            .map(|leg| leg[1] / ((leg[0] + leg[2]) / 2.0).max(f64::EPSILON))
             .collect();
-        rounds.sort_by(f64::total_cmp);
-        let median = rounds.get(rounds.len() / 2).copied().unwrap_or(f64::NAN);
-        (with / without.max(f64::EPSILON), median)
+        (
+            mean(&with) / mean(&without).max(f64::EPSILON),
+            median(rounds),
+        )
     };
     let (p50_all, p50_median) = ratio(&p50);
     let (max_all, max_median) = ratio(&max);
     println!(
         "  with / without: p50 {p50_all:.3} (median of rounds {p50_median:.3}), max {max_all:.3} ({max_median:.3})"
     );
+}
+
+/// The median of `values` (NaN for none).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 fn etcd_version() -> String {
@@ -675,7 +685,7 @@ fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, LegCpu)], base: &Le
     // The machine's throughput drifts between legs by more than the effect
     // measured: each round's ratio to the legs without on either side shows
     // how far one invocation's figure can be trusted.
-    let mut rounds: Vec<f64> = legs
+    let rounds: Vec<f64> = legs
         .iter()
         .zip(without.windows(2))
         .map(|((with, _), around)| {
@@ -686,12 +696,7 @@ fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, LegCpu)], base: &Le
     let listed: Vec<String> = rounds.iter().map(|ratio| format!("{ratio:.3}")).collect();
     // The median: one round on a machine that slowed down or sped up in the
     // middle of it moves the mean of all legs, not the median of many rounds.
-    rounds.sort_by(f64::total_cmp);
-    let median = match rounds.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => rounds[n / 2],
-        n => (rounds[n / 2 - 1] + rounds[n / 2]) / 2.0,
-    };
+    let median = median(rounds);
     println!(
         "  throughput per round, ÷ the legs without either side: {} (median {median:.3})",
         listed.join(", ")
