@@ -24,13 +24,13 @@
 //! (real etcd, containerd and runc), without, with and without podtrace;
 //! each Pod's time from create to Running stored, median and max.
 //!
-//! With `--baseline-agent PATH` (an earlier podtrace build) each round has
-//! a leg with that agent too, beside the leg with this one (their order
-//! alternates), and the report adds this agent's figures over the earlier
+//! With `--baseline-agent PATH` (an earlier podtrace build) each round, of
+//! the writes and of the Pod start, has a leg with that agent too, beside
+//! the leg with this one (their order alternates), and the report adds this agent's figures over the earlier
 //! one's: a change measured against its baseline in one invocation, which
 //! the drift between invocations on a small machine otherwise hides.
 //!
-//! Root. Flags: `--seconds N` per leg, `--rounds N`, `--workers N`,
+//! Root. Flags: `--seconds N` per leg (0: Pod start only), `--rounds N`, `--workers N`,
 //! `--conns N`, `--mix pods|not-pods` (repeatable; default both),
 //! `--pod-start N`, `--baseline-agent PATH`.
 
@@ -59,7 +59,8 @@ use podtrace_tests::{
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// Seconds per leg.
+    /// Seconds per leg of the write load (0: no write legs, only the Pod
+    /// start).
     #[arg(long, default_value_t = 20)]
     seconds: u64,
     /// Closed-loop writers.
@@ -132,7 +133,9 @@ fn main() -> anyhow::Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("the overhead benchmark loads eBPF programs: run it as root");
     }
-    let mixes: Vec<KeyMix> = if args.mixes.is_empty() {
+    let mixes: Vec<KeyMix> = if args.seconds == 0 {
+        Vec::new()
+    } else if args.mixes.is_empty() {
         vec![KeyMix::NotPods, KeyMix::Pods]
     } else {
         args.mixes.iter().copied().map(KeyMix::from).collect()
@@ -202,7 +205,7 @@ fn main() -> anyhow::Result<()> {
         });
     }
     let pod_start = (args.pod_start > 0)
-        .then(|| pod_start_legs(args.pod_start, args.rounds))
+        .then(|| pod_start_legs(args.pod_start, args.rounds, args.baseline_agent.as_deref()))
         .transpose()?;
     println!();
     for report in &reports {
@@ -217,22 +220,48 @@ fn main() -> anyhow::Result<()> {
 /// Where the Pod start legs keep podtrace-demo's images and Go builds.
 const DEMO_STATE_DIR: &str = "/var/tmp/podtrace-bench-demo";
 
+/// Which agent a Pod start leg ran with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PodStartLeg {
+    Without,
+    /// This build.
+    With,
+    /// `--baseline-agent`.
+    Baseline,
+}
+
 /// Pod start times (ms, create to Running stored, each leg's sorted) of
 /// `pods` Pods created at once: without podtrace, then `rounds` times with
+/// (and with `baseline`, the two in alternating order, as the write legs)
 /// and without, after one burst that is not counted (the first builds and
 /// caches, and its start would weigh on the first leg alone).
-fn pod_start_legs(pods: u32, rounds: usize) -> anyhow::Result<Vec<Vec<f64>>> {
+fn pod_start_legs(
+    pods: u32,
+    rounds: usize,
+    baseline: Option<&Path>,
+) -> anyhow::Result<Vec<(PodStartLeg, Vec<f64>)>> {
     run_demo_burst(pods)?;
-    let mut legs = vec![run_demo_burst(pods)?];
-    for _ in 0..rounds.max(1) {
-        let out = tempfile::NamedTempFile::new()?;
-        let agent = Agent::start(
-            &["--target", "podtrace-demo", "--target", "demo-apiserver"],
-            out.path(),
-        );
-        legs.push(run_demo_burst(pods)?);
-        agent.stop();
-        legs.push(run_demo_burst(pods)?);
+    let mut legs = vec![(PodStartLeg::Without, run_demo_burst(pods)?)];
+    let current = podtrace_tests::podtrace_binary();
+    for round in 0..rounds.max(1) {
+        let mut agents = vec![(PodStartLeg::With, current.as_path())];
+        if let Some(earlier) = baseline {
+            agents.insert(0, (PodStartLeg::Baseline, earlier));
+            if round % 2 == 1 {
+                agents.reverse();
+            }
+        }
+        for (leg, binary) in agents {
+            let out = tempfile::NamedTempFile::new()?;
+            let agent = Agent::start_binary(
+                binary,
+                &["--target", "podtrace-demo", "--target", "demo-apiserver"],
+                out.path(),
+            );
+            legs.push((leg, run_demo_burst(pods)?));
+            agent.stop();
+        }
+        legs.push((PodStartLeg::Without, run_demo_burst(pods)?));
     }
     Ok(legs)
 }
@@ -260,40 +289,90 @@ fn run_demo_burst(pods: u32) -> anyhow::Result<Vec<f64>> {
     Ok(starts)
 }
 
-/// The legs of [`pod_start_legs`], and with ÷ without over all legs and as
-/// the median of the rounds (each leg with against the two beside it): one
-/// burst is a few seconds, and this VM drifts between bursts.
-fn print_pod_start(pods: u32, legs: &[Vec<f64>]) {
-    let p50 = |starts: &Vec<f64>| starts[starts.len() / 2];
-    let max = |starts: &Vec<f64>| starts[starts.len() - 1];
+/// The legs of [`pod_start_legs`], and each agent's legs ÷ the legs
+/// without, over all legs and as the median of the rounds (each leg with
+/// an agent against the legs without either side of its round): one burst
+/// is a few seconds, and this VM drifts between bursts.
+fn print_pod_start(pods: u32, legs: &[(PodStartLeg, Vec<f64>)]) {
     println!("Pod start, {pods} Pods created at once (podtrace-demo --parallel)");
     println!("  {:<10} {:>9} {:>9}", "leg", "p50 ms", "max ms");
-    for (index, starts) in legs.iter().enumerate() {
-        let leg = if index % 2 == 0 { "without" } else { "with" };
-        println!("  {:<10} {:>9.1} {:>9.1}", leg, p50(starts), max(starts));
+    for (leg, starts) in legs {
+        let name = match leg {
+            PodStartLeg::Without => "without",
+            PodStartLeg::With => "with",
+            PodStartLeg::Baseline => "baseline",
+        };
+        println!("  {:<10} {:>9.1} {:>9.1}", name, p50(starts), max(starts));
     }
-    // With ÷ without over all legs, and the median of the rounds; legs
-    // alternate without / with / … / without.
-    let ratio = |figure: &dyn Fn(&Vec<f64>) -> f64| {
-        let values: Vec<f64> = legs.iter().map(figure).collect();
-        let mean = |legs: &[f64]| legs.iter().sum::<f64>() / legs.len().max(1) as f64;
-        let with: Vec<f64> = values.iter().skip(1).step_by(2).copied().collect();
-        let without: Vec<f64> = values.iter().step_by(2).copied().collect();
-        let rounds = values
-            .windows(3)
-            .step_by(2)
-            .map(|leg| leg[1] / ((leg[0] + leg[2]) / 2.0).max(f64::EPSILON))
-            .collect();
-        (
-            mean(&with) / mean(&without).max(f64::EPSILON),
-            median(rounds),
-        )
+    let mean = |values: &[f64]| values.iter().sum::<f64>() / values.len().max(1) as f64;
+    let of = |kind: PodStartLeg, figure: Figure| -> Vec<f64> {
+        legs.iter()
+            .filter(|(leg, _)| *leg == kind)
+            .map(|(_, starts)| figure(starts))
+            .collect()
     };
-    let (p50_all, p50_median) = ratio(&p50);
-    let (max_all, max_median) = ratio(&max);
-    println!(
-        "  with / without: p50 {p50_all:.3} (median of rounds {p50_median:.3}), max {max_all:.3} ({max_median:.3})"
-    );
+    // Each leg with an agent ÷ the mean of the nearest legs without before
+    // and after it: the round it belongs to.
+    let rounds = |kind: PodStartLeg, figure: Figure| -> Vec<f64> {
+        let nearest = |range: &mut dyn Iterator<Item = usize>| {
+            range
+                .map(|index| &legs[index])
+                .find(|(leg, _)| *leg == PodStartLeg::Without)
+                .map(|(_, starts)| figure(starts))
+        };
+        legs.iter()
+            .enumerate()
+            .filter(|(_, (leg, _))| *leg == kind)
+            .filter_map(|(index, (_, starts))| {
+                let before = nearest(&mut (0..index).rev())?;
+                let after = nearest(&mut (index + 1..legs.len()))?;
+                Some(figure(starts) / ((before + after) / 2.0).max(f64::EPSILON))
+            })
+            .collect()
+    };
+    let figures: [(&str, Figure); 2] = [("p50", p50), ("max", max)];
+    for (kind, name) in [
+        (PodStartLeg::With, "with"),
+        (PodStartLeg::Baseline, "baseline agent"),
+    ] {
+        if of(kind, p50).is_empty() {
+            continue;
+        }
+        let ratios: Vec<String> = figures
+            .iter()
+            .map(|&(label, figure)| {
+                let all = mean(&of(kind, figure))
+                    / mean(&of(PodStartLeg::Without, figure)).max(f64::EPSILON);
+                format!(
+                    "{label} {all:.3} (median of rounds {:.3})",
+                    median(rounds(kind, figure))
+                )
+            })
+            .collect();
+        println!("  {name} / without: {}", ratios.join(", "));
+    }
+    if !of(PodStartLeg::Baseline, p50).is_empty() {
+        let ratios: Vec<String> = figures
+            .iter()
+            .map(|&(label, figure)| {
+                let this = mean(&of(PodStartLeg::With, figure));
+                let earlier = mean(&of(PodStartLeg::Baseline, figure));
+                format!("{label} {:.3}", this / earlier.max(f64::EPSILON))
+            })
+            .collect();
+        println!("  this agent / baseline agent: {}", ratios.join(", "));
+    }
+}
+
+/// A figure of one leg's sorted Pod start times.
+type Figure = fn(&[f64]) -> f64;
+
+fn p50(starts: &[f64]) -> f64 {
+    starts[starts.len() / 2]
+}
+
+fn max(starts: &[f64]) -> f64 {
+    starts[starts.len() - 1]
 }
 
 /// The median of `values` (NaN for none).

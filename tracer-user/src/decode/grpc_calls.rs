@@ -32,13 +32,18 @@ use tracer_decode::{
     etcd::{KvCall, KvResponse, WriteKind},
     grpc::GrpcCall,
     http1::{self, Http1Connection},
-    http2::{Exchange, Http2Connection, Limits, SeenStream, TableCopy, TableLoadError, TablePoint},
+    http2::{
+        Exchange, Http2Connection, Limits, SeenStream, TableCopy, TableLoadError, TablePoint, frame,
+    },
     identity::{PodClue, PodIdentity, ResourcesNamed, may_hold_pod_clue, resources_named},
     kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
     rest::{RestRequest, Verb},
 };
 
-use super::{HeaderMessage, Message, TableCopyMessage, decoded_once::DecodedOnce};
+use super::{
+    HeaderMessage, Message, TableCopyMessage, decoded_once::DecodedOnce,
+    tls_streams::starts_tls_handshake,
+};
 use crate::capture::{CaptureControl, ConnKey, ConnRecord, DataRecord, HpackControl};
 
 /// Connections decoded at once; past it new ones are counted and skipped.
@@ -65,6 +70,25 @@ pub const PROBE_BLOCK_WINDOW_NS: u64 = 20_000_000;
 /// Copies of one table asked for before podtrace gives up on it (each can
 /// be refused when it was taken inside a header block).
 const MAX_TABLE_ATTEMPTS: u8 = 8;
+/// How long a process's HPACK probes stay attached after it last needed
+/// them: a connection that loses bytes (a read longer than capture keeps)
+/// forgets its tables and needs the probes until a copy is loaded, and
+/// attaching them to a large process and detaching them again, three times
+/// within a second of a Pod start (containerd, its image imports), cost
+/// more than the probes held.
+const FIELD_PROBES_HOLD_NS: u64 = 2_000_000_000;
+
+/// What the decode stage last said of a process's HPACK probes.
+#[derive(Clone, Copy, Debug, Default)]
+struct FieldProbes {
+    /// Attach (true) or detach (false); `None` before anything was said.
+    said: Option<bool>,
+    /// When their need was last looked at.
+    checked_ns: u64,
+    /// When a connection of the process last needed them.
+    last_needed_ns: u64,
+}
+
 /// How long a connection older than podtrace that has carried nothing yet
 /// keeps the HPACK probes attached: its first request usually comes soon,
 /// and without the probes that request's `:path` would be lost.
@@ -525,9 +549,8 @@ pub struct GrpcDecoder {
     pub skipped_connections: u64,
     /// What capture is asked to do, in order; the stage takes it.
     pub control: Vec<CaptureControl>,
-    /// Per process, whether its HPACK probes were last said to be needed,
-    /// and when that was decided.
-    field_probes: FxHashMap<u32, (bool, u64)>,
+    /// Per process, what was last said of its HPACK probes.
+    field_probes: FxHashMap<u32, FieldProbes>,
     /// Copies of HPACK tables loaded into the wire decoders.
     pub tables_loaded: u64,
     /// Copies that could not be used (taken inside a header block, lost
@@ -637,6 +660,15 @@ impl GrpcDecoder {
             connection.sniffed = false;
         } else if connection.tls && !data.tls_plaintext {
             return Vec::new();
+        } else if connection.fed_bytes == 0 && starts_tls_handshake(&data.data) {
+            // A TLS connection seen from its handshake (its ciphertext is
+            // copied while the per-call probes are detached): its HTTP
+            // begins with the plaintext that follows. Read as HTTP/2, the
+            // handshake looked like a connection joined mid-stream, and
+            // brought the HPACK probes back to every process that opened
+            // one (containerd, etcd and the apiserver, each Pod start burst).
+            connection.tls = true;
+            return Vec::new();
         }
         let mut fields_changed = connection.fed_bytes == 0 && connection.probe_headers.is_some();
         connection.fed_bytes += data.data.len() as u64;
@@ -649,8 +681,12 @@ impl GrpcDecoder {
             // A connection joined after its start (the Go probes attached
             // to a process after its first TLS writes): its HPACK table was
             // built unseen, so its request headers come from the probes, as
-            // on connections older than podtrace.
-            if !data.data.starts_with(HTTP2_PREFACE) && connection.probe_headers.is_none() {
+            // on connections older than podtrace. Bytes that are not HTTP/2
+            // frames (ttrpc between containerd and its shims) are not that.
+            if !data.data.starts_with(HTTP2_PREFACE)
+                && connection.probe_headers.is_none()
+                && frame::starts_with_frames(&data.data)
+            {
                 connection.probe_headers = Some(ProbeHeaders::default());
                 fields_changed = true;
             }
@@ -787,7 +823,7 @@ impl GrpcDecoder {
         let due = self
             .field_probes
             .get(&tgid)
-            .is_none_or(|(_, checked)| ts_ns > checked + FIELD_PROBES_RECHECK_NS);
+            .is_none_or(|state| ts_ns > state.checked_ns + FIELD_PROBES_RECHECK_NS);
         if due {
             self.update_field_probes(tgid, ts_ns);
         }
@@ -872,19 +908,45 @@ impl GrpcDecoder {
     }
 
     /// Tells capture whether process `tgid` needs its HPACK probes, when
-    /// that changed.
+    /// that changed: at once when it does, [`FIELD_PROBES_HOLD_NS`] after it
+    /// last did when it no longer does.
     fn update_field_probes(&mut self, tgid: u32, now_ns: u64) {
-        let needed = self
+        let needs = self
             .connections
             .iter()
             .any(|(conn, connection)| conn.tgid == tgid && connection.needs_fields(now_ns));
-        let before = self.field_probes.insert(tgid, (needed, now_ns));
-        if before.map(|(needed, _)| needed) != Some(needed) {
+        let state = self.field_probes.entry(tgid).or_default();
+        state.checked_ns = now_ns;
+        if needs {
+            state.last_needed_ns = now_ns;
+        }
+        // Held only while attached: a process that never needed them is
+        // not given them by the hold.
+        let held = state.said == Some(true)
+            && now_ns < state.last_needed_ns.saturating_add(FIELD_PROBES_HOLD_NS);
+        let needed = needs || held;
+        if state.said != Some(needed) {
+            state.said = Some(needed);
             self.control
                 .push(CaptureControl::Hpack(HpackControl::FieldProbes {
                     tgid,
                     needed,
                 }));
+        }
+    }
+
+    /// Time passed (a live agent's timer): the processes whose HPACK probes
+    /// are attached are looked at again, so that probes held past their
+    /// last need are detached though nothing else happens.
+    pub fn check_field_probes(&mut self, now_ns: u64) {
+        let held: Vec<u32> = self
+            .field_probes
+            .iter()
+            .filter(|(_, state)| state.said == Some(true))
+            .map(|(&tgid, _)| tgid)
+            .collect();
+        for tgid in held {
+            self.update_field_probes(tgid, now_ns);
         }
     }
 
@@ -1407,6 +1469,52 @@ mod tests {
         );
         assert_eq!(pod.phase.as_deref(), Some("Pending"));
         assert!(!format!("{rest:?}").contains("s3cret"));
+    }
+
+    /// What the decoder said of the HPACK probes since last asked.
+    fn field_probes_said(decoder: &mut GrpcDecoder) -> Vec<bool> {
+        decoder
+            .control
+            .drain(..)
+            .filter_map(|control| match control {
+                CaptureControl::Hpack(HpackControl::FieldProbes { needed, .. }) => Some(needed),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_http2_joined_mid_stream_asks_for_the_hpack_probes_and_they_are_held() {
+        let handshake = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+        // containerd's ttrpc to a shim: a 4-byte length, a stream id, type 1.
+        let ttrpc = b"\x00\x00\x03\x37\x00\x00\x00\x01\x01\x00\x0a\x17containerd";
+        for first in [&handshake[..], &ttrpc[..]] {
+            let mut decoder = GrpcDecoder::default();
+            let mut once = DecodedOnce::default();
+            decoder.on_conn(&conn_record(ConnAction::Accepted), &mut once);
+            decoder.on_data(&chunk(10, Direction::Ingress, first, false), &mut once);
+            assert_eq!(
+                field_probes_said(&mut decoder),
+                Vec::<bool>::new(),
+                "{first:02x?}"
+            );
+        }
+        // A PING frame where the preface should be: joined after its start.
+        let ping = b"\x00\x00\x08\x06\x00\x00\x00\x00\x0012345678";
+        let mut decoder = GrpcDecoder::default();
+        let mut once = DecodedOnce::default();
+        decoder.on_conn(&conn_record(ConnAction::Accepted), &mut once);
+        decoder.on_data(&chunk(10, Direction::Ingress, ping, false), &mut once);
+        assert_eq!(field_probes_said(&mut decoder), vec![true]);
+        // Gone, the connection needs nothing: the probes are held, then
+        // detached by the timer.
+        decoder.on_conn(&conn_record(ConnAction::Closed), &mut once);
+        decoder.check_field_probes(10 + FIELD_PROBES_HOLD_NS - 1);
+        assert_eq!(field_probes_said(&mut decoder), Vec::<bool>::new());
+        decoder.check_field_probes(10 + FIELD_PROBES_HOLD_NS + 1);
+        assert_eq!(field_probes_said(&mut decoder), vec![false]);
+        decoder.check_field_probes(10 + 2 * FIELD_PROBES_HOLD_NS);
+        assert_eq!(field_probes_said(&mut decoder), Vec::<bool>::new());
     }
 
     #[test]

@@ -165,6 +165,7 @@ impl Decoder {
     /// CLOCK_MONOTONIC `now_ns`): what depends on quiet is decided.
     pub fn tick(&mut self, now_ns: u64) {
         self.tls.check_idle(now_ns);
+        self.grpc.check_field_probes(now_ns);
     }
 
     /// Decodes one captured event into the messages it yields (header fields

@@ -35,6 +35,13 @@ const MAX_READERS: usize = 2 * 4096;
 const MAX_HELD_BYTES: usize = 64 * 1024;
 /// A TLS handshake record's first bytes: type 22, legacy version 3.x.
 const HANDSHAKE_RECORD: [u8; 2] = [22, 3];
+
+/// Whether socket bytes begin with a TLS handshake record: a connection
+/// seen from its start whose application bytes come later, as plaintext
+/// (decrypted, or from the per-call probes).
+pub fn starts_tls_handshake(bytes: &[u8]) -> bool {
+    bytes.starts_with(&HANDSHAKE_RECORD)
+}
 /// A TLS application-data record's first bytes (TLS 1.2 and 1.3).
 const APPLICATION_DATA_RECORD: [u8; 3] = [23, 3, 3];
 /// How long a process's per-call TLS probes stay attached after they last
@@ -272,7 +279,7 @@ impl TlsStreams {
         let held = match self.held.get_mut(&slot) {
             Some(held) => held,
             None => {
-                let starts_tls = bytes.starts_with(&HANDSHAKE_RECORD);
+                let starts_tls = starts_tls_handshake(bytes);
                 if starts_tls && self.held.len() >= MAX_READERS {
                     self.skipped += 1;
                 }

@@ -325,6 +325,13 @@ pub fn find_frame_boundary(buf: &[u8]) -> Option<usize> {
     (0..buf.len()).find(|&start| plausible_frames_at(&buf[start..]))
 }
 
+/// Whether `buf` plausibly begins with frames (as [`find_frame_boundary`]
+/// judges a candidate): what a direction joined mid-connection looks like,
+/// and what other protocols' bytes (ttrpc, TLS records) do not.
+pub fn starts_with_frames(buf: &[u8]) -> bool {
+    plausible_frames_at(buf)
+}
+
 fn plausible_frames_at(buf: &[u8]) -> bool {
     let mut at = 0;
     for _ in 0..RESYNC_FRAMES {
