@@ -32,7 +32,8 @@
 //!
 //! Root. Flags: `--seconds N` per leg (0: Pod start only), `--rounds N`, `--workers N`,
 //! `--conns N`, `--mix pods|not-pods` (repeatable; default both),
-//! `--pod-start N`, `--baseline-agent PATH`.
+//! `--pod-start N`, `--baseline-agent PATH`, `--agent-arg ARG` (to this
+//! build's agent only, repeatable).
 
 #![allow(
     clippy::unwrap_used,
@@ -83,6 +84,10 @@ struct Args {
     /// with it too.
     #[arg(long, value_name = "PATH")]
     baseline_agent: Option<PathBuf>,
+    /// An argument added to this build's `podtrace run`, not the baseline
+    /// agent's (repeatable): `--agent-arg=--nice --agent-arg=10`.
+    #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
+    agent_args: Vec<String>,
     /// Pods that `podtrace-demo` creates at once in each leg of the Pod
     /// start benchmark, after one burst not counted (0: skip it).
     #[arg(long, default_value_t = 10)]
@@ -169,17 +174,17 @@ fn main() -> anyhow::Result<()> {
         let mut baseline = Vec::new();
         let current = podtrace_tests::podtrace_binary();
         for round in 0..args.rounds.max(1) {
-            let mut agents = vec![(current.as_path(), &mut with)];
+            let mut agents = vec![(current.as_path(), &args.agent_args[..], &mut with)];
             if let Some(earlier) = &args.baseline_agent {
-                agents.insert(0, (earlier.as_path(), &mut baseline));
+                agents.insert(0, (earlier.as_path(), &[], &mut baseline));
                 // Alternated, so that neither agent always follows a leg
                 // without one.
                 if round % 2 == 1 {
                     agents.reverse();
                 }
             }
-            for (binary, results) in agents {
-                results.push(leg_with_agent(&mut load, leg, binary, &traced)?);
+            for (binary, extra, results) in agents {
+                results.push(leg_with_agent(&mut load, leg, binary, extra, &traced)?);
             }
             without.push(leg_with_cpu(&traced, || load.leg(leg))?);
         }
@@ -205,7 +210,14 @@ fn main() -> anyhow::Result<()> {
         });
     }
     let pod_start = (args.pod_start > 0)
-        .then(|| pod_start_legs(args.pod_start, args.rounds, args.baseline_agent.as_deref()))
+        .then(|| {
+            pod_start_legs(
+                args.pod_start,
+                args.rounds,
+                &args.agent_args,
+                args.baseline_agent.as_deref(),
+            )
+        })
         .transpose()?;
     println!();
     for report in &reports {
@@ -238,26 +250,25 @@ enum PodStartLeg {
 fn pod_start_legs(
     pods: u32,
     rounds: usize,
+    agent_args: &[String],
     baseline: Option<&Path>,
 ) -> anyhow::Result<Vec<(PodStartLeg, Vec<f64>)>> {
     run_demo_burst(pods)?;
     let mut legs = vec![(PodStartLeg::Without, run_demo_burst(pods)?)];
     let current = podtrace_tests::podtrace_binary();
     for round in 0..rounds.max(1) {
-        let mut agents = vec![(PodStartLeg::With, current.as_path())];
+        let mut agents = vec![(PodStartLeg::With, current.as_path(), agent_args)];
         if let Some(earlier) = baseline {
-            agents.insert(0, (PodStartLeg::Baseline, earlier));
+            agents.insert(0, (PodStartLeg::Baseline, earlier, &[]));
             if round % 2 == 1 {
                 agents.reverse();
             }
         }
-        for (leg, binary) in agents {
+        for (leg, binary, extra) in agents {
             let out = tempfile::NamedTempFile::new()?;
-            let agent = Agent::start_binary(
-                binary,
-                &["--target", "podtrace-demo", "--target", "demo-apiserver"],
-                out.path(),
-            );
+            let mut args = vec!["--target", "podtrace-demo", "--target", "demo-apiserver"];
+            args.extend(extra.iter().map(String::as_str));
+            let agent = Agent::start_binary(binary, &args, out.path());
             legs.push((leg, run_demo_burst(pods)?));
             agent.stop();
         }
@@ -445,10 +456,13 @@ fn leg_with_agent(
     load: &mut podtrace_tests::components::etcd_load::EtcdLoad,
     leg: Duration,
     binary: &Path,
+    extra: &[String],
     traced: &[u32; 2],
 ) -> anyhow::Result<(WithAgent, LegCpu)> {
     let out = tempfile::NamedTempFile::new()?;
-    let agent = Agent::start_binary(binary, &["--target", "etcd-load"], out.path());
+    let mut args = vec!["--target", "etcd-load"];
+    args.extend(extra.iter().map(String::as_str));
+    let agent = Agent::start_binary(binary, &args, out.path());
     let start = agent_start(load, &agent)?;
     let cpu_before = process_cpu_s(agent.pid())?;
     let started = Instant::now();

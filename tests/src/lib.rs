@@ -122,6 +122,8 @@ impl LiveCapture {
             shutdown.clone(),
             None,
             components_tx,
+            // The test's own priority, untouched.
+            tracer_user::capture::Priority::new(0, ring_buffer_bytes),
         ));
         Self {
             probes,

@@ -20,7 +20,7 @@ use tracer_common::{
 };
 use tracer_user::{
     capture::{
-        CaptureOptions, Probes,
+        CaptureOptions, Priority, Probes,
         clock::WallClock,
         go_probes,
         recording::{RecordingHeader, RecordingReader, RecordingWriter},
@@ -249,21 +249,16 @@ struct RunArgs {
     /// Payload bytes kept per socket or WAL syscall (at most 8192).
     #[arg(long, default_value_t = DEFAULT_DATA_BYTES, value_parser = clap::value_parser!(u32).range(0..=DATA_BYTES_MAX as i64))]
     data_bytes: u32,
-    /// The agent's CPU priority (nice value, -20 to 19): by default below
-    /// the components it traces, so that on a busy node its decoding waits
-    /// for idle CPU rather than taking it from them (the ring buffer holds
-    /// the events meanwhile; what overflows is counted as drops). 0 gives it
-    /// an equal share.
-    #[arg(long, default_value_t = DEFAULT_NICE, value_parser = clap::value_parser!(i32).range(-20..=19), allow_negative_numbers = true)]
+    /// The agent's CPU priority (nice value, -20 to 19). Above 0, on a busy
+    /// node its decoding waits for CPU time the components it traces leave
+    /// idle instead of preempting them (the ring buffer holds the events
+    /// meanwhile), and when a drain finds the ring buffer a quarter full it
+    /// goes back to nice 0 until it has caught up (which needs
+    /// CAP_SYS_NICE). That reaction comes only once the agent runs again: on
+    /// a node saturated in bursts, events can be dropped first.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(-20..=19), allow_negative_numbers = true)]
     nice: i32,
 }
-
-/// See `RunArgs::nice`. 10, not 19: at 19 a node saturated for long would
-/// leave the agent ~1.5 % of a CPU and its ring buffer would overflow; at 10
-/// it still gets ~10 % against one busy thread, while it no longer preempts
-/// a traced thread when it wakes (measured: `cargo xtask bench overhead`,
-/// README "What it costs").
-const DEFAULT_NICE: i32 = 10;
 
 /// Short-lived allocations on several threads are most of what the agent
 /// allocates; mimalloc's thread-local free lists serve them for less than
@@ -486,21 +481,6 @@ fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Sets this thread's nice value, which every thread it starts afterwards
-/// (the runtime's workers) inherits: Linux keeps a nice value per thread.
-/// Only lowering the priority needs no privilege; a refusal is a warning,
-/// as it changes what the agent costs, not what it sees.
-fn set_nice(nice: i32) {
-    // SAFETY: plain syscall wrapper; `who` 0 is the calling thread.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
-        tracing::warn!(
-            nice,
-            error = %std::io::Error::last_os_error(),
-            "could not set the agent's CPU priority (--nice); it runs at the one it was started with"
-        );
-    }
-}
-
 fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> {
     let mut export = args.export.options();
     let metrics_addr: Option<std::net::SocketAddr> = match args.metrics_addr.as_str() {
@@ -526,7 +506,8 @@ fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> 
         data_bytes: args.data_bytes,
         uprobe_perf_events: args.uprobe_perf_events,
     };
-    set_nice(args.nice);
+    let priority = Priority::new(args.nice, args.ring_buffer_bytes);
+    priority.apply();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -588,7 +569,7 @@ fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> 
                 Err(error) => tracing::warn!(%error, %addr, "metrics not served"),
             }
         }
-        let summary = pipeline::run(probes, shutdown, recorder, export).await?;
+        let summary = pipeline::run(probes, shutdown, recorder, export, priority).await?;
         if let Some(records) = summary.recorded {
             tracing::info!(records, "recording written");
         }

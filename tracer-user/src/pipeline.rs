@@ -19,7 +19,7 @@ use tracer_common::drop_reason::DropReason;
 
 use crate::{
     capture::{
-        CaptureControl, DropCounts, Probes, RawEvent,
+        CaptureControl, DropCounts, Priority, Probes, RawEvent,
         clock::WallClock,
         recording::{KnownProcesses, RecordingReader, RecordingWriter},
         ring::{ReaderStats, read_ring_buffer},
@@ -403,12 +403,14 @@ impl Stages {
 }
 
 /// Runs the pipeline on live events until `shutdown` is cancelled, printing
-/// what happens to stdout and, when given a recorder, storing every record.
+/// what happens to stdout and, when given a recorder, storing every record;
+/// the agent's CPU priority follows the ring buffer's backlog.
 pub async fn run(
     mut probes: Probes,
     shutdown: CancellationToken,
     mut recorder: Option<RecordingWriter>,
     export: ExportOptions,
+    priority: Priority,
 ) -> anyhow::Result<RunSummary> {
     let clock = WallClock::anchor();
     let ring = probes.take_ring_buffer()?;
@@ -433,6 +435,7 @@ pub async fn run(
         shutdown.clone(),
         recorder,
         components_tx,
+        priority,
     ));
 
     let mut reported = DropCounts::default();

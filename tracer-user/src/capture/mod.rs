@@ -12,6 +12,7 @@ pub mod kernel_btf;
 pub mod kube_probes;
 pub mod loader;
 mod on_demand;
+mod priority;
 pub mod proc_fds;
 pub mod recording;
 pub mod ring;
@@ -24,6 +25,7 @@ pub mod wire;
 pub use control::CaptureControl;
 pub use hpack_probes::HpackControl;
 pub use loader::{CaptureError, CaptureOptions, DropCounts, Probes};
+pub use priority::Priority;
 pub use wire::{
     ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, ExitStatus, FileOpenRecord,
     ForkRecord, FsyncRecord, GoFuncRecord, HeaderRecord, HpackEntryRecord, HpackTableRecord, Peer,

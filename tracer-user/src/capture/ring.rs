@@ -11,7 +11,7 @@ use std::{
         Arc,
         atomic::{AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use aya::maps::{MapData, RingBuf};
@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracer_common::{config::RING_DRAIN_INTERVAL_MS, io::FdKind};
 
 use super::{
+    Priority,
     recording::RecordingWriter,
     wal_head::wal_head_record,
     wire::{RawEvent, parse_record},
@@ -61,6 +62,7 @@ pub struct ReaderStats {
 /// Records go downstream in batches, one per drain: the kernel wakes this
 /// task only once `Config::wakeup_bytes` are pending, and a timer
 /// (`RING_DRAIN_INTERVAL_MS`) drains what a quiet moment left below that.
+/// Each drain's size tells `priority` how far behind the agent is.
 pub async fn read_ring_buffer(
     ring: RingBuf<MapData>,
     events: mpsc::Sender<Vec<RawEvent>>,
@@ -68,6 +70,7 @@ pub async fn read_ring_buffer(
     shutdown: CancellationToken,
     mut recorder: Option<RecordingWriter>,
     new_components: mpsc::UnboundedSender<u32>,
+    mut priority: Priority,
 ) -> std::io::Result<Option<RecordingWriter>> {
     // SAFETY: the fd is the ring buffer map's, owned by `ring`, which the
     // AsyncFd owns until it drops; RingBuf::as_raw_fd always returns that fd.
@@ -76,7 +79,7 @@ pub async fn read_ring_buffer(
     let mut drain_timer = tokio::time::interval(Duration::from_millis(RING_DRAIN_INTERVAL_MS));
     drain_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let batch = tokio::select! {
+        let (batch, bytes) = tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
                 let batch = drain(guard.get_inner_mut(), &stats, recorder.as_mut(), &new_components)?;
@@ -88,22 +91,26 @@ pub async fn read_ring_buffer(
             }
             () = shutdown.cancelled() => return Ok(recorder),
         };
+        priority.after_drain(bytes, Instant::now());
         if !batch.is_empty() && events.send(batch).await.is_err() {
             return Ok(recorder);
         }
     }
 }
 
-/// Every record now in the ring buffer, parsed. Parsing makes owned events:
-/// each record's memory is handed back to the kernel as soon as it is read.
+/// Every record now in the ring buffer, parsed, and the bytes they took.
+/// Parsing makes owned events: each record's memory is handed back to the
+/// kernel as soon as it is read.
 fn drain(
     ring: &mut RingBuf<MapData>,
     stats: &ReaderStats,
     mut recorder: Option<&mut RecordingWriter>,
     new_components: &mpsc::UnboundedSender<u32>,
-) -> std::io::Result<Vec<RawEvent>> {
+) -> std::io::Result<(Vec<RawEvent>, usize)> {
     let mut batch = Vec::new();
+    let mut bytes = 0;
     while let Some(item) = ring.next() {
+        bytes += item.len();
         let Some(mut event) = take_record(&item, stats, recorder.as_deref_mut())? else {
             continue;
         };
@@ -127,7 +134,7 @@ fn drain(
             batch.extend(take_record(&head, stats, recorder.as_deref_mut())?);
         }
     }
-    Ok(batch)
+    Ok((batch, bytes))
 }
 
 /// One record, from the ring buffer or made by capture itself (in the

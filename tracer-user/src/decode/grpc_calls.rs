@@ -76,7 +76,7 @@ const MAX_TABLE_ATTEMPTS: u8 = 8;
 /// attaching them to a large process and detaching them again, three times
 /// within a second of a Pod start (containerd, its image imports), cost
 /// more than the probes held.
-const FIELD_PROBES_HOLD_NS: u64 = 2_000_000_000;
+const FIELD_PROBES_HOLD_NS: u64 = 1_000_000_000;
 
 /// What the decode stage last said of a process's HPACK probes.
 #[derive(Clone, Copy, Debug, Default)]
