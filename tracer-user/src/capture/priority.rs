@@ -33,6 +33,9 @@ pub struct Priority {
     caught_up_since: Option<Instant>,
     /// Going back to nice 0 was refused (said once).
     refused: bool,
+    /// Sets the nice value of the agent's threads (all of them; in the unit
+    /// test, only its own, to leave the other tests' threads alone).
+    set_threads: fn(i32) -> std::io::Result<()>,
 }
 
 impl Priority {
@@ -44,6 +47,7 @@ impl Priority {
             keeping_up: false,
             caught_up_since: None,
             refused: false,
+            set_threads: set_all_threads,
         }
     }
 
@@ -73,7 +77,7 @@ impl Priority {
         }
         if !self.keeping_up {
             if bytes >= self.ring_bytes / BEHIND_SHARE {
-                match set_all_threads(0) {
+                match (self.set_threads)(0) {
                     Ok(()) => {
                         self.keeping_up = true;
                         self.caught_up_since = None;
@@ -100,7 +104,7 @@ impl Priority {
         }
         let since = *self.caught_up_since.get_or_insert(now);
         if now.duration_since(since) >= CAUGHT_UP_FOR {
-            if let Err(error) = set_all_threads(self.calm) {
+            if let Err(error) = (self.set_threads)(self.calm) {
                 tracing::warn!(nice = self.calm, %error, "could not lower the agent's CPU priority again");
             }
             self.keeping_up = false;
@@ -155,10 +159,12 @@ mod tests {
 
     #[test]
     fn a_filling_ring_raises_the_priority_and_a_calm_one_lowers_it_again() {
-        // In a thread of its own: the nice values it sets stay with it and
-        // the threads it could touch are this test binary's.
+        // In a thread of its own, which alone has its nice value changed.
         std::thread::spawn(|| {
-            let mut priority = Priority::new(5, 4096);
+            let mut priority = Priority {
+                set_threads: |nice| set_thread_nice(0, nice),
+                ..Priority::new(5, 4096)
+            };
             priority.apply();
             assert_eq!(nice(), 5);
             let start = Instant::now();
