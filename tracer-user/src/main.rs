@@ -249,14 +249,16 @@ struct RunArgs {
     /// Payload bytes kept per socket or WAL syscall (at most 8192).
     #[arg(long, default_value_t = DEFAULT_DATA_BYTES, value_parser = clap::value_parser!(u32).range(0..=DATA_BYTES_MAX as i64))]
     data_bytes: u32,
-    /// The agent's CPU priority (nice value, -20 to 19). Above 0, on a busy
-    /// node its decoding waits for CPU time the components it traces leave
-    /// idle instead of preempting them (the ring buffer holds the events
-    /// meanwhile), and when a drain finds the ring buffer a quarter full it
-    /// goes back to nice 0 until it has caught up (which needs
-    /// CAP_SYS_NICE). That reaction comes only once the agent runs again: on
-    /// a node saturated in bursts, events can be dropped first.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(-20..=19), allow_negative_numbers = true)]
+    /// The CPU priority (nice value, -20 to 19) of the agent's decoding.
+    /// Above 0, on a busy node it decodes in CPU time the components it
+    /// traces leave idle instead of preempting them; the ring buffer's reader
+    /// keeps the priority the agent was started with and holds what waits in
+    /// the agent's memory. When that backlog grows (a quarter of the ring
+    /// buffer in one drain, or of the channel to the decode stage) the
+    /// decoding goes back to nice 0 until it has caught up, which needs
+    /// CAP_SYS_NICE. In a container, nice orders the agent's threads among
+    /// themselves; against other Pods its CPU request sets its share.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(-20..=19), allow_negative_numbers = true)]
     nice: i32,
 }
 
@@ -507,9 +509,9 @@ fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> 
         uprobe_perf_events: args.uprobe_perf_events,
     };
     let priority = Priority::new(args.nice, args.ring_buffer_bytes);
-    priority.apply();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_start(priority.on_thread_start())
         .build()?;
     runtime.block_on(async move {
         let mut probes = Probes::load(&options)?;

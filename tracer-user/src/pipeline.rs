@@ -22,7 +22,7 @@ use crate::{
         CaptureControl, DropCounts, Priority, Probes, RawEvent,
         clock::WallClock,
         recording::{KnownProcesses, RecordingReader, RecordingWriter},
-        ring::{ReaderStats, read_ring_buffer},
+        ring::{ReaderStats, start_reader_thread},
         wire::parse_record,
     },
     correlate::{Activity, Correlator, Span, TraceConfig},
@@ -428,7 +428,7 @@ pub async fn run(
         stages.input.send(vec![parse_record(&record)?]).await?;
     }
     let (components_tx, mut new_components) = mpsc::unbounded_channel();
-    let capture = tokio::spawn(read_ring_buffer(
+    let capture = start_reader_thread(
         ring,
         stages.input.clone(),
         Arc::clone(&stats),
@@ -436,7 +436,7 @@ pub async fn run(
         recorder,
         components_tx,
         priority,
-    ));
+    )?;
 
     let mut reported = DropCounts::default();
     let mut interval = tokio::time::interval(DROP_REPORT_INTERVAL);
@@ -473,7 +473,9 @@ pub async fn run(
         }
     }
 
-    let recorder = capture.await??;
+    let recorder = capture
+        .await
+        .map_err(|_| anyhow::anyhow!("the ring buffer reader thread ended without a result"))??;
     let recorded = recorder.map(RecordingWriter::finish).transpose()?;
     let untracked_processes = stages.join().await?;
     let drops = probes.drop_counts()?;

@@ -17,13 +17,14 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use tokio::{
     io::{Interest, unix::AsyncFd},
-    sync::mpsc,
+    sync::{mpsc, oneshot},
 };
 use tokio_util::sync::CancellationToken;
 use tracer_common::{config::RING_DRAIN_INTERVAL_MS, io::FdKind};
 
 use super::{
     Priority,
+    priority::Backlog,
     recording::RecordingWriter,
     wal_head::wal_head_record,
     wire::{RawEvent, parse_record},
@@ -62,7 +63,8 @@ pub struct ReaderStats {
 /// Records go downstream in batches, one per drain: the kernel wakes this
 /// task only once `Config::wakeup_bytes` are pending, and a timer
 /// (`RING_DRAIN_INTERVAL_MS`) drains what a quiet moment left below that.
-/// Each drain's size tells `priority` how far behind the agent is.
+/// Each drain's size, and what waits in `events` after it, tell `priority`
+/// how far behind the agent is.
 pub async fn read_ring_buffer(
     ring: RingBuf<MapData>,
     events: mpsc::Sender<Vec<RawEvent>>,
@@ -91,11 +93,59 @@ pub async fn read_ring_buffer(
             }
             () = shutdown.cancelled() => return Ok(recorder),
         };
-        priority.after_drain(bytes, Instant::now());
         if !batch.is_empty() && events.send(batch).await.is_err() {
             return Ok(recorder);
         }
+        let backlog = Backlog {
+            drained_bytes: bytes,
+            queued_batches: events.max_capacity() - events.capacity(),
+            channel_batches: events.max_capacity(),
+        };
+        priority.after_drain(backlog, Instant::now());
     }
+}
+
+/// What the reader thread hands back when it ends: the recorder, if any.
+pub type ReaderResult = std::io::Result<Option<RecordingWriter>>;
+
+/// Runs [`read_ring_buffer`] on a thread of its own, with a runtime of its
+/// own, at the priority of the thread that calls this (the agent's main
+/// thread: the priority it was started with). The decode stage may run at a
+/// lower one (`--nice`); the reader stays prompt, so what the agent has not
+/// decoded yet waits in `events`, where the reader sees it, rather than in
+/// the kernel's ring buffer, where it would be dropped when full. Draining
+/// is cheap next to decoding.
+pub fn start_reader_thread(
+    ring: RingBuf<MapData>,
+    events: mpsc::Sender<Vec<RawEvent>>,
+    stats: Arc<ReaderStats>,
+    shutdown: CancellationToken,
+    recorder: Option<RecordingWriter>,
+    new_components: mpsc::UnboundedSender<u32>,
+    priority: Priority,
+) -> std::io::Result<oneshot::Receiver<ReaderResult>> {
+    let (done, ended) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("podtrace-ring".to_owned())
+        .spawn(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .and_then(|runtime| {
+                    runtime.block_on(read_ring_buffer(
+                        ring,
+                        events,
+                        stats,
+                        shutdown,
+                        recorder,
+                        new_components,
+                        priority,
+                    ))
+                });
+            // The pipeline may have failed and gone first.
+            let _ = done.send(result);
+        })?;
+    Ok(ended)
 }
 
 /// Every record now in the ring buffer, parsed, and the bytes they took.
