@@ -257,8 +257,10 @@ struct RunArgs {
     /// buffer in one drain, or of the channel to the decode stage) the
     /// decoding goes back to nice 0 until it has caught up, which needs
     /// CAP_SYS_NICE. In a container, nice orders the agent's threads among
-    /// themselves; against other Pods its CPU request sets its share.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(-20..=19), allow_negative_numbers = true)]
+    /// themselves; against other Pods its CPU request sets its share. The
+    /// default is 0: on this project's benchmark 10 did not raise the
+    /// traced components' throughput (README, "What it costs").
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(-20..=19), allow_negative_numbers = true)]
     nice: i32,
 }
 

@@ -1,8 +1,8 @@
 //! The agent's CPU priority, as its backlog asks.
 //!
-//! The agent runs its decoding at a nice value above the components it
-//! traces (`--nice`, 10 by default): on a busy node it decodes in CPU time
-//! they leave idle instead of preempting them when it wakes. The ring
+//! Asked to (`--nice N`), the agent runs its decoding at a nice value above
+//! the components it traces: on a busy node it decodes in CPU time they
+//! leave idle instead of preempting them when it wakes. The ring
 //! buffer's reader is not among those threads: it keeps the priority the
 //! agent was started with, so the kernel's ring buffer is drained promptly
 //! and the backlog waits in the agent's channel to the decode stage, where
@@ -128,7 +128,7 @@ impl Priority {
                         tracing::warn!(
                             nice = self.calm,
                             %error,
-                            "decoding falling behind, and the agent may not raise its CPU priority again (needs CAP_SYS_NICE): expect ring_buffer_full drops on a saturated node, or run with --nice 0"
+                            "decoding falling behind, and the agent may not raise its CPU priority again (needs CAP_SYS_NICE): where it shares a cgroup with busy components, expect ring_buffer_full drops on a saturated node, or run with --nice 0; in its own container the CPU request sets its share"
                         );
                     }
                 }
