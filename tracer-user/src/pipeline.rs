@@ -22,7 +22,7 @@ use crate::{
         CaptureControl, DropCounts, Priority, Probes, RawEvent,
         clock::WallClock,
         recording::{KnownProcesses, RecordingReader, RecordingWriter},
-        ring::{ReaderStats, start_reader_thread},
+        ring::{ReaderStats, start_reader},
         wire::parse_record,
     },
     correlate::{Activity, Correlator, Span, TraceConfig},
@@ -428,7 +428,7 @@ pub async fn run(
         stages.input.send(vec![parse_record(&record)?]).await?;
     }
     let (components_tx, mut new_components) = mpsc::unbounded_channel();
-    let capture = start_reader_thread(
+    let capture = start_reader(
         ring,
         stages.input.clone(),
         Arc::clone(&stats),

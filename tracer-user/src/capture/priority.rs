@@ -75,6 +75,11 @@ impl Priority {
         }
     }
 
+    /// Whether the decoding threads run below the agent's start priority.
+    pub fn yields(&self) -> bool {
+        self.calm > 0
+    }
+
     /// For the runtime's `on_thread_start`: each of its threads (workers,
     /// blocking pool) takes the nice value of the moment. The thread that
     /// builds the runtime, and the ring buffer's reader it starts later,
@@ -103,7 +108,7 @@ impl Priority {
 
     /// The reader saw `backlog` at `now`.
     pub fn after_drain(&mut self, backlog: Backlog, now: Instant) {
-        if self.calm <= 0 || self.refused {
+        if !self.yields() || self.refused {
             return;
         }
         let channel = backlog.channel_batches.max(1);

@@ -1,6 +1,8 @@
-//! The ring buffer reader task: waits for the ring buffer's fd with tokio (or
-//! its drain timer), parses each record into a [`RawEvent`] and sends them
-//! downstream in batches.
+//! The ring buffer reader: waits for the ring buffer's fd with tokio (or its
+//! drain timer), parses each record into a [`RawEvent`] and sends them
+//! downstream in batches. Where the decoding threads run at a lower
+//! priority the agent runs it on a thread of its own ([`start_reader`]), so
+//! that it stays prompt.
 //!
 //! Back-pressure is deliberate: when downstream is slow this task waits, the
 //! ring buffer fills, and the kernel counts `ring_buffer_full` drops — the
@@ -108,14 +110,18 @@ pub async fn read_ring_buffer(
 /// What the reader thread hands back when it ends: the recorder, if any.
 pub type ReaderResult = std::io::Result<Option<RecordingWriter>>;
 
-/// Runs [`read_ring_buffer`] on a thread of its own, with a runtime of its
-/// own, at the priority of the thread that calls this (the agent's main
-/// thread: the priority it was started with). The decode stage may run at a
-/// lower one (`--nice`); the reader stays prompt, so what the agent has not
-/// decoded yet waits in `events`, where the reader sees it, rather than in
-/// the kernel's ring buffer, where it would be dropped when full. Draining
-/// is cheap next to decoding.
-pub fn start_reader_thread(
+/// Starts [`read_ring_buffer`]; its result comes through the receiver.
+///
+/// Where the decoding threads yield CPU (`--nice` above 0) the reader runs
+/// on a thread of its own, with a runtime of its own, at the priority of the
+/// thread that calls this (the agent's main thread: the priority it was
+/// started with). It stays prompt, so what the agent has not decoded yet
+/// waits in `events`, where the reader sees it, rather than in the kernel's
+/// ring buffer, where it would be dropped when full. At one priority for all
+/// it is one more task of the caller's runtime: a thread of its own cost the
+/// agent ~8 % more CPU a write on the benchmark (a wakeup of another thread,
+/// and memory freed on another thread than allocated, for every batch).
+pub fn start_reader(
     ring: RingBuf<MapData>,
     events: mpsc::Sender<Vec<RawEvent>>,
     stats: Arc<ReaderStats>,
@@ -125,6 +131,23 @@ pub fn start_reader_thread(
     priority: Priority,
 ) -> std::io::Result<oneshot::Receiver<ReaderResult>> {
     let (done, ended) = oneshot::channel();
+    if !priority.yields() {
+        tokio::spawn(async move {
+            let result = read_ring_buffer(
+                ring,
+                events,
+                stats,
+                shutdown,
+                recorder,
+                new_components,
+                priority,
+            )
+            .await;
+            // The pipeline may have failed and gone first.
+            let _ = done.send(result);
+        });
+        return Ok(ended);
+    }
     std::thread::Builder::new()
         .name("podtrace-ring".to_owned())
         .spawn(move || {
