@@ -131,20 +131,22 @@ pub fn start_reader(
     priority: Priority,
 ) -> std::io::Result<oneshot::Receiver<ReaderResult>> {
     let (done, ended) = oneshot::channel();
-    if !priority.yields() {
+    let yields = priority.yields();
+    // Not polled until it runs: its fd is registered with the runtime that
+    // runs it.
+    let reader = read_ring_buffer(
+        ring,
+        events,
+        stats,
+        shutdown,
+        recorder,
+        new_components,
+        priority,
+    );
+    if !yields {
         tokio::spawn(async move {
-            let result = read_ring_buffer(
-                ring,
-                events,
-                stats,
-                shutdown,
-                recorder,
-                new_components,
-                priority,
-            )
-            .await;
             // The pipeline may have failed and gone first.
-            let _ = done.send(result);
+            let _ = done.send(reader.await);
         });
         return Ok(ended);
     }
@@ -154,18 +156,7 @@ pub fn start_reader(
             let result = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .and_then(|runtime| {
-                    runtime.block_on(read_ring_buffer(
-                        ring,
-                        events,
-                        stats,
-                        shutdown,
-                        recorder,
-                        new_components,
-                        priority,
-                    ))
-                });
-            // The pipeline may have failed and gone first.
+                .and_then(|runtime| runtime.block_on(reader));
             let _ = done.send(result);
         })?;
     Ok(ended)
