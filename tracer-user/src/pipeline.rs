@@ -404,7 +404,7 @@ impl Stages {
 
 /// Runs the pipeline on live events until `shutdown` is cancelled, printing
 /// what happens to stdout and, when given a recorder, storing every record;
-/// the agent's CPU priority follows the ring buffer's backlog.
+/// the decoding's CPU priority follows the backlog the reader sees.
 pub async fn run(
     mut probes: Probes,
     shutdown: CancellationToken,
@@ -475,7 +475,7 @@ pub async fn run(
 
     let recorder = capture
         .await
-        .map_err(|_| anyhow::anyhow!("the ring buffer reader thread ended without a result"))??;
+        .map_err(|_| anyhow::anyhow!("the ring buffer reader ended without a result"))??;
     let recorded = recorder.map(RecordingWriter::finish).transpose()?;
     let untracked_processes = stages.join().await?;
     let drops = probes.drop_counts()?;
