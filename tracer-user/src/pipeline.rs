@@ -258,6 +258,12 @@ impl Stages {
                     "TLS 1.3 records decrypted with the secrets read from the processes"
                 );
             }
+            if tls.secrets_missed > 0 {
+                tracing::info!(
+                    connections = tls.secrets_missed,
+                    "TLS connections opened while podtrace attached to their process: read through the per-call probes from their next request"
+                );
+            }
             if tls.keys_refused + tls.skipped + tls.held_too_long > 0 {
                 tracing::warn!(
                     secrets_refused = tls.keys_refused,

@@ -101,6 +101,10 @@ pub struct TlsStreams {
     /// Directions whose handshake outgrew [`MAX_HELD_BYTES`] before a
     /// secret came: a secret from the handshake cannot read their start.
     pub held_too_long: u64,
+    /// Connections seen from their handshake whose secrets were installed
+    /// before their process's probes were attached (read through the
+    /// per-call probes instead, from their first request after them).
+    pub secrets_missed: u64,
 }
 
 impl TlsStreams {
@@ -163,12 +167,12 @@ impl TlsStreams {
         if data.fd_kind != FdKind::Socket {
             return Err(data);
         }
-        self.note_call_probes(&data);
+        let slot = (data.conn, data.direction);
+        let missed = !data.tls_plaintext && self.hold(slot, &data.data, data.truncated);
+        self.note_call_probes(&data, missed);
         if data.tls_plaintext {
             return Err(data);
         }
-        let slot = (data.conn, data.direction);
-        self.hold(slot, &data.data, data.truncated);
         let Some(reader) = self.readers.get_mut(&slot) else {
             return Err(data);
         };
@@ -226,14 +230,15 @@ impl TlsStreams {
     }
 
     /// Notes whether `data` says its process needs the per-call TLS probes
-    /// — their plaintext, or a TLS record on a direction that is neither
-    /// keyed nor in its handshake — and tells capture when that changes;
-    /// now and then, processes that went without them long enough are told
-    /// they need them no more.
-    fn note_call_probes(&mut self, data: &DataRecord) {
+    /// — their plaintext, a TLS record on a direction that is neither keyed
+    /// nor in its handshake, or a handshake whose secrets were `missed` —
+    /// and tells capture when that changes; now and then, processes that
+    /// went without them long enough are told they need them no more.
+    fn note_call_probes(&mut self, data: &DataRecord, missed: bool) {
         let now = data.ids.ts_ns;
         let slot = (data.conn, data.direction);
         let needs = data.tls_plaintext
+            || missed
             || (data.data.starts_with(&APPLICATION_DATA_RECORD)
                 && !self.readers.contains_key(&slot)
                 && !matches!(self.held.get(&slot), Some(Held::Tls(_))));
@@ -274,8 +279,10 @@ impl TlsStreams {
     }
 
     /// Keeps `bytes` of a direction that began with a TLS handshake, until
-    /// its reader opens application data.
-    fn hold(&mut self, slot: Slot, bytes: &[u8], cut: bool) {
+    /// its reader opens application data. True when this shows that the
+    /// connection's secrets were missed: both its directions are then no
+    /// longer held.
+    fn hold(&mut self, slot: Slot, bytes: &[u8], cut: bool) -> bool {
         let held = match self.held.get_mut(&slot) {
             Some(held) => held,
             None => {
@@ -291,14 +298,35 @@ impl TlsStreams {
                 self.held.entry(slot).or_insert(held)
             }
         };
-        if let Held::Tls(kept) = held {
-            if cut || kept.len() + bytes.len() > MAX_HELD_BYTES {
-                self.held_too_long += 1;
-                *held = Held::Nothing;
-            } else {
-                kept.extend_from_slice(bytes);
+        let Held::Tls(kept) = held else {
+            return false;
+        };
+        if cut || kept.len() + bytes.len() > MAX_HELD_BYTES {
+            self.held_too_long += 1;
+            *held = Held::Nothing;
+            return false;
+        }
+        kept.extend_from_slice(bytes);
+        // Go installs each secret of a direction it writes before it seals
+        // a record with it (the handshake's, then the application's), and
+        // the secret's record precedes the write's in the ring buffer. An
+        // encrypted record written with no secret come means the secret
+        // was installed before the process's probes were attached (a
+        // process that connected within its first moments, while podtrace
+        // was still attaching): no secret will come for what was held, and
+        // the connection is read as one older than podtrace, through the
+        // per-call probes. (What a direction reads may come before its
+        // secret: Go reads ahead of installing it.)
+        let missed = slot.1 == Direction::Egress
+            && !self.readers.contains_key(&slot)
+            && seals_a_record(kept);
+        if missed {
+            self.secrets_missed += 1;
+            for direction in [Direction::Egress, Direction::Ingress] {
+                self.held.insert((slot.0, direction), Held::Nothing);
             }
         }
+        missed
     }
 
     fn stop_holding_if_opened(&mut self, slot: Slot) {
@@ -395,6 +423,20 @@ impl KeyTemplate<'_> {
             tls_plaintext: true,
         }
     }
+}
+
+/// Whether a direction's bytes from its start hold a record sealed with a
+/// secret: one of type application data, the type TLS 1.3 gives every
+/// encrypted record, handshake messages included.
+fn seals_a_record(stream: &[u8]) -> bool {
+    let mut at = 0;
+    while let Some(header) = stream.get(at..at + 5) {
+        if header[0] == APPLICATION_DATA_RECORD[0] {
+            return true;
+        }
+        at += 5 + usize::from(u16::from_be_bytes([header[3], header[4]]));
+    }
+    false
 }
 
 fn add(total: &mut TlsStats, stats: TlsStats) {
@@ -509,18 +551,73 @@ mod tests {
             .collect()
     }
 
+    /// The server's side of the session: what it reads.
+    fn read(record: DataRecord) -> DataRecord {
+        DataRecord {
+            syscall: IoSyscall::Read,
+            direction: Direction::Ingress,
+            ..record
+        }
+    }
+
     #[test]
     fn a_secret_from_the_handshake_reads_what_came_before_it() {
         let session = session();
         let mut streams = TlsStreams::default();
-        // The whole session arrives before Go installs the secret.
+        // The whole session is read before Go installs the secret.
         for (at, chunk) in session.client_to_server.chunks(1000).enumerate() {
-            let out = streams.decrypt(data(at as u64, chunk, false));
+            let out = streams.decrypt(read(data(at as u64, chunk, false)));
             assert!(out.is_err(), "nothing to decrypt with yet");
         }
-        let released = streams.on_key(&key(&session, 0));
+        let mut secret = key(&session, 0);
+        secret.direction = Direction::Ingress;
+        let released = streams.on_key(&secret);
         assert!(plaintext(&released) == session.messages);
         assert_eq!(streams.stats().undecryptable, 0);
+        assert_eq!(streams.secrets_missed, 0);
+        assert!(streams.control.is_empty());
+    }
+
+    /// A process that connected while podtrace was attaching its probes:
+    /// the handshake is seen, its secrets are not. Its first sealed record
+    /// written says so, and the per-call probes are asked for at once
+    /// (holding the connection until 64 KiB had passed lost every request
+    /// a kubelet made in its first seconds).
+    #[test]
+    fn a_handshake_whose_secrets_were_missed_asks_for_the_per_call_probes() {
+        let session = session();
+        let mut streams = TlsStreams::default();
+        let hello = 5 + usize::from(u16::from_be_bytes([
+            session.client_to_server[3],
+            session.client_to_server[4],
+        ]));
+        let (hello, rest) = session.client_to_server.split_at(hello);
+        assert!(streams.decrypt(data(1, hello, false)).is_err());
+        // The server's reply, read: held, as Go reads ahead of its secrets.
+        assert!(
+            streams
+                .decrypt(read(data(2, &[22, 3, 3, 0, 1, 2], false)))
+                .is_err()
+        );
+        assert!(streams.control.is_empty());
+        assert!(streams.decrypt(data(3, rest, false)).is_err());
+        assert_eq!(streams.secrets_missed, 1);
+        assert_eq!(
+            std::mem::take(&mut streams.control),
+            [CaptureControl::TlsProbes {
+                tgid: TGID,
+                needed: true
+            }]
+        );
+        // Neither direction is held any more: a secret read at a probe hit
+        // decrypts what follows it.
+        assert!(streams.on_key(&key(&session, 1)).is_empty());
+        assert!(
+            !streams
+                .held
+                .values()
+                .any(|held| matches!(held, Held::Tls(_)))
+        );
     }
 
     /// Go before 1.21: the handshake secret comes first, through the same
