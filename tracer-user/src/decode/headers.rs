@@ -7,12 +7,31 @@
 //! from; encoded fields wait for the same thread's next write. This is what
 //! gives a request its `:path` on a connection whose HPACK dynamic table was
 //! built before podtrace started.
+//!
+//! Not every block encoded on a thread is in its next write: grpc-go's
+//! writer encodes a request's headers, then yields (`runtime.Gosched`, to
+//! batch more frames) before it writes, and another goroutine on the same
+//! thread may encode and write its own request to another connection
+//! meanwhile. So a write takes only as many blocks as it holds HEADERS
+//! frames, those whose pseudo-headers the frames do not contradict (what
+//! the wire decodes without the connection's table: `:method`, `:scheme`,
+//! literal paths), the latest first; the others wait for a later write.
 
 use rustc_hash::FxHashMap;
 
 use tracer_common::io::{Direction, FdKind, HeaderSide};
+use tracer_decode::{
+    Decoded,
+    http2::{
+        frame::{Frame, parse_frame, starts_with_frames},
+        hpack::{HeaderBlockDecoder, HeaderList},
+    },
+};
 
-use crate::capture::{ConnKey, DataRecord, HeaderRecord};
+use crate::{
+    capture::{ConnKey, DataRecord, HeaderRecord},
+    decode::grpc_calls::PROBE_BLOCK_WINDOW_NS,
+};
 
 /// Threads remembered; past it the table is cleared and its loss counted.
 const MAX_THREADS: usize = 16_384;
@@ -59,13 +78,28 @@ impl HeaderAttributor {
                 self.last_read.insert(thread, data.conn);
                 Vec::new()
             }
-            Direction::Egress => self
-                .pending
-                .remove(&thread)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|field| message(data.conn, Direction::Egress, field))
-                .collect(),
+            Direction::Egress => {
+                let Some(mut waiting) = self.pending.remove(&thread) else {
+                    return Vec::new();
+                };
+                let sent = match written_blocks(&data.data) {
+                    Some(written) => {
+                        let (sent, stale) = take_blocks(&mut waiting, &written, data.ids.ts_ns);
+                        self.unattributed += stale;
+                        sent
+                    }
+                    // Not HTTP/2 frames from the write's first byte (a
+                    // preface, a frame cut across writes): the thread's
+                    // fields go with it, as order alone says.
+                    None => std::mem::take(&mut waiting),
+                };
+                if !waiting.is_empty() {
+                    self.pending.insert(thread, waiting);
+                }
+                sent.into_iter()
+                    .map(|field| message(data.conn, Direction::Egress, field))
+                    .collect()
+            }
         }
     }
 
@@ -108,6 +142,112 @@ impl HeaderAttributor {
             self.pending.clear();
         }
     }
+}
+
+/// What the wire says of each header block a write holds: the fields of
+/// its HEADERS frames that decode without the connection's dynamic table
+/// (a fresh table: entries the block itself inserts are right, older ones
+/// stay unresolved). `None` when the write does not begin with frames.
+fn written_blocks(bytes: &[u8]) -> Option<Vec<HeaderList>> {
+    if !starts_with_frames(bytes) {
+        return None;
+    }
+    let mut blocks = Vec::new();
+    let mut rest = bytes;
+    while let Ok(Decoded::Message { msg, consumed }) = parse_frame(rest) {
+        if let Frame::Headers { fragment, .. } = msg {
+            blocks.push(
+                HeaderBlockDecoder::default()
+                    .decode(fragment)
+                    .unwrap_or_else(|error| error.partial),
+            );
+        }
+        rest = &rest[consumed..];
+    }
+    Some(blocks)
+}
+
+/// Takes from `waiting` (one thread's encoded fields, in order) the blocks
+/// that go with the `written` header blocks of a write at `now_ns`, and
+/// returns their fields in order, with how many fields were dropped as
+/// stale; the rest stay in `waiting`. A block encoded longer than
+/// [`PROBE_BLOCK_WINDOW_NS`] ago was written from another thread (its
+/// goroutine moved): kept, it would be given to a later request's write.
+fn take_blocks(
+    waiting: &mut Vec<HeaderRecord>,
+    written: &[HeaderList],
+    now_ns: u64,
+) -> (Vec<HeaderRecord>, u64) {
+    let (mut blocks, stale): (Vec<_>, Vec<_>) = split_blocks(std::mem::take(waiting))
+        .into_iter()
+        .partition(|block| {
+            block
+                .first()
+                .is_some_and(|f| now_ns.saturating_sub(f.ids.ts_ns) <= PROBE_BLOCK_WINDOW_NS)
+        });
+    let stale = stale.iter().map(|block| block.len() as u64).sum();
+    let mut taken = vec![false; blocks.len()];
+    if blocks.len() <= written.len() {
+        for (block, taken) in blocks.iter().zip(&mut taken) {
+            *taken = written.iter().any(|wire| agrees(wire, block));
+        }
+    } else {
+        // More blocks than the write holds: the latest agreeing ones, in
+        // order (the goroutine that wrote is the one that encoded last).
+        let mut before = blocks.len();
+        for wire in written.iter().rev() {
+            if let Some(at) = (0..before).rev().find(|&at| agrees(wire, &blocks[at])) {
+                taken[at] = true;
+                before = at;
+            }
+        }
+    }
+    let mut sent = Vec::new();
+    for (block, taken) in blocks.drain(..).zip(taken) {
+        if taken {
+            sent.extend(block);
+        } else {
+            waiting.extend(block);
+        }
+    }
+    (sent, stale)
+}
+
+/// Splits encoded fields into header blocks: a pseudo-header after a
+/// regular field, or one the block already has, starts the next.
+fn split_blocks(fields: Vec<HeaderRecord>) -> Vec<Vec<HeaderRecord>> {
+    let mut blocks: Vec<Vec<HeaderRecord>> = Vec::new();
+    for field in fields {
+        let starts_block = blocks.last().is_none_or(|block| {
+            field.name.starts_with(':')
+                && (block.iter().any(|f| f.name == field.name)
+                    || block.last().is_some_and(|f| !f.name.starts_with(':')))
+        });
+        match blocks.last_mut() {
+            Some(block) if !starts_block => block.push(field),
+            _ => blocks.push(vec![field]),
+        }
+    }
+    blocks
+}
+
+/// Whether the block has every pseudo-header the wire decoded, with the
+/// same value (the probes report every pseudo-header, values cut at their
+/// bound): a response's `:status` is no request's block.
+fn agrees(wire: &HeaderList, block: &[HeaderRecord]) -> bool {
+    wire.fields
+        .iter()
+        .filter(|(name, _)| name.starts_with(':'))
+        .all(|(name, value)| {
+            block.iter().any(|f| {
+                &f.name == name
+                    && if f.truncated {
+                        value.starts_with(&f.value)
+                    } else {
+                        *value == f.value
+                    }
+            })
+        })
 }
 
 fn message(conn: ConnKey, direction: Direction, field: HeaderRecord) -> HeaderMessage {
@@ -216,5 +356,78 @@ mod tests {
             [(40, ":method"), (40, ":path")]
         );
         assert!(headers.on_data(&data(1, 40, Direction::Egress)).is_empty());
+    }
+
+    /// One HEADERS frame (END_HEADERS) of stream 1 holding `fragment`.
+    fn headers_frame(fragment: &[u8]) -> Vec<u8> {
+        let len = fragment.len().to_be_bytes();
+        let mut frame = vec![len[5], len[6], len[7], 0x1, 0x4, 0, 0, 0, 1];
+        frame.extend_from_slice(fragment);
+        frame
+    }
+
+    /// grpc-go encodes a request to containerd, yields before writing it,
+    /// and client-go encodes and writes a PATCH to the apiserver from the
+    /// same thread meanwhile: each write takes its own block, told apart by
+    /// what its frame says without the connection's table.
+    #[test]
+    fn a_write_takes_the_blocks_its_frames_hold_not_every_block_its_thread_encoded() {
+        let mut headers = HeaderAttributor::default();
+        for (name, value) in [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", "/runtime.v1.ImageService/ImageStatus"),
+            ("content-type", "application/grpc"),
+            (":method", "PATCH"),
+            (":path", "/api/v1/namespaces/default/pods/p/status"),
+            (":scheme", "https"),
+        ] {
+            assert!(
+                headers
+                    .on_header(field(1, HeaderSide::Encoder, name, value))
+                    .is_none()
+            );
+        }
+        // A write without a HEADERS frame takes none.
+        let mut window_update = data(1, 40, Direction::Egress);
+        window_update.data = vec![0, 0, 4, 0x8, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        assert!(headers.on_data(&window_update).is_empty());
+        // `:method: PATCH` as a literal, `:scheme: https` (static 7), an
+        // entry of the table built before podtrace (unresolved).
+        let mut patch = data(1, 50, Direction::Egress);
+        patch.data = headers_frame(b"\x43\x05PATCH\x87\xc4");
+        let sent = headers.on_data(&patch);
+        assert_eq!(
+            sent.iter()
+                .map(|m| (m.conn.conn_id, m.value.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (50, "PATCH"),
+                (50, "/api/v1/namespaces/default/pods/p/status"),
+                (50, "https")
+            ]
+        );
+        // `:method: POST`, `:scheme: http` (static 3 and 6), table entries.
+        let mut grpc = data(1, 40, Direction::Egress);
+        grpc.data = headers_frame(b"\x83\x86\xc0\xc6");
+        let sent = headers.on_data(&grpc);
+        assert_eq!(
+            sent.iter().map(|m| m.conn.conn_id).collect::<Vec<_>>(),
+            [40; 4]
+        );
+        assert_eq!(sent[2].value, "/runtime.v1.ImageService/ImageStatus");
+        assert_eq!(headers.unattributed, 0);
+        // A block whose own write came from another thread is dropped once
+        // it is older than a stream's window, not given to a later request.
+        assert!(
+            headers
+                .on_header(field(1, HeaderSide::Encoder, ":method", "POST"))
+                .is_none()
+        );
+        let mut later = data(1, 40, Direction::Egress);
+        later.ids.ts_ns = 1 + PROBE_BLOCK_WINDOW_NS + 1;
+        later.data = headers_frame(b"\x83\x86\xc0\xc6");
+        assert!(headers.on_data(&later).is_empty());
+        assert_eq!(headers.unattributed, 1);
     }
 }
