@@ -52,6 +52,33 @@ const DECODE_TICK: Duration = Duration::from_millis(500);
 /// How often the drop counters are checked.
 const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(10);
 
+/// The time a live stage's waits and idle checks are measured against
+/// (CLOCK_MONOTONIC ns): the latest event it has taken while events come,
+/// the wall clock once a tick passed without any. A stage that lags behind
+/// (a burst of Pods on a busy node, a debug build) must not expire a wait
+/// whose other half is still queued before it, nor call a process idle
+/// whose events it has not read yet.
+#[derive(Debug, Default)]
+struct EventClock {
+    now_ns: u64,
+    seen_since_tick: bool,
+}
+
+impl EventClock {
+    fn observe(&mut self, ts_ns: u64) {
+        self.now_ns = self.now_ns.max(ts_ns);
+        self.seen_since_tick = true;
+    }
+
+    /// The time at a tick; `wall_ns` is the clock now.
+    fn tick(&mut self, wall_ns: u64) -> u64 {
+        if !std::mem::take(&mut self.seen_since_tick) {
+            self.now_ns = self.now_ns.max(wall_ns);
+        }
+        self.now_ns
+    }
+}
+
 /// What a finished run saw.
 #[derive(Clone, Debug)]
 pub struct RunSummary {
@@ -188,6 +215,7 @@ impl Stages {
             // a clock; a replay has only its events' time.
             let mut ticks = tokio::time::interval(DECODE_TICK);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut clock = EventClock::default();
             loop {
                 let events = tokio::select! {
                     events = raw_rx.recv() => match events {
@@ -195,10 +223,13 @@ impl Stages {
                         None => break,
                     },
                     _ = ticks.tick(), if live => {
-                        decoder.tick(WallClock::monotonic_now_ns());
+                        decoder.tick(clock.tick(WallClock::monotonic_now_ns()));
                         Vec::new()
                     }
                 };
+                if let Some(last) = events.last() {
+                    clock.observe(last.ids().ts_ns);
+                }
                 let messages: Vec<Message> = events
                     .into_iter()
                     .flat_map(|event| decoder.decode(event))
@@ -296,16 +327,24 @@ impl Stages {
             }
             let mut ticks = tokio::time::interval(CORRELATE_TICK);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut clock = EventClock::default();
             loop {
                 let activities = tokio::select! {
                     messages = msg_rx.recv() => match messages {
                         Some(messages) => messages
                             .into_iter()
-                            .flat_map(|message| correlator.observe(message))
+                            .flat_map(|message| {
+                                if let Some(ts_ns) = message.ts_ns() {
+                                    clock.observe(ts_ns);
+                                }
+                                correlator.observe(message)
+                            })
                             .collect(),
                         None => break,
                     },
-                    _ = ticks.tick(), if live => correlator.tick(WallClock::monotonic_now_ns()),
+                    _ = ticks.tick(), if live => {
+                        correlator.tick(clock.tick(WallClock::monotonic_now_ns()))
+                    }
                 };
                 for activity in activities {
                     let tgid = match &activity {
@@ -639,5 +678,24 @@ fn report_new_drops(before: &DropCounts, now: &DropCounts) {
                 "kernel side cut or skipped data"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EventClock;
+
+    #[test]
+    fn a_lagging_stage_keeps_to_its_events_time_and_an_idle_one_to_the_wall_clock() {
+        let mut clock = EventClock::default();
+        clock.observe(1_000);
+        clock.observe(900);
+        // Events still coming: the wall clock's 50_000 is not reached yet.
+        assert_eq!(clock.tick(50_000), 1_000);
+        // A tick with none: caught up.
+        assert_eq!(clock.tick(60_000), 60_000);
+        // Older events after that do not turn time back.
+        clock.observe(59_000);
+        assert_eq!(clock.tick(70_000), 60_000);
     }
 }

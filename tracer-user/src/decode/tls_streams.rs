@@ -51,6 +51,12 @@ const APPLICATION_DATA_RECORD: [u8; 3] = [23, 3, 3];
 const TLS_CALLS_IDLE_NS: u64 = 2_000_000_000;
 /// How often the processes' need for the per-call TLS probes is looked at.
 const TLS_CALLS_CHECK_NS: u64 = 500_000_000;
+/// How long a direction that talked without a secret keeps its process's
+/// per-call TLS probes attached after it last talked, however quiet the
+/// probes are: until it is keyed (its HPACK tables copied first), each
+/// message it sends while they are detached is lost, and the next one
+/// brings them back only after a round trip through capture.
+const UNKEYED_HOLD_NS: u64 = 30_000_000_000;
 
 /// A socket direction.
 type Slot = (ConnKey, Direction);
@@ -88,6 +94,10 @@ pub struct TlsStreams {
     gap_withheld: FxHashSet<Slot>,
     /// Per process with socket data, its need for the per-call TLS probes.
     call_probes: FxHashMap<u32, CallProbes>,
+    /// Directions that talked TLS with no secret yet (probe plaintext, or
+    /// application records on a direction neither keyed nor held), and
+    /// when they last did.
+    unkeyed: FxHashMap<Slot, u64>,
     /// When the idle processes are looked for next.
     next_check_ns: u64,
     /// What capture is asked to do, in order; the stage takes it.
@@ -149,6 +159,7 @@ impl TlsStreams {
                 self.held.insert(slot, Held::Nothing);
             }
         }
+        self.unkeyed.remove(&slot);
         if let Some(old) = self.readers.insert(slot, reader) {
             // A reader whose bytes the new one reads again from the start
             // (it had a handshake secret) did nothing that counts.
@@ -242,6 +253,10 @@ impl TlsStreams {
             || (data.data.starts_with(&APPLICATION_DATA_RECORD)
                 && !self.readers.contains_key(&slot)
                 && !matches!(self.held.get(&slot), Some(Held::Tls(_))));
+        if needs && (self.unkeyed.len() < MAX_READERS || self.unkeyed.contains_key(&slot))
+        {
+            self.unkeyed.insert(slot, now);
+        }
         let tgid = data.conn.tgid;
         let probes = self.call_probes.entry(tgid).or_insert(CallProbes {
             last_needed_ns: now,
@@ -261,13 +276,18 @@ impl TlsStreams {
     }
 
     /// Tells capture which processes went without the per-call TLS probes
-    /// for [`TLS_CALLS_IDLE_NS`] by `now`: called as data comes, and on a
+    /// for [`TLS_CALLS_IDLE_NS`] by `now` and have no direction that talked
+    /// unkeyed within [`UNKEYED_HOLD_NS`]: called as data comes, and on a
     /// timer, since a process whose connections are all keyed or muted may
     /// send no data at all.
     pub fn check_idle(&mut self, now: u64) {
         self.next_check_ns = now + TLS_CALLS_CHECK_NS;
+        self.unkeyed
+            .retain(|_, last| now.saturating_sub(*last) <= UNKEYED_HOLD_NS);
+        let waiting: FxHashSet<u32> = self.unkeyed.keys().map(|(conn, _)| conn.tgid).collect();
         for (&tgid, probes) in &mut self.call_probes {
-            let idle = now.saturating_sub(probes.last_needed_ns) > TLS_CALLS_IDLE_NS;
+            let idle = now.saturating_sub(probes.last_needed_ns) > TLS_CALLS_IDLE_NS
+                && !waiting.contains(&tgid);
             if idle && probes.said != Some(false) {
                 probes.said = Some(false);
                 self.control.push(CaptureControl::TlsProbes {
@@ -342,6 +362,7 @@ impl TlsStreams {
     /// The socket closed: its readers go.
     pub fn on_closed(&mut self, conn: &ConnKey) {
         for direction in [Direction::Egress, Direction::Ingress] {
+            self.unkeyed.remove(&(*conn, direction));
             self.held.remove(&(*conn, direction));
             self.gap_withheld.remove(&(*conn, direction));
             if let Some(reader) = self.readers.remove(&(*conn, direction)) {
@@ -363,6 +384,7 @@ impl TlsStreams {
         self.held.retain(|(conn, _), _| conn.tgid != tgid);
         self.gap_withheld.retain(|(conn, _)| conn.tgid != tgid);
         self.call_probes.remove(&tgid);
+        self.unkeyed.retain(|(conn, _), _| conn.tgid != tgid);
     }
 
     /// `event` as the decode stage sees it, for readers of a recording
@@ -674,6 +696,29 @@ mod tests {
         streams.on_closed(&conn());
         assert!(streams.decrypt(data(2, b"after close", false)).is_err());
         assert!(streams.stats().application_records >= 4);
+    }
+
+    /// A connection older than podtrace that talked through the probes but
+    /// was not keyed yet (its HPACK tables not copied) keeps them attached
+    /// while quiet: a burst after a quiet spell would lose its first
+    /// messages while they came back (found live: the kubelet's status
+    /// updates of a burst of Pods after an agent restart).
+    #[test]
+    fn a_direction_not_keyed_yet_keeps_the_per_call_probes_while_quiet() {
+        let mut streams = TlsStreams::default();
+        assert!(streams.decrypt(data(SECOND, b"plaintext", true)).is_err());
+        streams.control.clear();
+        streams.check_idle(SECOND + TLS_CALLS_IDLE_NS + 1);
+        assert!(streams.control.is_empty(), "{:?}", streams.control);
+        // Quiet for longer than the hold: let go.
+        streams.check_idle(SECOND + UNKEYED_HOLD_NS + 1);
+        assert_eq!(
+            streams.control,
+            [CaptureControl::TlsProbes {
+                tgid: TGID,
+                needed: false
+            }]
+        );
     }
 
     #[test]
