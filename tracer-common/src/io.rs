@@ -551,8 +551,11 @@ pub struct HeaderEvent {
     pub _pad: u8,
     /// Valid bytes of `value`.
     pub value_len: u16,
-    /// Explicit padding, zero.
-    pub _pad2: [u8; 2],
+    /// A hash of the `*hpack.Encoder` or `*hpack.Decoder` (one per
+    /// connection and direction), [`coder_tag`]: fields with the same tag
+    /// belong to the same connection whichever thread ran the goroutine.
+    /// 0 in recordings made before it was sent.
+    pub coder_tag: u16,
     /// The field name (lower case, as HTTP/2 requires).
     pub name: [u8; HEADER_NAME_BYTES],
     /// The field value.
@@ -560,6 +563,17 @@ pub struct HeaderEvent {
 }
 
 const _: () = assert!(size_of::<HeaderEvent>() == 24 + 8 + HEADER_NAME_BYTES + HEADER_VALUE_BYTES);
+
+/// [`HeaderEvent::coder_tag`] of a Go HPACK coder at `addr`: 16 bits folded
+/// from the address (never 0, which means unknown). Two live coders of one
+/// process share a tag rarely; user space checks a tag's connection against
+/// what the wire decodes before it relies on it.
+#[inline(always)]
+pub const fn coder_tag(addr: u64) -> u16 {
+    let folded = (addr >> 4) ^ (addr >> 20) ^ (addr >> 36) ^ (addr >> 52);
+    let tag = (folded & 0xffff) as u16;
+    if tag == 0 { 1 } else { tag }
+}
 
 /// Entries of a Go HPACK dynamic table podtrace copies at most. A table of
 /// the default 4096 bytes holds at most 4096 / 33 = 124 (RFC 7541 §4.1: an

@@ -29,6 +29,7 @@ use tracer_common::{
         GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GO_TLS_SECRET_LEVEL_ARG, GoCallKey,
         GoTlsConn, GoTlsConnKey, GoTlsOffsets, GoTlsRead, HEADER_NAME_BYTES, HEADER_VALUE_BYTES,
         HEADER_VALUE_REDACTED, HEADER_VALUE_TRUNCATED, HeaderEvent, HeaderSide, IoSyscall,
+        coder_tag,
     },
 };
 
@@ -651,9 +652,9 @@ fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
         return Ok(());
     };
     let cookie = cookie as u8;
+    let coder = go_abi::word(ctx, 0);
     if hpack_table::sync_wanted() {
         if let Ok(side) = HeaderSide::try_from(cookie) {
-            let coder = go_abi::word(ctx, 0);
             hpack_table::note_coder(ids.tgid, go_abi::current_g(ctx), side, coder);
         }
     }
@@ -708,7 +709,7 @@ fn try_hpack_field(ctx: &ProbeContext) -> Result<(), DropReason> {
         (*event).name_len = name_size as u8;
         (*event)._pad = 0;
         (*event).value_len = copied as u16;
-        (*event)._pad2 = [0; 2];
+        (*event).coder_tag = coder_tag(coder);
     }
     entry.submit(submit_flags(size_of::<HeaderEvent>()));
     Ok(())

@@ -284,6 +284,9 @@ pub struct HeaderRecord {
     pub redacted: bool,
     /// The value was cut.
     pub truncated: bool,
+    /// Which HPACK coder (so which connection and direction) it came
+    /// from; 0 when not known (`HeaderEvent::coder_tag`).
+    pub coder_tag: u16,
 }
 
 /// One entry of a copy of a connection's Go HPACK table (oldest first).
@@ -600,6 +603,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
                 value: String::from_utf8_lossy(value).into_owned(),
                 redacted: event.flags & HEADER_VALUE_REDACTED != 0,
                 truncated: event.flags & HEADER_VALUE_TRUNCATED != 0,
+                coder_tag: event.coder_tag,
             }))
         }
         EventKind::HpackEntry => {

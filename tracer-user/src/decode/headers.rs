@@ -16,6 +16,13 @@
 //! frames, those whose pseudo-headers the frames do not contradict (what
 //! the wire decodes without the connection's table: `:method`, `:scheme`,
 //! literal paths), the latest first; the others wait for a later write.
+//!
+//! The probes also say which HPACK coder a field came from (a tag of the
+//! `*hpack.Encoder`, one per connection). Once writes on a connection have
+//! taken blocks of one encoder twice with nothing to doubt, that encoder's
+//! fields go to the connection as they come, whichever thread encodes or
+//! writes them: grpc-go's writer resumes on another thread as often as not
+//! under load, and its blocks would otherwise wait in vain.
 
 use rustc_hash::FxHashMap;
 
@@ -37,6 +44,11 @@ use crate::{
 const MAX_THREADS: usize = 16_384;
 /// Encoded fields kept per thread while waiting for its write.
 const MAX_PENDING_FIELDS: usize = 64;
+/// Encoders whose connection is known (or being learned), at most.
+const MAX_CODERS: usize = 16_384;
+/// Times an encoder's blocks must have gone to one connection, unambiguously,
+/// before its fields go there directly.
+const CODER_TRUSTED_AFTER: u32 = 2;
 
 /// A header field on a connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +72,9 @@ pub struct HeaderMessage {
 pub struct HeaderAttributor {
     last_read: FxHashMap<(u32, u32), ConnKey>,
     pending: FxHashMap<(u32, u32), Vec<HeaderRecord>>,
+    /// Per (process, encoder tag): the connection its blocks went to, and
+    /// how many times in a row.
+    coders: FxHashMap<(u32, u16), (ConnKey, u32)>,
     /// Fields that could not be tied to a connection (dropped).
     pub unattributed: u64,
 }
@@ -86,6 +101,12 @@ impl HeaderAttributor {
                     Some(written) => {
                         let (sent, stale) = take_blocks(&mut waiting, &written, data.ids.ts_ns);
                         self.unattributed += stale;
+                        let blocks = split_blocks(sent.clone());
+                        if blocks.len() == written.len() {
+                            for block in &blocks {
+                                self.learn_coder(data.conn, block);
+                            }
+                        }
                         sent
                     }
                     // Not HTTP/2 frames from the write's first byte (a
@@ -115,6 +136,13 @@ impl HeaderAttributor {
                 }
             },
             HeaderSide::Encoder => {
+                let coder = (field.ids.tgid, field.coder_tag);
+                if let Some(&(conn, seen)) = self.coders.get(&coder)
+                    && field.coder_tag != 0
+                    && seen >= CODER_TRUSTED_AFTER
+                {
+                    return Some(message(conn, Direction::Egress, field));
+                }
                 self.bound();
                 let pending = self.pending.entry(thread).or_default();
                 if pending.len() >= MAX_PENDING_FIELDS {
@@ -124,6 +152,33 @@ impl HeaderAttributor {
                 pending.push(field);
                 None
             }
+        }
+    }
+
+    /// A socket closed: its encoders are forgotten (their memory, and so
+    /// their tags, may serve another connection next).
+    pub fn on_closed(&mut self, conn: &ConnKey) {
+        self.coders.retain(|_, (known, _)| known != conn);
+    }
+
+    /// A write on `conn` took `block` with nothing to doubt: one more time
+    /// its encoder's blocks went there (a different connection starts over).
+    fn learn_coder(&mut self, conn: ConnKey, block: &[HeaderRecord]) {
+        let Some(first) = block.first() else {
+            return;
+        };
+        let tag = first.coder_tag;
+        if tag == 0 || block.iter().any(|field| field.coder_tag != tag) {
+            return;
+        }
+        if self.coders.len() >= MAX_CODERS {
+            self.coders.clear();
+        }
+        let entry = self.coders.entry((conn.tgid, tag)).or_insert((conn, 0));
+        if entry.0 == conn {
+            entry.1 = entry.1.saturating_add(1);
+        } else {
+            *entry = (conn, 1);
         }
     }
 
@@ -300,6 +355,7 @@ mod tests {
             value: value.into(),
             redacted: false,
             truncated: false,
+            coder_tag: 0,
         }
     }
 
@@ -356,6 +412,31 @@ mod tests {
             [(40, ":method"), (40, ":path")]
         );
         assert!(headers.on_data(&data(1, 40, Direction::Egress)).is_empty());
+    }
+
+    /// An encoder's blocks went to one connection twice: its next fields go
+    /// there at once, whatever thread encodes them, until it closes.
+    #[test]
+    fn an_encoder_whose_connection_is_known_sends_its_fields_there_from_any_thread() {
+        let mut headers = HeaderAttributor::default();
+        let tagged = |tid: u32, name: &str, value: &str| HeaderRecord {
+            coder_tag: 7,
+            ..field(tid, HeaderSide::Encoder, name, value)
+        };
+        for _ in 0..CODER_TRUSTED_AFTER {
+            assert!(headers.on_header(tagged(1, ":method", "POST")).is_none());
+            assert!(headers.on_header(tagged(1, ":scheme", "http")).is_none());
+            let mut write = data(1, 40, Direction::Egress);
+            write.data = headers_frame(b"\x83\x86\xc0");
+            assert_eq!(headers.on_data(&write).len(), 2);
+        }
+        let sent = headers.on_header(tagged(2, ":method", "POST")).unwrap();
+        assert_eq!(sent.conn.conn_id, 40);
+        headers.on_closed(&ConnKey {
+            tgid: 100,
+            conn_id: 40,
+        });
+        assert!(headers.on_header(tagged(2, ":method", "POST")).is_none());
     }
 
     /// One HEADERS frame (END_HEADERS) of stream 1 holding `fragment`.

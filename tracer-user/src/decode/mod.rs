@@ -205,7 +205,10 @@ impl Decoder {
                 if conn.change == ConnAction::Closed {
                     match conn.fd_kind {
                         FdKind::WalFile => self.wal.on_close(&conn.conn),
-                        FdKind::Socket => self.tls.on_closed(&conn.conn),
+                        FdKind::Socket => {
+                            self.tls.on_closed(&conn.conn);
+                            self.headers.on_closed(&conn.conn);
+                        }
                     }
                 }
                 let mut messages = self.grpc.on_conn(&conn, &mut self.once);

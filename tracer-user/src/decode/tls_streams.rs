@@ -253,8 +253,7 @@ impl TlsStreams {
             || (data.data.starts_with(&APPLICATION_DATA_RECORD)
                 && !self.readers.contains_key(&slot)
                 && !matches!(self.held.get(&slot), Some(Held::Tls(_))));
-        if needs && (self.unkeyed.len() < MAX_READERS || self.unkeyed.contains_key(&slot))
-        {
+        if needs && (self.unkeyed.len() < MAX_READERS || self.unkeyed.contains_key(&slot)) {
             self.unkeyed.insert(slot, now);
         }
         let tgid = data.conn.tgid;
