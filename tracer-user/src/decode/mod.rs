@@ -202,6 +202,9 @@ impl Decoder {
                 .flat_map(|data| self.decode_data(data))
                 .collect(),
             RawEvent::Conn(conn) => {
+                if conn.change.before_start() && conn.fd_kind == FdKind::Socket {
+                    self.tls.on_open_at_start(conn.conn);
+                }
                 if conn.change == ConnAction::Closed {
                     match conn.fd_kind {
                         FdKind::WalFile => self.wal.on_close(&conn.conn),

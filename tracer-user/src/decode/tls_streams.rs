@@ -51,11 +51,12 @@ const APPLICATION_DATA_RECORD: [u8; 3] = [23, 3, 3];
 const TLS_CALLS_IDLE_NS: u64 = 2_000_000_000;
 /// How often the processes' need for the per-call TLS probes is looked at.
 const TLS_CALLS_CHECK_NS: u64 = 500_000_000;
-/// How long a direction that talked without a secret keeps its process's
-/// per-call TLS probes attached after it last talked, however quiet the
-/// probes are: until it is keyed (its HPACK tables copied first), each
-/// message it sends while they are detached is lost, and the next one
-/// brings them back only after a round trip through capture.
+/// How long a direction of a connection older than podtrace that talked
+/// without a secret keeps its process's per-call TLS probes attached after
+/// it last talked, however quiet the probes are: until it is keyed (its
+/// HPACK tables copied first), each message it sends while they are
+/// detached is lost, and the next one brings them back only after a round
+/// trip through capture.
 const UNKEYED_HOLD_NS: u64 = 30_000_000_000;
 
 /// A socket direction.
@@ -94,9 +95,11 @@ pub struct TlsStreams {
     gap_withheld: FxHashSet<Slot>,
     /// Per process with socket data, its need for the per-call TLS probes.
     call_probes: FxHashMap<u32, CallProbes>,
-    /// Directions that talked TLS with no secret yet (probe plaintext, or
-    /// application records on a direction neither keyed nor held), and
-    /// when they last did.
+    /// Sockets open when podtrace started.
+    older: FxHashSet<ConnKey>,
+    /// Directions of those that talked TLS with no secret yet (probe
+    /// plaintext, or application records on a direction neither keyed nor
+    /// held), and when they last did.
     unkeyed: FxHashMap<Slot, u64>,
     /// When the idle processes are looked for next.
     next_check_ns: u64,
@@ -253,7 +256,10 @@ impl TlsStreams {
             || (data.data.starts_with(&APPLICATION_DATA_RECORD)
                 && !self.readers.contains_key(&slot)
                 && !matches!(self.held.get(&slot), Some(Held::Tls(_))));
-        if needs && (self.unkeyed.len() < MAX_READERS || self.unkeyed.contains_key(&slot)) {
+        if needs
+            && self.older.contains(&data.conn)
+            && (self.unkeyed.len() < MAX_READERS || self.unkeyed.contains_key(&slot))
+        {
             self.unkeyed.insert(slot, now);
         }
         let tgid = data.conn.tgid;
@@ -358,8 +364,19 @@ impl TlsStreams {
         }
     }
 
+    /// A socket open when podtrace started: one whose per-call TLS probes
+    /// are held while it is not keyed ([`UNKEYED_HOLD_NS`]). (A connection
+    /// made while podtrace attached to its process is not: its process is
+    /// new, and it talks soon or not at all.)
+    pub fn on_open_at_start(&mut self, conn: ConnKey) {
+        if self.older.len() < MAX_READERS {
+            self.older.insert(conn);
+        }
+    }
+
     /// The socket closed: its readers go.
     pub fn on_closed(&mut self, conn: &ConnKey) {
+        self.older.remove(conn);
         for direction in [Direction::Egress, Direction::Ingress] {
             self.unkeyed.remove(&(*conn, direction));
             self.held.remove(&(*conn, direction));
@@ -384,6 +401,7 @@ impl TlsStreams {
         self.gap_withheld.retain(|(conn, _)| conn.tgid != tgid);
         self.call_probes.remove(&tgid);
         self.unkeyed.retain(|(conn, _), _| conn.tgid != tgid);
+        self.older.retain(|conn| conn.tgid != tgid);
     }
 
     /// `event` as the decode stage sees it, for readers of a recording
@@ -705,6 +723,18 @@ mod tests {
     #[test]
     fn a_direction_not_keyed_yet_keeps_the_per_call_probes_while_quiet() {
         let mut streams = TlsStreams::default();
+        // A connection podtrace saw made does not hold them.
+        assert!(streams.decrypt(data(SECOND, b"plaintext", true)).is_err());
+        streams.check_idle(SECOND + TLS_CALLS_IDLE_NS + 1);
+        assert_eq!(
+            std::mem::take(&mut streams.control).last(),
+            Some(&CaptureControl::TlsProbes {
+                tgid: TGID,
+                needed: false
+            })
+        );
+        // One open when podtrace started does.
+        streams.on_open_at_start(conn());
         assert!(streams.decrypt(data(SECOND, b"plaintext", true)).is_err());
         streams.control.clear();
         streams.check_idle(SECOND + TLS_CALLS_IDLE_NS + 1);

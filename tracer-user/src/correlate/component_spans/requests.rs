@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     correlate::{
-        pod::{Pod, int_attribute, string_attribute, unattributed},
+        pod::{Pod, int_attribute, string_attribute},
         span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, TraceId},
     },
     decode::{RestMessage, functions::Decision, grpc_calls::Side},
@@ -307,8 +307,11 @@ impl ComponentSpans {
                 (pod.trace, pod.attributes())
             }
             (None, false) => {
+                // No Pod to hang it from (its REST exchange was lost, so no
+                // name or UID came back): counted, not exported as a span
+                // whose parent no trace holds.
                 self.unattributed += 1;
-                unattributed(&self.cluster_id, &namespace, &name)
+                return Vec::new();
             }
             (uid, true) => {
                 // Nothing was stored: the trace is this request's.
