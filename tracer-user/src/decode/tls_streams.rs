@@ -582,6 +582,14 @@ mod tests {
         }
     }
 
+    /// The client's bytes: its ClientHello (one plaintext record), and the
+    /// rest.
+    fn split_hello(session: &Session) -> (&[u8], &[u8]) {
+        let bytes = &session.client_to_server;
+        let hello = 5 + usize::from(u16::from_be_bytes([bytes[3], bytes[4]]));
+        bytes.split_at(hello)
+    }
+
     fn plaintext(records: &[DataRecord]) -> Vec<u8> {
         assert!(records.iter().all(|record| record.tls_plaintext));
         records
@@ -626,11 +634,7 @@ mod tests {
     fn a_handshake_whose_secrets_were_missed_asks_for_the_per_call_probes() {
         let session = session();
         let mut streams = TlsStreams::default();
-        let hello = 5 + usize::from(u16::from_be_bytes([
-            session.client_to_server[3],
-            session.client_to_server[4],
-        ]));
-        let (hello, rest) = session.client_to_server.split_at(hello);
+        let (hello, rest) = split_hello(&session);
         assert!(streams.decrypt(data(1, hello, false)).is_err());
         // The server's reply, read: held, as Go reads ahead of its secrets.
         assert!(
@@ -667,11 +671,7 @@ mod tests {
         let session = session();
         let mut streams = TlsStreams::default();
         // The ClientHello (a plaintext record), then the handshake secret.
-        let hello = 5 + usize::from(u16::from_be_bytes([
-            session.client_to_server[3],
-            session.client_to_server[4],
-        ]));
-        let (hello, rest) = session.client_to_server.split_at(hello);
+        let (hello, rest) = split_hello(&session);
         assert!(streams.decrypt(data(0, hello, false)).is_err());
         let mut handshake = key(&session, 0);
         handshake.secret = session.handshake_secret.clone();
