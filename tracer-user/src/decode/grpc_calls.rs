@@ -41,7 +41,7 @@ use tracer_decode::{
 };
 
 use super::{
-    HeaderMessage, Message, TableCopyMessage, decoded_once::DecodedOnce,
+    HeaderMessage, Message, TableCopyMessage, decoded_once::DecodedOnce, headers::starts_block,
     tls_streams::starts_tls_handshake,
 };
 use crate::capture::{CaptureControl, ConnKey, ConnRecord, DataRecord, HpackControl};
@@ -423,20 +423,12 @@ struct ProbeBlock {
 }
 
 impl ProbeHeaders {
-    /// Adds one field; a pseudo-header after a regular field, or one the
-    /// block already has, starts the next block.
+    /// Adds one field, starting the next block where [`starts_block`] says.
     fn add(&mut self, name: &str, value: &str, ts_ns: u64) -> Option<u32> {
-        let starts_block = match self.blocks.back() {
-            None => true,
-            Some(block) => {
-                name.starts_with(':')
-                    && (block.fields.iter().any(|(n, _)| n == name)
-                        || block
-                            .fields
-                            .last()
-                            .is_some_and(|(n, _)| !n.starts_with(':')))
-            }
-        };
+        let starts_block = self
+            .blocks
+            .back()
+            .is_none_or(|block| starts_block(block.fields.iter().map(|(n, _)| n.as_str()), name));
         if starts_block {
             // Blocks already given to a stream are done with, but the last.
             while self.blocks.len() > 1 && self.blocks.front().is_some_and(|b| b.stream.is_some()) {

@@ -99,15 +99,14 @@ impl HeaderAttributor {
                 };
                 let sent = match written_blocks(&data.data) {
                     Some(written) => {
-                        let (sent, stale) = take_blocks(&mut waiting, &written, data.ids.ts_ns);
+                        let (taken, stale) = take_blocks(&mut waiting, &written, data.ids.ts_ns);
                         self.unattributed += stale;
-                        let blocks = split_blocks(sent.clone());
-                        if blocks.len() == written.len() {
-                            for block in &blocks {
+                        if taken.len() == written.len() {
+                            for block in &taken {
                                 self.learn_coder(data.conn, block);
                             }
                         }
-                        sent
+                        taken.into_iter().flatten().collect()
                     }
                     // Not HTTP/2 frames from the write's first byte (a
                     // preface, a frame cut across writes): the thread's
@@ -224,15 +223,15 @@ fn written_blocks(bytes: &[u8]) -> Option<Vec<HeaderList>> {
 
 /// Takes from `waiting` (one thread's encoded fields, in order) the blocks
 /// that go with the `written` header blocks of a write at `now_ns`, and
-/// returns their fields in order, with how many fields were dropped as
-/// stale; the rest stay in `waiting`. A block encoded longer than
+/// returns them in order, with how many fields were dropped as stale; the
+/// rest stay in `waiting`. A block encoded longer than
 /// [`PROBE_BLOCK_WINDOW_NS`] ago was written from another thread (its
 /// goroutine moved): kept, it would be given to a later request's write.
 fn take_blocks(
     waiting: &mut Vec<HeaderRecord>,
     written: &[HeaderList],
     now_ns: u64,
-) -> (Vec<HeaderRecord>, u64) {
+) -> (Vec<Vec<HeaderRecord>>, u64) {
     let (mut blocks, stale): (Vec<_>, Vec<_>) = split_blocks(std::mem::take(waiting))
         .into_iter()
         .partition(|block| {
@@ -260,7 +259,7 @@ fn take_blocks(
     let mut sent = Vec::new();
     for (block, taken) in blocks.drain(..).zip(taken) {
         if taken {
-            sent.extend(block);
+            sent.push(block);
         } else {
             waiting.extend(block);
         }
@@ -268,16 +267,25 @@ fn take_blocks(
     (sent, stale)
 }
 
-/// Splits encoded fields into header blocks: a pseudo-header after a
-/// regular field, or one the block already has, starts the next.
+/// Whether a field `name` reported by an HPACK probe after the fields
+/// `block` (their names, in order) starts the next header block: a
+/// pseudo-header after a regular field, or one the block already has.
+pub(super) fn starts_block<'a>(
+    mut block: impl DoubleEndedIterator<Item = &'a str> + Clone,
+    name: &str,
+) -> bool {
+    name.starts_with(':')
+        && (block.clone().any(|n| n == name)
+            || block.next_back().is_some_and(|n| !n.starts_with(':')))
+}
+
+/// Splits encoded fields into header blocks ([`starts_block`]).
 fn split_blocks(fields: Vec<HeaderRecord>) -> Vec<Vec<HeaderRecord>> {
     let mut blocks: Vec<Vec<HeaderRecord>> = Vec::new();
     for field in fields {
-        let starts_block = blocks.last().is_none_or(|block| {
-            field.name.starts_with(':')
-                && (block.iter().any(|f| f.name == field.name)
-                    || block.last().is_some_and(|f| !f.name.starts_with(':')))
-        });
+        let starts_block = blocks
+            .last()
+            .is_none_or(|block| starts_block(block.iter().map(|f| f.name.as_str()), &field.name));
         match blocks.last_mut() {
             Some(block) if !starts_block => block.push(field),
             _ => blocks.push(vec![field]),
