@@ -23,7 +23,7 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use tracer_common::io::{Direction, FdKind, IoSyscall};
-use tracer_decode::tls::{Plaintext, TlsReader, TlsStats, TrafficKeys};
+use tracer_decode::tls::{Plaintext, TlsReader, TlsStats, TrafficKeys, seals_a_record};
 
 use crate::capture::{CaptureControl, ConnKey, DataRecord, RawEvent, TlsKeyRecord};
 
@@ -462,20 +462,6 @@ impl KeyTemplate<'_> {
             tls_plaintext: true,
         }
     }
-}
-
-/// Whether a direction's bytes from its start hold a record sealed with a
-/// secret: one of type application data, the type TLS 1.3 gives every
-/// encrypted record, handshake messages included.
-fn seals_a_record(stream: &[u8]) -> bool {
-    let mut at = 0;
-    while let Some(header) = stream.get(at..at + 5) {
-        if header[0] == APPLICATION_DATA_RECORD[0] {
-            return true;
-        }
-        at += 5 + usize::from(u16::from_be_bytes([header[3], header[4]]));
-    }
-    false
 }
 
 fn add(total: &mut TlsStats, stats: TlsStats) {

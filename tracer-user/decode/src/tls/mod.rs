@@ -501,6 +501,23 @@ impl TlsReader {
     }
 }
 
+/// Whether `stream`, a direction's bytes from its first record on, holds a
+/// record sealed with a secret: TLS 1.3 gives every encrypted record,
+/// handshake messages included, the type of application data. Walks the
+/// record headers; stops, saying no, at one that is not plausible.
+pub fn seals_a_record(mut stream: &[u8]) -> bool {
+    while let Some((kind, len)) = record_header(stream) {
+        if kind == APPLICATION_DATA {
+            return true;
+        }
+        let Some(len) = len else {
+            return false;
+        };
+        stream = stream.get(HEADER + len..).unwrap_or_default();
+    }
+    false
+}
+
 /// The record header at the start of `buf`: its type and, if it is a
 /// plausible TLS 1.2-framed record, its payload length; `None` if fewer than
 /// five bytes.
