@@ -289,14 +289,11 @@ fn phase_of(span: &Value) -> Option<&'static str> {
     let kind = span["kind"].as_u64();
     let change = attribute(span, "podtrace.k8s.pod.change").and_then(Value::as_str);
     let server = kind == Some(2);
+    let root = span["parentSpanId"].as_str().unwrap_or_default().is_empty();
     Some(match name {
         // A creation's root; a deletion's (`pod.delete …`) is no Pod start.
-        _ if span["parentSpanId"].as_str().unwrap_or_default().is_empty() => {
-            if !name.starts_with("pod.create ") {
-                return None;
-            }
-            "end to end"
-        }
+        _ if root && name.starts_with("pod.create ") => "end to end",
+        _ if root => return None,
         "etcdserverpb.KV/Txn" if server && change == Some("created") => "etcd create",
         "etcdserverpb.KV/Txn" if server && change.is_some_and(|c| c.starts_with("bound")) => {
             "etcd binding"
