@@ -210,6 +210,13 @@ pub struct NodeSpans {
     /// ImageStatus calls (about no Pod) waiting for the PullImage or
     /// CreateContainer of the same image to name their Pod.
     image_calls: VecDeque<CriMessage>,
+    /// ImageStatus calls a claim left to no Pod (another Pod may have asked
+    /// them), kept as long as held ones: the same calls seen from the other
+    /// end of their connection may be claimed there, and these go with them.
+    refused_image_calls: VecDeque<CriMessage>,
+    /// What ImageStatus calls taken with their other end's claim found, per
+    /// side and Pod (uid), until that side's CreateContainer reads it.
+    mirrored_statuses: HashMap<(Side, String), Vec<ContainerFacts>>,
     /// Images pulled for each Pod (by uid): which side saw the pull, and
     /// its image reference and id.
     pulls: HashMap<String, Vec<(Side, ContainerFacts)>>,
@@ -258,6 +265,8 @@ impl NodeSpans {
             sandbox_windows: VecDeque::new(),
             cni_calls: HashMap::new(),
             image_calls: VecDeque::new(),
+            refused_image_calls: VecDeque::new(),
+            mirrored_statuses: HashMap::new(),
             pulls: HashMap::new(),
             container_images: HashMap::new(),
             awaiting_container: HashMap::new(),
@@ -599,10 +608,12 @@ impl NodeSpans {
     /// Pod this node created (an image the Pod may not pull is the Pod
     /// status's to tell, not a guess of ours).
     fn expire_image_calls(&mut self, now_ns: u64) {
-        self.image_calls.retain(|held| {
+        let recent = |held: &CriMessage| {
             held.end_ts_ns
                 .is_some_and(|end| now_ns.saturating_sub(end) <= IMAGE_CLAIM_NS)
-        });
+        };
+        self.image_calls.retain(recent);
+        self.refused_image_calls.retain(recent);
         // A Pod whose container never comes (an image it may not pull)
         // stops counting as a competitor.
         self.awaiting_container
@@ -628,9 +639,10 @@ impl NodeSpans {
         let (Some(facts), Some(start)) = (&call.facts, call.start_ts_ns) else {
             return (Vec::new(), Vec::new());
         };
+        let mut found = self.take_mirrored_statuses(call.side, pod);
         // Asked after the Pod's sandbox was there (the sandbox seen).
         let Some(&sandbox_ready) = self.sandbox_ready.get(&(call.side, pod.uid.clone())) else {
-            return (Vec::new(), Vec::new());
+            return (Vec::new(), found);
         };
         let candidate = |held: &CriMessage| {
             held.side == call.side
@@ -647,7 +659,7 @@ impl NodeSpans {
             .filter_map(|held| held.start_ts_ns.zip(held.end_ts_ns));
         let Some((first_asked, last_asked)) = asked.reduce(|(a, b), (c, d)| (a.min(c), b.max(d)))
         else {
-            return (Vec::new(), Vec::new());
+            return (Vec::new(), found);
         };
         let competing = self.awaiting_container.iter().any(|((side, uid), last)| {
             *side == call.side
@@ -661,18 +673,75 @@ impl NodeSpans {
                 .partition(|held| candidate(held));
         self.image_calls = rest;
         if competing {
-            return (Vec::new(), Vec::new());
+            if self.refused_image_calls.len() + claimed.len() > MAX_IMAGE_CALLS {
+                self.refused_image_calls.clear();
+            }
+            self.refused_image_calls.extend(claimed);
+            return (Vec::new(), found);
         }
+        // The same calls seen from the other end of their connection are
+        // the same Pod's, whatever the timing there said: the kubelet's and
+        // containerd's views of a burst differ by a few milliseconds, enough
+        // for one end to see a competitor where the other sees none.
+        let (waiting, refused) = self.take_mirrors(&claimed);
         let now = call.end_ts_ns.unwrap_or(start);
         let mut spans = Vec::new();
-        let mut found = Vec::new();
-        for held in claimed {
+        let mut mirrored = Vec::new();
+        for (held, mirror) in claimed
+            .into_iter()
+            .map(|held| (held, Mirror::No))
+            .chain(waiting.into_iter().map(|held| (held, Mirror::Waiting)))
+            .chain(refused.into_iter().map(|held| (held, Mirror::Refused)))
+        {
             let held_facts = held.facts.as_deref().cloned().unwrap_or_default();
             let attributes = image_attributes(&held_facts);
             spans.extend(self.call_spans(&held, pod, None, None, attributes, now));
-            found.push(held_facts);
+            match mirror {
+                Mirror::No => found.push(held_facts),
+                // Its end's CreateContainer is still to come, and will
+                // want to know what it found.
+                Mirror::Waiting => mirrored.push((held.side, held_facts)),
+                Mirror::Refused => {}
+            }
+        }
+        for (side, facts) in mirrored {
+            if self.mirrored_statuses.len() >= MAX_ENTRIES {
+                self.mirrored_statuses.clear();
+            }
+            self.mirrored_statuses
+                .entry((side, pod.uid.clone()))
+                .or_default()
+                .push(facts);
         }
         (spans, found)
+    }
+
+    /// Takes the other end's view of each of `claimed` ([`same_call`]): from
+    /// the held calls (that end's claim is to come) and from the refused
+    /// ones (it came and left them).
+    fn take_mirrors(
+        &mut self,
+        claimed: &VecDeque<CriMessage>,
+    ) -> (VecDeque<CriMessage>, VecDeque<CriMessage>) {
+        let take = |held: &mut VecDeque<CriMessage>| {
+            let (taken, rest): (VecDeque<CriMessage>, VecDeque<CriMessage>) = std::mem::take(held)
+                .into_iter()
+                .partition(|other| claimed.iter().any(|call| same_call(call, other)));
+            *held = rest;
+            taken
+        };
+        (
+            take(&mut self.image_calls),
+            take(&mut self.refused_image_calls),
+        )
+    }
+
+    /// What the ImageStatus calls of `pod` on `side`, taken with their other
+    /// end's claim, found.
+    fn take_mirrored_statuses(&mut self, side: Side, pod: &Pod) -> Vec<ContainerFacts> {
+        self.mirrored_statuses
+            .remove(&(side, pod.uid.clone()))
+            .unwrap_or_default()
     }
 
     fn note_pull(&mut self, pod: &Pod, side: Side, facts: &ContainerFacts) {
@@ -1176,6 +1245,40 @@ fn with_default_tag(image: &str) -> String {
 
 /// Whether two calls are about the same image: a reference or an id in
 /// common.
+/// Where an ImageStatus call a claim takes comes from.
+enum Mirror {
+    /// The claiming end's own.
+    No,
+    /// The other end's view, held for its own claim.
+    Waiting,
+    /// The other end's view, which that end's claim left to no Pod.
+    Refused,
+}
+
+/// Whether `a` and `b` are one call seen from both ends of its connection:
+/// one made it, the other handled it, on the same HTTP/2 stream (the same
+/// number at both ends), with the handling inside the caller's wait (both
+/// ends are on this node: one clock).
+fn same_call(a: &CriMessage, b: &CriMessage) -> bool {
+    let (client, server) = match (a.side, b.side) {
+        (Side::Client, Side::Server) => (a, b),
+        (Side::Server, Side::Client) => (b, a),
+        _ => return false,
+    };
+    let nested = match (
+        client.start_ts_ns,
+        server.start_ts_ns,
+        server.end_ts_ns,
+        client.end_ts_ns,
+    ) {
+        (Some(asked), Some(handled), Some(answered), Some(heard)) => {
+            asked <= handled && answered <= heard
+        }
+        _ => false,
+    };
+    nested && client.method == server.method && client.stream_id == server.stream_id
+}
+
 fn same_image(a: &ContainerFacts, b: &ContainerFacts) -> bool {
     let names = |facts: &ContainerFacts| {
         [&facts.image, &facts.image_id]
@@ -1642,6 +1745,78 @@ mod tests {
         assert!(node.tick(IMAGE_CLAIM_NS + 10 * MS).is_empty());
         assert!(node.image_calls.is_empty());
         assert_eq!(node.unattributed, 0);
+    }
+
+    /// Pod db's sandbox, seen on `side` only: a competitor there.
+    fn competitor(side: Side) -> CriMessage {
+        let mut other = run_pod_sandbox(side);
+        other.clues = vec![PodClue::Sandbox {
+            pod: PodIdentity {
+                namespace: Some("default".into()),
+                name: Some("db".into()),
+                uid: Some("u-2".into()),
+                ..PodIdentity::default()
+            },
+            sandbox_id: Some("sb-2".into()),
+        }];
+        other.stream_id = 9;
+        other
+    }
+
+    #[test]
+    fn an_image_status_claimed_at_one_end_is_claimed_at_the_other() {
+        for server_first in [true, false] {
+            let mut node = node();
+            let mut spans = Vec::new();
+            for side in [Side::Client, Side::Server] {
+                spans.extend(node.on_cri(&run_pod_sandbox(side)));
+            }
+            // The kubelet's view saw another Pod's worker busy then;
+            // containerd's, a few milliseconds apart, did not.
+            spans.extend(node.on_cri(&competitor(Side::Client)));
+            spans.extend(node.on_cri(&image_status(Side::Client, 3, true, 150)));
+            let mut handled = image_status(Side::Server, 3, true, 150);
+            handled.start_ts_ns = Some(150 * MS + 100);
+            handled.end_ts_ns = Some(152 * MS - 100);
+            spans.extend(node.on_cri(&handled));
+            // Another stream at the other end is another call.
+            spans.extend(node.on_cri(&image_status(Side::Server, 5, true, 151)));
+            let order = if server_first {
+                [Side::Server, Side::Client]
+            } else {
+                [Side::Client, Side::Server]
+            };
+            for side in order {
+                spans.extend(node.on_cri(&create_container(side)));
+            }
+            let statuses: Vec<_> = spans
+                .iter()
+                .filter(|s| s.name.ends_with("/ImageStatus"))
+                .collect();
+            assert_eq!(statuses.len(), 2, "server first: {server_first}");
+            let client = statuses.iter().find(|s| s.kind == SpanKind::Client);
+            let server = statuses.iter().find(|s| s.kind == SpanKind::Server);
+            assert_eq!(
+                server.and_then(|s| s.parent_span_id),
+                client.map(|s| s.span_id),
+                "server first: {server_first}"
+            );
+            let client_create = spans
+                .iter()
+                .find(|s| s.name.ends_with("/CreateContainer") && s.kind == SpanKind::Client)
+                .expect("the kubelet's CreateContainer");
+            assert_eq!(
+                client_create.string_attribute("podtrace.container.image.source"),
+                if server_first {
+                    Some(IMAGE_PRESENT)
+                } else {
+                    None
+                },
+                "server first: {server_first}"
+            );
+            assert!(node.refused_image_calls.is_empty());
+            assert!(node.mirrored_statuses.is_empty());
+        }
     }
 
     #[test]

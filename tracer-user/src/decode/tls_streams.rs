@@ -95,7 +95,8 @@ pub struct TlsStreams {
     gap_withheld: FxHashSet<Slot>,
     /// Per process with socket data, its need for the per-call TLS probes.
     call_probes: FxHashMap<u32, CallProbes>,
-    /// Sockets open when podtrace started.
+    /// Sockets open when podtrace started, or whose secrets were missed:
+    /// read through the per-call probes until keyed.
     older: FxHashSet<ConnKey>,
     /// Directions of those that talked TLS with no secret yet (probe
     /// plaintext, or application records on a direction neither keyed nor
@@ -350,6 +351,11 @@ impl TlsStreams {
             for direction in [Direction::Egress, Direction::Ingress] {
                 self.held.insert((slot.0, direction), Held::Nothing);
             }
+            // Read as one older than podtrace, it holds the per-call probes
+            // as those do while it is not keyed: kube-apiserver's etcd
+            // client of Pods, connected while a debug agent attached to
+            // it, lost a burst's first creations after a quiet spell.
+            self.on_open_at_start(slot.0);
         }
         missed
     }
@@ -365,9 +371,9 @@ impl TlsStreams {
     }
 
     /// A socket open when podtrace started: one whose per-call TLS probes
-    /// are held while it is not keyed ([`UNKEYED_HOLD_NS`]). (A connection
-    /// made while podtrace attached to its process is not: its process is
-    /// new, and it talks soon or not at all.)
+    /// are held while it is not keyed ([`UNKEYED_HOLD_NS`]). (So is one
+    /// whose secrets were missed, [`Self::hold`]; one seen made and keyed
+    /// from its handshake needs them only while their plaintext comes.)
     pub fn on_open_at_start(&mut self, conn: ConnKey) {
         if self.older.len() < MAX_READERS {
             self.older.insert(conn);
@@ -638,6 +644,10 @@ mod tests {
                 needed: true
             }]
         );
+        // Quiet past the probes' idle time, it holds them as a connection
+        // older than podtrace does, while it is not keyed.
+        streams.check_idle(3 + TLS_CALLS_IDLE_NS + 1);
+        assert!(streams.control.is_empty(), "{:?}", streams.control);
         // Neither direction is held any more: a secret read at a probe hit
         // decrypts what follows it.
         assert!(streams.on_key(&key(&session, 1)).is_empty());
