@@ -93,6 +93,10 @@ struct FieldProbes {
 /// keeps the HPACK probes attached: its first request usually comes soon,
 /// and without the probes that request's `:path` would be lost.
 const IDLE_GRACE_NS: u64 = 1_000_000_000;
+/// The same for a TLS connection whose secrets were missed: its requests
+/// until then built its HPACK tables unseen, and its next may be a while
+/// away (a kubelet's status updates come every 10 s when no Pod changes).
+const SECRETS_MISSED_GRACE_NS: u64 = 30_000_000_000;
 /// How often a process whose HPACK probes are attached is looked at again.
 const FIELD_PROBES_RECHECK_NS: u64 = 250_000_000;
 /// How long the table of what a connection answers (responses' headers:
@@ -241,6 +245,9 @@ struct Connection {
     resets_seen: (u64, u64),
     /// When decoding it began (CLOCK_MONOTONIC ns).
     joined_ts_ns: u64,
+    /// How long from then it needs the HPACK probes while it carries
+    /// nothing ([`IDLE_GRACE_NS`], or [`SECRETS_MISSED_GRACE_NS`]).
+    idle_grace_ns: u64,
     /// What its etcd KV requests named so far.
     keys: KeysSeen,
     /// The directions whose TLS 1.3 secret capture was asked for.
@@ -316,7 +323,7 @@ impl Connection {
     fn needs_fields(&self, now_ns: u64) -> bool {
         // A connection idle since podtrace joined it needs nothing after a
         // grace period: its first bytes bring the probes back.
-        let idle = self.fed_bytes == 0 && now_ns > self.joined_ts_ns + IDLE_GRACE_NS;
+        let idle = self.fed_bytes == 0 && now_ns > self.joined_ts_ns + self.idle_grace_ns;
         if self.probe_headers.is_none() || idle {
             return false;
         }
@@ -628,11 +635,31 @@ impl GrpcDecoder {
                 tables: None,
                 resets_seen: (0, 0),
                 joined_ts_ns: conn.ids.ts_ns,
+                idle_grace_ns: IDLE_GRACE_NS,
                 keys: KeysSeen::default(),
                 secrets_asked: SecretsAsked::default(),
             },
         );
         Vec::new()
+    }
+
+    /// A TLS connection whose secrets were missed (made while podtrace
+    /// attached to its process): its plaintext will come through the
+    /// per-call probes from a later request on, and the requests before it
+    /// built its HPACK tables unseen. Its header fields are asked of the
+    /// HPACK probes now, not at that first plaintext: they take up to a
+    /// second to attach, and the requests meanwhile lost their `:path` (a
+    /// kubelet's first status updates of a burst of Pods did).
+    pub fn on_secrets_missed(&mut self, conn: ConnKey, now_ns: u64) {
+        let Some(connection) = self.connections.get_mut(&conn) else {
+            return;
+        };
+        connection
+            .probe_headers
+            .get_or_insert_with(ProbeHeaders::default);
+        connection.joined_ts_ns = now_ns;
+        connection.idle_grace_ns = SECRETS_MISSED_GRACE_NS;
+        self.update_field_probes(conn.tgid, now_ns);
     }
 
     /// Feeds a chunk of a decoded connection; yields the calls it finished.
@@ -1473,6 +1500,26 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// A TLS connection seen from its handshake whose secrets were missed:
+    /// the HPACK probes are asked for at once, and stay while it is quiet
+    /// (its next request, read through the per-call probes, needs them).
+    #[test]
+    fn a_connection_whose_secrets_were_missed_asks_for_the_hpack_probes_at_once() {
+        let handshake = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+        let mut decoder = GrpcDecoder::default();
+        let mut once = DecodedOnce::default();
+        decoder.on_conn(&conn_record(ConnAction::Connected), &mut once);
+        decoder.on_data(&chunk(10, Direction::Egress, handshake, false), &mut once);
+        assert_eq!(field_probes_said(&mut decoder), Vec::<bool>::new());
+        decoder.on_secrets_missed(conn_record(ConnAction::Connected).conn, 20);
+        assert_eq!(field_probes_said(&mut decoder), vec![true]);
+        decoder.check_field_probes(20 + IDLE_GRACE_NS + FIELD_PROBES_HOLD_NS + 1);
+        assert_eq!(field_probes_said(&mut decoder), Vec::<bool>::new());
+        // Quiet for longer than its grace: let go.
+        decoder.check_field_probes(20 + SECRETS_MISSED_GRACE_NS + FIELD_PROBES_HOLD_NS + 1);
+        assert_eq!(field_probes_said(&mut decoder), vec![false]);
     }
 
     #[test]

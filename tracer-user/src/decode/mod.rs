@@ -188,13 +188,20 @@ impl Decoder {
                 self.tls.on_process_gone(exit.ids.tgid);
                 vec![Message::Exit(exit)]
             }
-            RawEvent::Data(data) => match self.tls.decrypt(data) {
-                Ok(plaintext) => plaintext
-                    .iter()
-                    .flat_map(|data| self.decode_data(data))
-                    .collect(),
-                Err(data) => self.decode_data(&data),
-            },
+            RawEvent::Data(data) => {
+                let ts_ns = data.ids.ts_ns;
+                let decrypted = self.tls.decrypt(data);
+                for conn in std::mem::take(&mut self.tls.missed) {
+                    self.grpc.on_secrets_missed(conn, ts_ns);
+                }
+                match decrypted {
+                    Ok(plaintext) => plaintext
+                        .iter()
+                        .flat_map(|data| self.decode_data(data))
+                        .collect(),
+                    Err(data) => self.decode_data(&data),
+                }
+            }
             RawEvent::TlsKey(key) => self
                 .tls
                 .on_key(&key)

@@ -119,6 +119,9 @@ pub struct TlsStreams {
     /// before their process's probes were attached (read through the
     /// per-call probes instead, from their first request after them).
     pub secrets_missed: u64,
+    /// Those connections, as they are found; the decode stage takes them
+    /// (their header fields are asked of the HPACK probes).
+    pub missed: Vec<ConnKey>,
 }
 
 impl TlsStreams {
@@ -356,6 +359,7 @@ impl TlsStreams {
             // client of Pods, connected while a debug agent attached to
             // it, lost a burst's first creations after a quiet spell.
             self.on_open_at_start(slot.0);
+            self.missed.push(slot.0);
         }
         missed
     }
