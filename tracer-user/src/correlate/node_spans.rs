@@ -1712,19 +1712,8 @@ mod tests {
     fn image_status_of_two_pods_at_once_is_not_guessed() {
         let mut node = node();
         let side = Side::Client;
-        let mut other = run_pod_sandbox(side);
-        other.clues = vec![PodClue::Sandbox {
-            pod: PodIdentity {
-                namespace: Some("default".into()),
-                name: Some("db".into()),
-                uid: Some("u-2".into()),
-                ..PodIdentity::default()
-            },
-            sandbox_id: Some("sb-2".into()),
-        }];
-        other.stream_id = 9;
         let mut spans = node.on_cri(&run_pod_sandbox(side));
-        spans.extend(node.on_cri(&other));
+        spans.extend(node.on_cri(&competitor(side)));
         spans.extend(node.on_cri(&image_status(side, 3, true, 150)));
         spans.extend(node.on_cri(&image_status(side, 7, true, 160)));
         spans.extend(node.on_cri(&create_container(side)));
@@ -1747,7 +1736,8 @@ mod tests {
         assert_eq!(node.unattributed, 0);
     }
 
-    /// Pod db's sandbox, seen on `side` only: a competitor there.
+    /// Pod db's sandbox on `side`: its worker active when another Pod's
+    /// image is asked about.
     fn competitor(side: Side) -> CriMessage {
         let mut other = run_pod_sandbox(side);
         other.clues = vec![PodClue::Sandbox {
@@ -1824,17 +1814,7 @@ mod tests {
         let mut node = node();
         let side = Side::Client;
         // db's sandbox (its image may not be pulled: no container comes).
-        let mut stuck = run_pod_sandbox(side);
-        stuck.clues = vec![PodClue::Sandbox {
-            pod: PodIdentity {
-                namespace: Some("default".into()),
-                name: Some("db".into()),
-                uid: Some("u-2".into()),
-                ..PodIdentity::default()
-            },
-            sandbox_id: Some("sb-2".into()),
-        }];
-        let mut spans = node.on_cri(&stuck);
+        let mut spans = node.on_cri(&competitor(side));
         let mut web = run_pod_sandbox(side);
         web.start_ts_ns = Some(1_500 * MS);
         web.end_ts_ns = Some(1_600 * MS);
