@@ -209,8 +209,12 @@ impl Decoder {
                 .flat_map(|data| self.decode_data(data))
                 .collect(),
             RawEvent::Conn(conn) => {
-                if conn.change.before_start() && conn.fd_kind == FdKind::Socket {
-                    self.tls.on_open_at_start(conn.conn);
+                if conn.fd_kind == FdKind::Socket {
+                    if conn.change.before_start() {
+                        self.tls.on_open_at_start(conn.conn);
+                    } else if conn.change == ConnAction::Connected {
+                        self.tls.on_connected(conn.conn);
+                    }
                 }
                 if conn.change == ConnAction::Closed {
                     match conn.fd_kind {

@@ -98,6 +98,8 @@ pub struct TlsStreams {
     /// Sockets open when podtrace started, or whose secrets were missed:
     /// read through the per-call probes until keyed.
     older: FxHashSet<ConnKey>,
+    /// Sockets podtrace saw their process connect (it is the TLS client).
+    clients: FxHashSet<ConnKey>,
     /// Directions of those that talked TLS with no secret yet (probe
     /// plaintext, or application records on a direction neither keyed nor
     /// held), and when they last did.
@@ -174,7 +176,7 @@ impl TlsStreams {
                 add(&mut self.finished, old.stats());
             }
         }
-        self.stop_holding_if_opened(slot);
+        self.stop_holding_if_opened(slot, key.ids.ts_ns);
         plaintext
     }
 
@@ -228,7 +230,7 @@ impl TlsStreams {
                 },
             );
         }
-        self.stop_holding_if_opened(slot);
+        self.stop_holding_if_opened(slot, ids.ts_ns);
         Ok(pieces
             .into_iter()
             .map(|piece| DataRecord {
@@ -267,20 +269,31 @@ impl TlsStreams {
             self.unkeyed.insert(slot, now);
         }
         let tgid = data.conn.tgid;
+        if needs {
+            self.need_call_probes(tgid, now);
+        } else {
+            self.call_probes.entry(tgid).or_insert(CallProbes {
+                last_needed_ns: now,
+                said: None,
+            });
+        }
+        if now >= self.next_check_ns {
+            self.check_idle(now);
+        }
+    }
+
+    /// Process `tgid` needs its per-call TLS probes at `now`: capture is
+    /// told when that is news.
+    fn need_call_probes(&mut self, tgid: u32, now: u64) {
         let probes = self.call_probes.entry(tgid).or_insert(CallProbes {
             last_needed_ns: now,
             said: None,
         });
-        if needs {
-            probes.last_needed_ns = now;
-            if probes.said != Some(true) {
-                probes.said = Some(true);
-                self.control
-                    .push(CaptureControl::TlsProbes { tgid, needed: true });
-            }
-        }
-        if now >= self.next_check_ns {
-            self.check_idle(now);
+        probes.last_needed_ns = now;
+        if probes.said != Some(true) {
+            probes.said = Some(true);
+            self.control
+                .push(CaptureControl::TlsProbes { tgid, needed: true });
         }
     }
 
@@ -350,28 +363,62 @@ impl TlsStreams {
             && !self.readers.contains_key(&slot)
             && seals_a_record(kept);
         if missed {
-            self.secrets_missed += 1;
-            for direction in [Direction::Egress, Direction::Ingress] {
-                self.held.insert((slot.0, direction), Held::Nothing);
-            }
-            // Read as one older than podtrace, it holds the per-call probes
-            // as those do while it is not keyed: kube-apiserver's etcd
-            // client of Pods, connected while a debug agent attached to
-            // it, lost a burst's first creations after a quiet spell.
-            self.on_open_at_start(slot.0);
-            self.missed.push(slot.0);
+            self.on_secrets_missed(slot.0);
         }
         missed
     }
 
-    fn stop_holding_if_opened(&mut self, slot: Slot) {
+    /// The connection's secrets were missed: neither direction is held any
+    /// more, and it is read as one older than podtrace, through the per-call
+    /// probes from its next message, holding them as those do while it is
+    /// not keyed (kube-apiserver's etcd client of Pods, connected while a
+    /// debug agent attached to it, lost a burst's first creations after a
+    /// quiet spell when they were let go).
+    fn on_secrets_missed(&mut self, conn: ConnKey) {
+        self.secrets_missed += 1;
+        for direction in [Direction::Egress, Direction::Ingress] {
+            self.held.insert((conn, direction), Held::Nothing);
+        }
+        self.on_open_at_start(conn);
+        self.missed.push(conn);
+    }
+
+    /// Whether `slot` is a client's write direction that has just opened
+    /// application data while its read direction still waits, held, for a
+    /// secret. Go's client installs the server's application secret (what
+    /// it reads) before its own, and both before it writes any application
+    /// data: one that has not come was installed before the probes were
+    /// attached, between the two, and will not come. Held, its bytes stayed
+    /// unread until 64 KiB had passed (a kubelet connected so lost every
+    /// response, and so every status update's client span, of a burst).
+    fn read_secret_missed(&self, slot: Slot) -> bool {
+        let (conn, direction) = slot;
+        direction == Direction::Egress
+            && self.clients.contains(&conn)
+            && !self.readers.contains_key(&(conn, Direction::Ingress))
+            && matches!(
+                self.held.get(&(conn, Direction::Ingress)),
+                Some(Held::Tls(_))
+            )
+    }
+
+    /// A direction whose reader has opened application data is held no
+    /// more; a client's read direction that missed its secret is found then
+    /// ([`Self::read_secret_missed`]), and its process asked for the
+    /// per-call probes at `now`.
+    fn stop_holding_if_opened(&mut self, slot: Slot, now: u64) {
         let opened = self
             .readers
             .get(&slot)
             .is_some_and(|reader| reader.stats().application_records > 0);
-        if opened {
-            self.held.insert(slot, Held::Nothing);
+        if !opened {
+            return;
         }
+        if self.read_secret_missed(slot) {
+            self.on_secrets_missed(slot.0);
+            self.need_call_probes(slot.0.tgid, now);
+        }
+        self.held.insert(slot, Held::Nothing);
     }
 
     /// A socket open when podtrace started: one whose per-call TLS probes
@@ -384,9 +431,18 @@ impl TlsStreams {
         }
     }
 
+    /// A socket podtrace saw its process connect: the process is the TLS
+    /// client ([`Self::read_secret_missed`]).
+    pub fn on_connected(&mut self, conn: ConnKey) {
+        if self.clients.len() < MAX_READERS {
+            self.clients.insert(conn);
+        }
+    }
+
     /// The socket closed: its readers go.
     pub fn on_closed(&mut self, conn: &ConnKey) {
         self.older.remove(conn);
+        self.clients.remove(conn);
         for direction in [Direction::Egress, Direction::Ingress] {
             self.unkeyed.remove(&(*conn, direction));
             self.held.remove(&(*conn, direction));
@@ -412,6 +468,7 @@ impl TlsStreams {
         self.call_probes.remove(&tgid);
         self.unkeyed.retain(|(conn, _), _| conn.tgid != tgid);
         self.older.retain(|conn| conn.tgid != tgid);
+        self.clients.retain(|conn| conn.tgid != tgid);
     }
 
     /// `event` as the decode stage sees it, for readers of a recording
@@ -661,6 +718,50 @@ mod tests {
                 .values()
                 .any(|held| matches!(held, Held::Tls(_)))
         );
+    }
+
+    /// A client whose probes were attached between Go installing the
+    /// server's application secret (what it reads) and its own: its writes
+    /// are keyed, its reads would stay held. Its first application data
+    /// written says so, for a client only (a server writes before it has
+    /// the client's secret).
+    #[test]
+    fn a_client_writing_application_data_without_its_read_secret_missed_it() {
+        let session = session();
+        for client in [true, false] {
+            let mut streams = TlsStreams::default();
+            if client {
+                streams.on_connected(conn());
+            }
+            // The server's handshake, read and held.
+            assert!(
+                streams
+                    .decrypt(read(data(1, &[22, 3, 3, 0, 1, 2], false)))
+                    .is_err()
+            );
+            let (hello, rest) = split_hello(&session);
+            assert!(streams.decrypt(data(2, hello, false)).is_err());
+            assert!(streams.on_key(&key(&session, 0)).is_empty());
+            let opened = streams.decrypt(data(3, rest, false)).unwrap();
+            assert!(plaintext(&opened) == session.messages);
+            let ingress = streams.held.get(&(conn(), Direction::Ingress));
+            if client {
+                assert_eq!(streams.secrets_missed, 1);
+                assert_eq!(streams.missed, [conn()]);
+                assert!(matches!(ingress, Some(Held::Nothing)));
+                assert_eq!(
+                    streams.control,
+                    [CaptureControl::TlsProbes {
+                        tgid: TGID,
+                        needed: true
+                    }]
+                );
+            } else {
+                assert_eq!(streams.secrets_missed, 0);
+                assert!(matches!(ingress, Some(Held::Tls(_))));
+                assert!(streams.control.is_empty());
+            }
+        }
     }
 
     /// Go before 1.21: the handshake secret comes first, through the same
