@@ -9,7 +9,10 @@
 use std::{
     io::{self, Write as _},
     path::PathBuf,
-    sync::{Arc, Mutex, atomic::Ordering},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -54,10 +57,16 @@ const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The time a live stage's waits and idle checks are measured against
 /// (CLOCK_MONOTONIC ns): the latest event it has taken while events come,
-/// the wall clock once a tick passed without any. A stage that lags behind
-/// (a burst of Pods on a busy node, a debug build) must not expire a wait
-/// whose other half is still queued before it, nor call a process idle
-/// whose events it has not read yet.
+/// once a tick passed without any the time up to which the stage before it
+/// has delivered everything (the wall clock for the decode stage, which the
+/// ring buffer feeds every 20 ms; the decode stage's own clock for
+/// correlation). A stage that lags behind (a burst of Pods on a busy node,
+/// a debug build) must not expire a wait whose other half is still queued
+/// before it, nor call a process idle whose events it has not read yet; and
+/// a stage waiting for one that lags is not idle: correlation measured
+/// against the wall clock while the decode stage worked through a burst
+/// expired the apiserver's waits for its wire requests (live, one burst of
+/// 20 Pods in five: up to 10 create requests split from their calls).
 #[derive(Debug, Default)]
 struct EventClock {
     now_ns: u64,
@@ -70,10 +79,11 @@ impl EventClock {
         self.seen_since_tick = true;
     }
 
-    /// The time at a tick; `wall_ns` is the clock now.
-    fn tick(&mut self, wall_ns: u64) -> u64 {
+    /// The time at a tick; `upstream_ns` is the time up to which the stage
+    /// before has delivered everything.
+    fn tick(&mut self, upstream_ns: u64) -> u64 {
         if !std::mem::take(&mut self.seen_since_tick) {
-            self.now_ns = self.now_ns.max(wall_ns);
+            self.now_ns = self.now_ns.max(upstream_ns);
         }
         self.now_ns
     }
@@ -208,6 +218,9 @@ impl Stages {
         let (input, mut raw_rx) = mpsc::channel::<Vec<RawEvent>>(CHANNEL_CAPACITY);
         let (msg_tx, mut msg_rx) = mpsc::channel::<Vec<Message>>(CHANNEL_CAPACITY);
         let (out_tx, mut out_rx) = mpsc::channel::<(Activity, Option<String>)>(CHANNEL_CAPACITY);
+        // The decode stage's clock, for correlation's idle ticks.
+        let decoded_ns = Arc::new(AtomicU64::new(0));
+        let decoded = Arc::clone(&decoded_ns);
         let decode = tokio::spawn(async move {
             let mut decoder = Decoder::new(&decode_options, decode_window);
             // A live agent's decisions that depend on quiet (the per-call
@@ -223,7 +236,16 @@ impl Stages {
                         None => break,
                     },
                     _ = ticks.tick(), if live => {
-                        decoder.tick(clock.tick(WallClock::monotonic_now_ns()));
+                        // Events queued (the tick won the race with them)
+                        // are not idleness.
+                        let upstream_ns = if raw_rx.is_empty() {
+                            WallClock::monotonic_now_ns()
+                        } else {
+                            0
+                        };
+                        let now_ns = clock.tick(upstream_ns);
+                        decoded.store(now_ns, Ordering::Release);
+                        decoder.tick(now_ns);
                         Vec::new()
                     }
                 };
@@ -343,7 +365,15 @@ impl Stages {
                         None => break,
                     },
                     _ = ticks.tick(), if live => {
-                        correlator.tick(clock.tick(WallClock::monotonic_now_ns()))
+                        // Idle since the last tick: everything decoded up
+                        // to the decode stage's time has come (a channel
+                        // sends in order).
+                        let upstream_ns = if msg_rx.is_empty() {
+                            decoded_ns.load(Ordering::Acquire)
+                        } else {
+                            0
+                        };
+                        correlator.tick(clock.tick(upstream_ns))
                     }
                 };
                 for activity in activities {
@@ -686,11 +716,11 @@ mod tests {
     use super::EventClock;
 
     #[test]
-    fn a_lagging_stage_keeps_to_its_events_time_and_an_idle_one_to_the_wall_clock() {
+    fn a_lagging_stage_keeps_to_its_events_time_and_an_idle_one_to_the_stage_before() {
         let mut clock = EventClock::default();
         clock.observe(1_000);
         clock.observe(900);
-        // Events still coming: the wall clock's 50_000 is not reached yet.
+        // Events still coming: the stage before's 50_000 is not reached yet.
         assert_eq!(clock.tick(50_000), 1_000);
         // A tick with none: caught up.
         assert_eq!(clock.tick(60_000), 60_000);
