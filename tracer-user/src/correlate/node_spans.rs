@@ -1243,8 +1243,6 @@ fn with_default_tag(image: &str) -> String {
     }
 }
 
-/// Whether two calls are about the same image: a reference or an id in
-/// common.
 /// Where an ImageStatus call a claim takes comes from.
 enum Mirror {
     /// The claiming end's own.
@@ -1279,6 +1277,8 @@ fn same_call(a: &CriMessage, b: &CriMessage) -> bool {
     nested && client.method == server.method && client.stream_id == server.stream_id
 }
 
+/// Whether two calls are about the same image: a reference or an id in
+/// common.
 fn same_image(a: &ContainerFacts, b: &ContainerFacts) -> bool {
     let names = |facts: &ContainerFacts| {
         [&facts.image, &facts.image_id]
