@@ -80,9 +80,11 @@ impl EventClock {
     }
 
     /// The time at a tick; `upstream_ns` is the time up to which the stage
-    /// before has delivered everything.
-    fn tick(&mut self, upstream_ns: u64) -> u64 {
-        if !std::mem::take(&mut self.seen_since_tick) {
+    /// before has delivered everything, `None` when input is queued (the
+    /// tick won the race with it: not idleness).
+    fn tick(&mut self, upstream_ns: Option<u64>) -> u64 {
+        if let (false, Some(upstream_ns)) = (std::mem::take(&mut self.seen_since_tick), upstream_ns)
+        {
             self.now_ns = self.now_ns.max(upstream_ns);
         }
         self.now_ns
@@ -236,14 +238,8 @@ impl Stages {
                         None => break,
                     },
                     _ = ticks.tick(), if live => {
-                        // Events queued (the tick won the race with them)
-                        // are not idleness.
-                        let upstream_ns = if raw_rx.is_empty() {
-                            WallClock::monotonic_now_ns()
-                        } else {
-                            0
-                        };
-                        let now_ns = clock.tick(upstream_ns);
+                        let now_ns = clock
+                            .tick(raw_rx.is_empty().then(WallClock::monotonic_now_ns));
                         decoded.store(now_ns, Ordering::Release);
                         decoder.tick(now_ns);
                         Vec::new()
@@ -368,11 +364,9 @@ impl Stages {
                         // Idle since the last tick: everything decoded up
                         // to the decode stage's time has come (a channel
                         // sends in order).
-                        let upstream_ns = if msg_rx.is_empty() {
-                            decoded_ns.load(Ordering::Acquire)
-                        } else {
-                            0
-                        };
+                        let upstream_ns = msg_rx
+                            .is_empty()
+                            .then(|| decoded_ns.load(Ordering::Acquire));
                         correlator.tick(clock.tick(upstream_ns))
                     }
                 };
@@ -721,11 +715,13 @@ mod tests {
         clock.observe(1_000);
         clock.observe(900);
         // Events still coming: the stage before's 50_000 is not reached yet.
-        assert_eq!(clock.tick(50_000), 1_000);
+        assert_eq!(clock.tick(Some(50_000)), 1_000);
+        // A tick that raced queued input: not idle either.
+        assert_eq!(clock.tick(None), 1_000);
         // A tick with none: caught up.
-        assert_eq!(clock.tick(60_000), 60_000);
+        assert_eq!(clock.tick(Some(60_000)), 60_000);
         // Older events after that do not turn time back.
         clock.observe(59_000);
-        assert_eq!(clock.tick(70_000), 60_000);
+        assert_eq!(clock.tick(Some(70_000)), 60_000);
     }
 }
