@@ -33,7 +33,8 @@ use tracer_decode::{
     grpc::GrpcCall,
     http1::{self, Http1Connection},
     http2::{
-        Exchange, Http2Connection, Limits, SeenStream, TableCopy, TableLoadError, TablePoint, frame,
+        Exchange, Http2Connection, Limits, Lost, SeenStream, TableCopy, TableLoadError, TablePoint,
+        frame,
     },
     identity::{PodClue, PodIdentity, ResourcesNamed, may_hold_pod_clue, resources_named},
     kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
@@ -233,6 +234,12 @@ struct Connection {
     /// Whether the client's first bytes fed were seen (the preface, or
     /// the middle of a connection whose start was missed).
     client_start_seen: bool,
+    /// Connected or accepted while podtrace watched: its first bytes are
+    /// its protocol's first.
+    from_start: bool,
+    /// Neither HTTP/2 nor HTTP/1 (ttrpc between containerd and its shims):
+    /// nothing more of it is decoded.
+    other_protocol: bool,
     /// For a connection open before podtrace started: request header
     /// blocks from the HPACK probes, to be given to their streams.
     probe_headers: Option<ProbeHeaders>,
@@ -630,6 +637,8 @@ impl GrpcDecoder {
                 sniffed: false,
                 fed_bytes: 0,
                 client_start_seen: false,
+                from_start: !before_start,
+                other_protocol: false,
                 tls: false,
                 probe_headers: before_start.then(ProbeHeaders::default),
                 tables: None,
@@ -667,6 +676,9 @@ impl GrpcDecoder {
         let Some(connection) = self.connections.get_mut(&data.conn) else {
             return Vec::new();
         };
+        if connection.other_protocol {
+            return Vec::new();
+        }
         if data.tls_plaintext && !connection.tls {
             // The first plaintext of a TLS socket: what came before was the
             // handshake, which put the HTTP/2 parser out of step.
@@ -697,6 +709,21 @@ impl GrpcDecoder {
         };
         if client_to_server && !connection.client_start_seen {
             connection.client_start_seen = true;
+            // A connection seen from its start whose client spoke neither
+            // HTTP/2 nor HTTP/1 first: read as HTTP/2 its frames would be
+            // noise, and each "lost" HPACK table would call the HPACK
+            // probes back to its process (containerd's ttrpc to each new
+            // shim did, every Pod start burst).
+            if connection.from_start
+                && !data.tls_plaintext
+                && !data.data.starts_with(HTTP2_PREFACE)
+                && !frame::starts_with_frames(&data.data)
+                && !looks_like_http1(&data.data, true)
+            {
+                connection.other_protocol = true;
+                connection.http2 = Http2Connection::new(Limits::default());
+                return Vec::new();
+            }
             // A connection joined after its start (the Go probes attached
             // to a process after its first TLS writes): its HPACK table was
             // built unseen, so its request headers come from the probes, as
@@ -731,9 +758,16 @@ impl GrpcDecoder {
             let exchanges = http1.take_exchanges();
             return http1_messages(data.conn, connection.side, exchanges);
         }
+        // A cut syscall's record says how much it moved: what was lost
+        // can be placed (a part of one DATA payload costs that body only).
+        let lost = match data.len.checked_sub(data.data.len() as u64) {
+            _ if !data.truncated => Lost::Nothing,
+            Some(lost) if lost > 0 => Lost::Bytes(lost),
+            _ => Lost::Unknown,
+        };
         connection
             .http2
-            .push_bytes(direction, data.moved_ts_ns(), &data.data, data.truncated);
+            .push_bytes(direction, data.moved_ts_ns(), &data.data, lost);
         if data.direction == Direction::Egress {
             if let Some(copy) = connection
                 .tables
@@ -1554,6 +1588,26 @@ mod tests {
         assert_eq!(field_probes_said(&mut decoder), vec![false]);
         decoder.check_field_probes(10 + 2 * FIELD_PROBES_HOLD_NS);
         assert_eq!(field_probes_said(&mut decoder), Vec::<bool>::new());
+    }
+
+    #[test]
+    fn a_connection_seen_from_its_start_that_is_not_http_is_not_decoded() {
+        let ttrpc = b"\x00\x00\x03\x37\x00\x00\x00\x01\x01\x00\x0a\x17containerd";
+        // Answers that read as HTTP/2 frames whose header blocks name an
+        // entry no table has: each a "lost" table had it been decoded.
+        let noise = b"\x00\x00\x01\x01\x04\x00\x00\x00\x01\xff".repeat(3);
+        for (change, asked) in [
+            (ConnAction::Accepted, Vec::<bool>::new()),
+            // Older than podtrace, it may have been joined mid-frame: kept.
+            (ConnAction::AcceptedBeforeStart, vec![true]),
+        ] {
+            let mut decoder = GrpcDecoder::default();
+            let mut once = DecodedOnce::default();
+            decoder.on_conn(&conn_record(change), &mut once);
+            decoder.on_data(&chunk(10, Direction::Ingress, ttrpc, false), &mut once);
+            decoder.on_data(&chunk(11, Direction::Egress, &noise, false), &mut once);
+            assert_eq!(field_probes_said(&mut decoder), asked, "{change:?}");
+        }
     }
 
     #[test]

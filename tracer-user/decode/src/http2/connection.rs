@@ -39,6 +39,17 @@ impl Default for Limits {
     }
 }
 
+/// What capture lost of a direction right after a chunk's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// Nothing: the next chunk follows on.
+    Nothing,
+    /// This many bytes (a transfer longer than capture keeps).
+    Bytes(u64),
+    /// An unknown number of bytes.
+    Unknown,
+}
+
 /// Something that went wrong on a connection. Every variant names what was
 /// lost; the connection itself always keeps decoding.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,6 +81,14 @@ pub enum Http2Error {
         direction: Direction,
         dropped_bytes: usize,
     },
+    /// Capture lost bytes inside a DATA frame's payload: that stream's
+    /// body is incomplete; the frames after it are read on.
+    #[error("{direction:?} stream {stream_id}: capture lost {lost_bytes} bytes of a DATA frame")]
+    DataBytesLost {
+        direction: Direction,
+        stream_id: u32,
+        lost_bytes: usize,
+    },
     /// A CONTINUATION that does not continue the pending header block.
     #[error("{direction:?} stream {stream_id}: CONTINUATION without a matching HEADERS")]
     UnexpectedContinuation {
@@ -92,6 +111,7 @@ impl Http2Error {
             Http2Error::Frame { error, .. } => error.can_continue(),
             Http2Error::HeaderBlock { .. } | Http2Error::Resynchronised { .. } => true,
             Http2Error::BytesLost { .. }
+            | Http2Error::DataBytesLost { .. }
             | Http2Error::UnexpectedContinuation { .. }
             | Http2Error::HeaderBlockTooLarge { .. } => false,
         }
@@ -296,11 +316,17 @@ impl Http2Connection {
 
     /// Feeds one captured chunk.
     pub fn push(&mut self, chunk: &Chunk) {
-        self.push_bytes(chunk.direction, chunk.ts_ns, &chunk.bytes, chunk.truncated);
+        let lost = if chunk.truncated {
+            Lost::Unknown
+        } else {
+            Lost::Nothing
+        };
+        self.push_bytes(chunk.direction, chunk.ts_ns, &chunk.bytes, lost);
     }
 
-    /// Feeds the bytes of one captured chunk without owning them (see [`Chunk`]).
-    pub fn push_bytes(&mut self, direction: Direction, ts_ns: u64, bytes: &[u8], truncated: bool) {
+    /// Feeds the bytes of one captured chunk without owning them (see
+    /// [`Chunk`]), and what capture lost right after them.
+    pub fn push_bytes(&mut self, direction: Direction, ts_ns: u64, bytes: &[u8], lost: Lost) {
         let state = self.state_mut(direction);
         // Frames are parsed where they are: from `bytes` itself when nothing
         // is left over from the chunk before (the usual case: a Go write or
@@ -314,6 +340,20 @@ impl Http2Connection {
         let mut frames = Vec::new();
         let mut errors = Vec::new();
         let consumed = drain_frames(state, input, &mut frames, &mut errors);
+        // Bytes lost inside a DATA payload (a gRPC server's 32 KiB read of
+        // 16 KiB frames cut a few bytes short: an image's content written
+        // through containerd's API) cost that stream's body alone: they are
+        // stood in for by zeros, and the frames after them, with the HPACK
+        // state, stay in step.
+        let lost_in_data = match lost {
+            Lost::Bytes(lost_bytes) if state.sync == Sync::InFrames => {
+                frame::data_frame_remainder(&input[consumed..])
+                    .filter(|&(_, missing)| lost_bytes <= missing as u64)
+                    .map(|(stream_id, _)| (stream_id, lost_bytes as usize))
+            }
+            _ => None,
+        };
+        let truncated = lost != Lost::Nothing && lost_in_data.is_none();
         if truncated {
             // The rest of this write was never captured: whatever frame is
             // partially buffered cannot be completed, and a lost header block
@@ -336,6 +376,17 @@ impl Http2Connection {
             buf.drain(..consumed);
         } else {
             buf.extend_from_slice(&bytes[consumed..]);
+        }
+        if let Some((stream_id, lost_bytes)) = lost_in_data {
+            buf.resize(buf.len() + lost_bytes, 0);
+            if let Some(exchange) = self.streams.get_mut(&stream_id) {
+                exchange.half_mut(direction).lossy = true;
+            }
+            errors.push(Http2Error::DataBytesLost {
+                direction,
+                stream_id,
+                lost_bytes,
+            });
         }
         self.state_mut(direction).buf = buf;
         if truncated {

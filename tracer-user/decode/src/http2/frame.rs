@@ -9,6 +9,7 @@ use crate::Decoded;
 /// The 24-byte client connection preface.
 pub const CLIENT_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const FRAME_HEADER_LEN: usize = 9;
+const FRAME_DATA: u8 = 0x0;
 /// Largest frame payload accepted. RFC 9113 allows up to 2^24-1 once a peer
 /// raises SETTINGS_MAX_FRAME_SIZE; Go and grpc-go stay at or below 16 KiB to
 /// 1 MiB, so anything above 1 MiB is treated as garbage rather than buffered.
@@ -323,6 +324,20 @@ const RESYNC_FRAMES: usize = 3;
 /// often look like a frame header once.
 pub fn find_frame_boundary(buf: &[u8]) -> Option<usize> {
     (0..buf.len()).find(|&start| plausible_frames_at(&buf[start..]))
+}
+
+/// The DATA frame that `buf` begins and does not hold whole: its stream
+/// and how many bytes of it are still to come. None unless `buf` starts
+/// with a DATA frame's whole, valid header and stops inside its payload.
+/// Bytes a capture lost there belong to that stream's body alone: the
+/// frames after it, and the HPACK state, are not touched by them.
+pub fn data_frame_remainder(buf: &[u8]) -> Option<(u32, usize)> {
+    let h = read_header(buf)?;
+    if h.kind != FRAME_DATA || check_header(&h).is_err() {
+        return None;
+    }
+    let missing = (FRAME_HEADER_LEN + h.len_bytes).checked_sub(buf.len())?;
+    (missing > 0).then_some((h.stream_id, missing))
 }
 
 /// Whether `buf` plausibly begins with frames (as [`find_frame_boundary`]

@@ -11,7 +11,8 @@ pub mod frame;
 pub mod hpack;
 
 pub use connection::{
-    Exchange, HalfStream, HeaderSource, Http2Connection, Http2Error, Limits, SeenStream, TablePoint,
+    Exchange, HalfStream, HeaderSource, Http2Connection, Http2Error, Limits, Lost, SeenStream,
+    TablePoint,
 };
 pub use hpack::{TableCopy, TableEntry, TableLoadError};
 

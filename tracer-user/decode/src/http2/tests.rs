@@ -317,3 +317,108 @@ fn a_table_copy_whose_sizes_do_not_add_up_is_refused() {
         Err(TableLoadError::Inconsistent(_))
     ));
 }
+
+/// One DATA frame on `stream_id` of `len` payload bytes, END_STREAM if `last`.
+fn data_frame(stream_id: u32, len: usize, last: bool) -> Vec<u8> {
+    let mut frame = vec![
+        (len >> 16) as u8,
+        (len >> 8) as u8,
+        len as u8,
+        0x0,
+        u8::from(last),
+    ];
+    frame.extend_from_slice(&stream_id.to_be_bytes());
+    frame.extend((0..len).map(|i| i as u8));
+    frame
+}
+
+/// A gRPC server reading 32 KiB at a time from a client streaming 16 KiB
+/// DATA frames (an image's content written through containerd's API): the
+/// client's first request inserts its `:path` in the HPACK table, two DATA
+/// frames follow, then two requests that name that entry by index. The
+/// capture kept all but the last `lost` bytes of the read of the first
+/// `read` bytes after the first request; the next read starts after them.
+fn read_cut(read: usize, lost: usize) -> Http2Connection {
+    let mut block = vec![0x83, 0x44, CONTENT_WRITE.len() as u8];
+    block.extend_from_slice(CONTENT_WRITE);
+    let mut first = frame::CLIENT_PREFACE.to_vec();
+    let mut headers = headers_frame(1, &block);
+    headers[4] = 0x4; // END_HEADERS: DATA follows.
+    first.extend(headers);
+
+    let mut stream = data_frame(1, 16_384, false);
+    stream.extend(data_frame(1, 16_384, true));
+    stream.extend(headers_frame(3, &[0x83, 0xbe]));
+    stream.extend(headers_frame(5, &[0x83, 0xbe]));
+    let mut connection = Http2Connection::default();
+    connection.push(&chunk(first));
+    connection.push_bytes(
+        Direction::ClientToServer,
+        2,
+        &stream[..read - lost],
+        Lost::Bytes(lost as u64),
+    );
+    connection.push(&chunk(stream[read..].to_vec()));
+    connection
+}
+
+const CONTENT_WRITE: &[u8] = b"/containerd.services.content.v1.Content/Write";
+
+#[test]
+fn bytes_lost_inside_a_data_payload_cost_that_body_only() {
+    // The read ends 18 bytes before the second DATA frame does.
+    let connection = read_cut(32_768, 4);
+    assert_eq!(connection.table_resets(Direction::ClientToServer), 0);
+    assert!(
+        connection.errors().iter().any(|e| matches!(
+            e,
+            Http2Error::DataBytesLost {
+                stream_id: 1,
+                lost_bytes: 4,
+                ..
+            }
+        )),
+        "{:?}",
+        connection.errors()
+    );
+    let exchanges = connection.finish();
+    let write = exchanges
+        .iter()
+        .find(|e| e.stream_id == 1)
+        .expect("stream 1");
+    assert!(write.request.lossy);
+    assert!(
+        write.request.ended,
+        "the cut frame was completed by the next read"
+    );
+    for id in [3, 5] {
+        let next = exchanges
+            .iter()
+            .find(|e| e.stream_id == id)
+            .expect("stream");
+        assert!(!next.request.lossy);
+        assert_eq!(
+            next.path().map(str::as_bytes),
+            Some(CONTENT_WRITE),
+            "the HPACK table stayed in step"
+        );
+    }
+}
+
+#[test]
+fn bytes_lost_past_a_data_payload_reset_the_table() {
+    // The read takes the second DATA frame whole and 5 bytes of the next
+    // HEADERS frame; 23 lost are the frame's last 18 and those 5.
+    let connection = read_cut(32_786 + 5, 23);
+    assert_eq!(connection.table_resets(Direction::ClientToServer), 1);
+    let exchanges = connection.finish();
+    let last = exchanges
+        .iter()
+        .find(|e| e.stream_id == 5)
+        .expect("stream 5");
+    assert_eq!(
+        last.path(),
+        None,
+        "its index names an entry of a forgotten table"
+    );
+}
