@@ -500,6 +500,24 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
             }
         }
     }
+    // The CNI plugins that set the sandbox's network up hang from its
+    // RunPodSandbox, each placed by the sandbox id containerd gave it.
+    let cni: Vec<_> = with_parent(&spans, servers[0])
+        .into_iter()
+        .filter(|s| s.name.starts_with("CNI "))
+        .collect();
+    assert!(!cni.is_empty(), "no CNI run: \n{}", outline(&spans));
+    for run in cni {
+        assert_eq!(
+            run.string("podtrace.cri.sandbox_id"),
+            Some(pod.sandbox_id.as_str())
+        );
+        assert_eq!(
+            run.string("podtrace.attribution"),
+            Some("CNI_CONTAINERID: the sandbox the runtime named"),
+            "{run:#?}"
+        );
+    }
     // The kubelet asked whether the image was there before it created
     // the container: it was (so no PullImage).
     let statuses: Vec<_> = spans

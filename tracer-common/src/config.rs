@@ -29,6 +29,10 @@ pub struct KernelOffsets {
     pub mm_arg_start: u32,
     /// `mm_struct.arg_end` (`unsigned long`).
     pub mm_arg_end: u32,
+    /// `mm_struct.env_start` (`unsigned long`).
+    pub mm_env_start: u32,
+    /// `mm_struct.env_end` (`unsigned long`).
+    pub mm_env_end: u32,
     /// `linux_binprm.filename` (`const char *`).
     pub binprm_filename: u32,
 }
@@ -68,6 +72,8 @@ impl Config {
             signal_live: 0,
             mm_arg_start: 0,
             mm_arg_end: 0,
+            mm_env_start: 0,
+            mm_env_end: 0,
             binprm_filename: 0,
         },
         max_descendant_depth: 0,
@@ -77,8 +83,8 @@ impl Config {
     };
 }
 
-const _: () = assert!(size_of::<KernelOffsets>() == 40);
-const _: () = assert!(size_of::<Config>() == 56);
+const _: () = assert!(size_of::<KernelOffsets>() == 48);
+const _: () = assert!(size_of::<Config>() == 64);
 
 /// Why a process is in the target map. Stored as `u8` in [`TargetInfo`].
 #[repr(u8)]

@@ -46,6 +46,8 @@ pub enum EventKind {
     WalHead = 12,
     /// [`crate::io::TlsKeyEvent`]
     TlsKey = 13,
+    /// [`CniExecEvent`]
+    CniExec = 14,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -65,6 +67,7 @@ impl TryFrom<u32> for EventKind {
             11 => Ok(EventKind::HpackTable),
             12 => Ok(EventKind::WalHead),
             13 => Ok(EventKind::TlsKey),
+            14 => Ok(EventKind::CniExec),
             other => Err(other),
         }
     }
@@ -157,11 +160,34 @@ pub struct ExitEvent {
     pub comm: [u8; COMM_BYTES],
 }
 
+/// Room for a CNI container id and its NUL: containerd's are 64 hex digits.
+pub const CNI_CONTAINER_ID_BYTES: usize = 128;
+
+/// A followed process that is not a component itself was started with
+/// `CNI_CONTAINERID` in its environment: a CNI plugin, which the runtime
+/// (containerd) runs with the id of the sandbox it works for, or a program
+/// such a plugin ran. Sent right after the process's [`ExecEvent`]; the
+/// only value of an environment that leaves the kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CniExecEvent {
+    /// `kind` = [`EventKind::CniExec`].
+    pub header: EventHeader,
+    /// Bytes `bpf_probe_read_user_str` copied into `container_id`, its NUL
+    /// included: [`CNI_CONTAINER_ID_BYTES`] means the value may be cut.
+    pub copied: u32,
+    /// Explicit padding, zero.
+    pub _pad: u32,
+    /// The value of `CNI_CONTAINERID`, NUL terminated.
+    pub container_id: [u8; CNI_CONTAINER_ID_BYTES],
+}
+
 const _: () = assert!(size_of::<EventHeader>() == 24);
+const _: () = assert!(size_of::<CniExecEvent>() == 24 + 8 + CNI_CONTAINER_ID_BYTES);
 const _: () = assert!(
     size_of::<ExecEvent>() == 24 + 8 + 4 + 4 + 4 + 4 + COMM_BYTES + FILENAME_BYTES + ARGS_BYTES
 );
 const _: () = assert!(size_of::<ForkEvent>() == 24 + 8 + 8 + 8 + COMM_BYTES);
 const _: () = assert!(size_of::<ExitEvent>() == 24 + 8 + 8 + COMM_BYTES);
 
-impl_pod!(EventHeader, ExecEvent, ForkEvent, ExitEvent);
+impl_pod!(EventHeader, ExecEvent, ForkEvent, ExitEvent, CniExecEvent);

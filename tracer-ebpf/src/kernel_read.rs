@@ -9,10 +9,7 @@ use aya_ebpf::{
     cty::c_void,
     helpers::{bpf_get_current_task, bpf_probe_read_kernel, generated},
 };
-use tracer_common::{
-    config::KernelOffsets,
-    event::{ARGS_BYTES, FILENAME_BYTES},
-};
+use tracer_common::{config::KernelOffsets, event::ARGS_BYTES};
 
 /// A `struct task_struct *`.
 #[derive(Clone, Copy)]
@@ -82,6 +79,71 @@ impl Task {
         let end = read_kernel::<u64>(mm, offsets.mm_arg_end)?;
         Ok((start, end))
     }
+
+    /// `[task->mm->env_start, task->mm->env_end)`: the environment strings.
+    #[inline(always)]
+    pub(crate) fn env_area(self, offsets: &KernelOffsets) -> Result<(u64, u64), i32> {
+        let mm = self.field::<u64>(offsets.task_mm)?;
+        if mm == 0 {
+            return Err(-1);
+        }
+        let start = read_kernel::<u64>(mm, offsets.mm_env_start)?;
+        let end = read_kernel::<u64>(mm, offsets.mm_env_end)?;
+        Ok((start, end))
+    }
+}
+
+/// Environment strings looked through for one variable.
+const MAX_ENV_STRINGS: u32 = 256;
+/// The longest environment string stepped over: past a longer one the next
+/// string's start is unknown, and the search ends.
+pub(crate) const ENV_STRING_BYTES: usize = 4096;
+
+/// The address of the value of the environment variable whose name and `=`
+/// are the 16 bytes `name` (as two little-endian words), in the environment
+/// strings `[start, end)` of the current process. Each string is read into
+/// `scratch` (a per-CPU map value that no record is made from) to find the
+/// next one's start; nothing of the environment is copied anywhere else.
+#[inline(always)]
+pub(crate) fn env_value(
+    start: u64,
+    end: u64,
+    name: [u64; 2],
+    scratch: *mut [u8; ENV_STRING_BYTES],
+) -> Result<Option<u64>, i32> {
+    let mut at = start;
+    for _ in 0..MAX_ENV_STRINGS {
+        if at >= end {
+            return Ok(None);
+        }
+        // SAFETY: scratch points to ENV_STRING_BYTES writable bytes; the
+        // helper writes at most that many and checks the source.
+        let copied = unsafe {
+            generated::bpf_probe_read_user_str(
+                scratch.cast::<c_void>(),
+                ENV_STRING_BYTES as u32,
+                at as *const c_void,
+            )
+        };
+        if copied < 0 {
+            return Err(copied as i32);
+        }
+        let copied = copied as u64;
+        if copied == 0 || copied >= ENV_STRING_BYTES as u64 {
+            return Ok(None);
+        }
+        // More than the name (the NUL counted): a value follows it.
+        if copied > 16 {
+            // SAFETY: scratch holds at least 16 bytes, all written by the
+            // helper above (copied > 16).
+            let head = unsafe { core::ptr::read_unaligned(scratch.cast::<[u64; 2]>()) };
+            if head == name {
+                return Ok(Some(at + 16));
+            }
+        }
+        at += copied;
+    }
+    Ok(None)
 }
 
 /// `bprm->filename` of a `struct linux_binprm *`.
@@ -128,21 +190,17 @@ pub(crate) enum Space {
 }
 
 /// Copies the NUL-terminated string at `src` into `dst`. Returns the number
-/// of bytes copied including the NUL; a result of `FILENAME_BYTES` means the
-/// string may have been cut.
+/// of bytes copied including the NUL; a result of `N` means the string may
+/// have been cut.
 #[inline(always)]
-pub(crate) fn read_str(
+pub(crate) fn read_str<const N: usize>(
     space: Space,
-    dst: *mut [u8; FILENAME_BYTES],
+    dst: *mut [u8; N],
     src: u64,
 ) -> Result<usize, i32> {
-    let (dst, size, src) = (
-        dst.cast::<c_void>(),
-        FILENAME_BYTES as u32,
-        src as *const c_void,
-    );
-    // SAFETY: dst points to FILENAME_BYTES writable bytes (a ring buffer
-    // reservation); the helpers write at most that many and check src.
+    let (dst, size, src) = (dst.cast::<c_void>(), N as u32, src as *const c_void);
+    // SAFETY: dst points to N writable bytes (a ring buffer reservation);
+    // the helpers write at most that many and check src.
     let copied = unsafe {
         match space {
             Space::User => generated::bpf_probe_read_user_str(dst, size, src),
@@ -158,7 +216,8 @@ pub(crate) fn read_str(
 
 /// Copies `len` bytes (at most [`ARGS_BYTES`]) of user memory at `src` into
 /// `dst`. Never reads past `src + len`: the bytes after the argument area are
-/// the environment, which podtrace must not capture.
+/// the environment, which podtrace must not capture ([`env_value`] looks
+/// for one variable in it without copying the rest out).
 #[inline(always)]
 pub(crate) fn read_user_args(dst: *mut [u8; ARGS_BYTES], src: u64, len: u64) -> Result<usize, i32> {
     // Two calls with sizes the verifier can bound: the full buffer, or a length

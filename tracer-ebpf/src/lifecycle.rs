@@ -23,14 +23,19 @@ use tracer_common::{
     config::{COMM_BYTES, KernelOffsets, TargetInfo, TargetReason},
     drop_reason::DropReason,
     event::{
-        EXEC_ARGS_TRUNCATED, EXEC_FILENAME_TRUNCATED, EventKind, ExecEvent, ExitEvent,
-        FILENAME_BYTES, ForkEvent,
+        CniExecEvent, EXEC_ARGS_TRUNCATED, EXEC_FILENAME_TRUNCATED, EventKind, ExecEvent,
+        ExitEvent, FILENAME_BYTES, ForkEvent,
     },
 };
 
 use crate::{
-    kernel_read::{Space, Task, binprm_filename, read_str, read_user_args},
-    maps::{EVENTS, TARGET_COMMS, TARGETS, config, count_drop, submit_flags, target_of},
+    kernel_read::{
+        ENV_STRING_BYTES, Space, Task, binprm_filename, env_value, read_str, read_user_args,
+    },
+    maps::{
+        EVENTS, SCRATCH, SCRATCH_BYTES, TARGET_COMMS, TARGETS, config, count_drop, submit_flags,
+        target_of,
+    },
     record::{Ids, header, now_ns},
 };
 
@@ -177,6 +182,54 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
         (*event).flags = flags;
     }
     entry.submit(submit_flags(size_of::<ExecEvent>()));
+    if info.reason == TargetReason::Descendant as u8 {
+        cni_container_id(ids, ts_ns, &config.offsets)?;
+    }
+    Ok(())
+}
+
+const _: () = assert!(SCRATCH_BYTES >= ENV_STRING_BYTES);
+
+/// `CNI_CONTAINERID=`, the variable through which a runtime tells a CNI
+/// plugin the sandbox it works for, as the two words `env_value` compares.
+const CNI_CONTAINER_ID_NAME: [u64; 2] = [
+    u64::from_le_bytes(*b"CNI_CONT"),
+    u64::from_le_bytes(*b"AINERID="),
+];
+
+/// Sends the `CNI_CONTAINERID` of the current process's environment, if it
+/// has one: several sandboxes' CNI plugins run at once in a burst of Pod
+/// starts, and only this names which sandbox each run is for. Components
+/// themselves are not looked at (they are no plugins), nor anything else
+/// of an environment sent.
+#[inline(always)]
+fn cni_container_id(ids: Ids, ts_ns: u64, offsets: &KernelOffsets) -> Result<(), DropReason> {
+    let (start, end) = Task::current()
+        .env_area(offsets)
+        .map_err(|_| DropReason::ReadFailed)?;
+    let scratch = SCRATCH.get_ptr_mut(0).ok_or(DropReason::ReadFailed)?;
+    let found = env_value(start, end, CNI_CONTAINER_ID_NAME, scratch.cast())
+        .map_err(|_| DropReason::ReadFailed)?;
+    let Some(value) = found else {
+        return Ok(());
+    };
+    let mut entry = EVENTS
+        .reserve::<CniExecEvent>(0)
+        .ok_or(DropReason::RingBufFull)?;
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points to a ring buffer reservation of
+    // size_of::<CniExecEvent>() bytes that only this program owns until
+    // submit; the id is valid up to `copied`, which is all user space reads.
+    unsafe {
+        (*event).header = header(EventKind::CniExec, ts_ns, ids);
+        (*event)._pad = 0;
+        (*event).copied = read_str(Space::User, &raw mut (*event).container_id, value)
+            .unwrap_or_else(|_| {
+                count_drop(DropReason::ReadFailed);
+                0
+            }) as u32;
+    }
+    entry.submit(submit_flags(size_of::<CniExecEvent>()));
     Ok(())
 }
 

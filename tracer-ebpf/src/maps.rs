@@ -63,6 +63,8 @@ pub(crate) const SCRATCH_BYTES: usize = size_of::<DataEvent>() + 2 * DATA_BYTES_
 
 /// Where data records are assembled before `bpf_ringbuf_output`: too large
 /// for the 512-byte stack, and variable length, unlike a ring buffer reservation.
+/// The exec program also steps through a new process's environment strings
+/// here (`kernel_read::env_value`), outside any record.
 #[map]
 pub(crate) static SCRATCH: PerCpuArray<[u8; SCRATCH_BYTES]> = PerCpuArray::with_max_entries(1, 0);
 

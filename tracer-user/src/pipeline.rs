@@ -412,7 +412,7 @@ impl Stages {
                     ambiguous_cni_runs = correlator.node_spans.cni_ambiguous,
                     dropped,
                     "spans whose Pod stayed unknown (exported apart or counted; among them CNI \
-                     plugin runs while several sandbox calls ran, which nothing tells apart) or \
+                     plugin runs without CNI_CONTAINERID while several sandbox calls ran) or \
                      that a bound dropped"
                 );
             }

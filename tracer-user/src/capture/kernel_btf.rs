@@ -66,6 +66,8 @@ pub fn kernel_offsets(path: &Path) -> Result<KernelOffsets, KernelBtfError> {
         signal_live: offset("signal_struct", "live")?,
         mm_arg_start: offset("mm_struct", "arg_start")?,
         mm_arg_end: offset("mm_struct", "arg_end")?,
+        mm_env_start: offset("mm_struct", "env_start")?,
+        mm_env_end: offset("mm_struct", "env_end")?,
         binprm_filename: offset("linux_binprm", "filename")?,
     })
 }
@@ -151,6 +153,10 @@ mod tests {
         assert!(offsets.task_tgid == offsets.task_pid + 4, "{offsets:?}");
         assert!(
             offsets.mm_arg_end == offsets.mm_arg_start + 8,
+            "{offsets:?}"
+        );
+        assert!(
+            offsets.mm_env_end == offsets.mm_env_start + 8,
             "{offsets:?}"
         );
         assert_eq!(offsets.binprm_filename % 8, 0, "{offsets:?}");

@@ -27,7 +27,7 @@ pub use hpack_probes::HpackControl;
 pub use loader::{CaptureError, CaptureOptions, DropCounts, Probes};
 pub use priority::Priority;
 pub use wire::{
-    ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, ExitStatus, FileOpenRecord,
-    ForkRecord, FsyncRecord, GoFuncRecord, HeaderRecord, HpackEntryRecord, HpackTableRecord, Peer,
-    ProcessIds, RawEvent, TlsKeyRecord, WalHeadRecord,
+    CniExecRecord, ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, ExitStatus,
+    FileOpenRecord, ForkRecord, FsyncRecord, GoFuncRecord, HeaderRecord, HpackEntryRecord,
+    HpackTableRecord, Peer, ProcessIds, RawEvent, TlsKeyRecord, WalHeadRecord,
 };

@@ -11,8 +11,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use tracer_common::{
     config::{COMM_BYTES, TargetReason},
     event::{
-        ARGS_BYTES, EXEC_ARGS_TRUNCATED, EXEC_FILENAME_TRUNCATED, EventHeader, EventKind,
-        ExecEvent, ExitEvent, FILENAME_BYTES, ForkEvent,
+        ARGS_BYTES, CNI_CONTAINER_ID_BYTES, CniExecEvent, EXEC_ARGS_TRUNCATED,
+        EXEC_FILENAME_TRUNCATED, EventHeader, EventKind, ExecEvent, ExitEvent, FILENAME_BYTES,
+        ForkEvent,
     },
     gofunc::{
         GO_FUNC_STRINGS, GO_FUNC_WORDS, GO_STRING_TRUNCATED, GO_STRING_UNREADABLE, GoFuncEvent,
@@ -395,6 +396,17 @@ pub struct GoFuncRecord {
     pub truncated: [bool; GO_FUNC_STRINGS],
 }
 
+/// A followed process began with `CNI_CONTAINERID` in its environment (a
+/// CNI plugin, told the sandbox it works for): sent after its [`ExecRecord`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CniExecRecord {
+    /// The process.
+    pub ids: ProcessIds,
+    /// The sandbox's id; `None` when the value was cut or is not one (the
+    /// CNI specification's `[a-zA-Z0-9][a-zA-Z0-9_.-]*`).
+    pub container_id: Option<String>,
+}
+
 /// One event from the kernel, owned and validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RawEvent {
@@ -424,6 +436,8 @@ pub enum RawEvent {
     WalHead(WalHeadRecord),
     /// See [`TlsKeyRecord`].
     TlsKey(TlsKeyRecord),
+    /// See [`CniExecRecord`].
+    CniExec(CniExecRecord),
 }
 
 impl RawEvent {
@@ -443,6 +457,7 @@ impl RawEvent {
             RawEvent::HpackTable(table) => &table.ids,
             RawEvent::WalHead(head) => &head.ids,
             RawEvent::TlsKey(key) => &key.ids,
+            RawEvent::CniExec(cni) => &cni.ids,
         }
     }
 }
@@ -471,6 +486,14 @@ pub enum WireError {
         /// What was wrong.
         what: String,
     },
+}
+
+/// A container id as the CNI specification allows it.
+fn cni_container_id_is_valid(id: &[u8]) -> bool {
+    id.first().is_some_and(u8::is_ascii_alphanumeric)
+        && id
+            .iter()
+            .all(|&byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-'))
 }
 
 /// The valid bytes of a header field's fixed name and value arrays (a
@@ -686,6 +709,24 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
                 seq: event.seq,
                 suite: event.suite,
                 secret: secret.to_vec(),
+            }))
+        }
+        EventKind::CniExec => {
+            let event: CniExecEvent = read_record("CNI exec", bytes)?;
+            let copied = event.copied as usize;
+            if copied > CNI_CONTAINER_ID_BYTES {
+                return Err(WireError::Malformed {
+                    kind: "CNI exec",
+                    what: format!("copied {copied}"),
+                });
+            }
+            // A full buffer may hold a cut value; an empty one none.
+            let value = (copied < CNI_CONTAINER_ID_BYTES)
+                .then(|| &event.container_id[..copied.saturating_sub(1)])
+                .filter(|value| cni_container_id_is_valid(value));
+            Ok(RawEvent::CniExec(CniExecRecord {
+                ids,
+                container_id: value.map(|value| String::from_utf8_lossy(value).into_owned()),
             }))
         }
         EventKind::GoFunc => {
@@ -967,6 +1008,40 @@ mod tests {
         // the exit.
         assert_eq!(record(Direction::Egress, 0).moved_ts_ns(), 200);
         assert_eq!(record(Direction::Egress, 250).moved_ts_ns(), 200);
+    }
+
+    #[test]
+    fn a_cni_container_id_is_taken_only_whole_and_valid() {
+        let cni = |value: &[u8], copied: u32| {
+            let mut event = CniExecEvent {
+                header: EventHeader {
+                    ts_ns: 42,
+                    kind: EventKind::CniExec as u32,
+                    tgid: 100,
+                    tid: 100,
+                    _pad: 0,
+                },
+                copied,
+                _pad: 0,
+                container_id: [0xAA; CNI_CONTAINER_ID_BYTES],
+            };
+            event.container_id[..value.len()].copy_from_slice(value);
+            parse_record(&record_bytes(&event)).map(|record| match record {
+                RawEvent::CniExec(cni) => cni.container_id,
+                other => panic!("not a CNI exec: {other:?}"),
+            })
+        };
+        let id = "0f3c9a".repeat(10) + "beef";
+        let mut value = id.clone().into_bytes();
+        value.push(0);
+        assert_eq!(cni(&value, value.len() as u32).unwrap(), Some(id));
+        // Cut by the buffer, empty, or not an id: nothing named.
+        assert_eq!(cni(&[b'a'; 128], 128).unwrap(), None);
+        assert_eq!(cni(b"\0", 1).unwrap(), None);
+        assert_eq!(cni(b"-rf /\0", 6).unwrap(), None);
+        assert_eq!(cni(b"a b\0", 4).unwrap(), None);
+        // More copied than the record holds: malformed.
+        assert!(matches!(cni(b"", 129), Err(WireError::Malformed { .. })));
     }
 
     #[test]

@@ -203,6 +203,12 @@ impl Correlator {
                 activities.extend(started);
                 activities
             }
+            Message::CniExec(cni) => {
+                if let Some(container_id) = cni.container_id {
+                    self.node_spans.on_cni_exec(cni.ids.tgid, container_id);
+                }
+                Vec::new()
+            }
             Message::Fork(fork) => {
                 self.node_spans.on_fork(&fork);
                 vec![Activity::Process(

@@ -90,6 +90,8 @@ struct CniRun {
     /// The CNI plugin that ran this one, if any.
     parent_pid: Option<u32>,
     parent_plugin: Option<String>,
+    /// See [`CniStart::sandbox_id`].
+    sandbox_id: Option<String>,
     start_ns: u64,
     end_ns: u64,
     status: ExitStatus,
@@ -112,6 +114,8 @@ struct CniStart {
     plugin: String,
     parent: Option<(u32, String)>,
     start_ns: u64,
+    /// The sandbox it works for, from its `CNI_CONTAINERID`.
+    sandbox_id: Option<String>,
 }
 
 /// How long a finished CNI run waits before it is matched to a
@@ -897,6 +901,7 @@ impl NodeSpans {
                     plugin: exec.comm.clone(),
                     parent,
                     start_ns: exec.ids.ts_ns,
+                    sandbox_id: None,
                 },
             );
             return Vec::new();
@@ -942,6 +947,14 @@ impl NodeSpans {
         Vec::new()
     }
 
+    /// A CNI plugin that just began was told its sandbox (the exec's
+    /// record comes first).
+    pub fn on_cni_exec(&mut self, tgid: u32, sandbox_id: String) {
+        if let Some(run) = self.cni_runs.get_mut(&tgid) {
+            run.sandbox_id = Some(sandbox_id);
+        }
+    }
+
     /// Follows `runc create`'s children (runc init and the processes it
     /// clones): one of them becomes the container's first process.
     pub fn on_fork(&mut self, fork: &ForkRecord) {
@@ -982,6 +995,7 @@ impl NodeSpans {
                 pid: exit.ids.tgid,
                 parent_pid,
                 parent_plugin,
+                sandbox_id: cni.sandbox_id,
                 start_ns: cni.start_ns,
                 end_ns: exit.ids.ts_ns,
                 status: exit.status,
@@ -1106,13 +1120,14 @@ impl NodeSpans {
     }
 
     /// The span of a CNI plugin run, under the RunPodSandbox (ADD),
-    /// StopPodSandbox or RemovePodSandbox (DEL) call that ran it. No causal key names the sandbox
-    /// (containerd passes it in the plugin's environment, which podtrace does
-    /// not read), so the run is matched to the only such call containerd was
-    /// handling while it ran — once concurrent calls have had time to finish
-    /// — and is counted unattributed when two were.
+    /// StopPodSandbox or RemovePodSandbox (DEL) call that ran it: the call
+    /// for the sandbox its `CNI_CONTAINERID` names that it ran inside.
+    /// Without that value (a runtime that does not set it, a recording made
+    /// before podtrace read it) the run is matched to the only such call
+    /// containerd was handling while it ran — once concurrent calls have had
+    /// time to finish — and is counted unattributed when two were.
     fn cni_span(&mut self, run: &CniRun, now_ns: u64) -> Result<Option<Span>, Ambiguous> {
-        if now_ns.saturating_sub(run.end_ns) < CNI_SETTLE_NS {
+        if run.sandbox_id.is_none() && now_ns.saturating_sub(run.end_ns) < CNI_SETTLE_NS {
             return Ok(None);
         }
         let window = match run.parent_pid {
@@ -1124,10 +1139,11 @@ impl NodeSpans {
                 None => return Ok(None),
             },
             None => {
-                let mut windows = self
-                    .sandbox_windows
-                    .iter()
-                    .filter(|w| w.start_ns <= run.start_ns && run.end_ns <= w.end_ns);
+                let mut windows = self.sandbox_windows.iter().filter(|w| {
+                    w.start_ns <= run.start_ns
+                        && run.end_ns <= w.end_ns
+                        && run.sandbox_id.as_ref().is_none_or(|id| *id == w.sandbox_id)
+                });
                 let call = match (windows.next(), windows.next()) {
                     (None, _) => return Ok(None),
                     (Some(window), None) => Ok(window.clone()),
@@ -1163,7 +1179,11 @@ impl NodeSpans {
             string_attribute("podtrace.cni.call", window.method),
             string_attribute(
                 "podtrace.attribution",
-                "time: the only sandbox call in progress",
+                if run.sandbox_id.is_some() {
+                    "CNI_CONTAINERID: the sandbox the runtime named"
+                } else {
+                    "time: the only sandbox call in progress"
+                },
             ),
         ];
         attributes.extend(self.pod_attributes(pod));
@@ -1566,6 +1586,53 @@ mod tests {
             attribute(ptp, "process.pid"),
             Some(&AttributeValue::Int(10))
         );
+    }
+
+    #[test]
+    fn a_cni_plugin_goes_to_the_sandbox_its_environment_names() {
+        let mut node = node();
+        let mut spans = node.on_cri(&run_pod_sandbox(Side::Server));
+        // A second Pod's RunPodSandbox (10–90 ms) inside the first's.
+        let other = PodIdentity {
+            namespace: Some("default".into()),
+            name: Some("db".into()),
+            uid: Some("u-2".into()),
+            ..PodIdentity::default()
+        };
+        let other_sandbox = PodClue::Sandbox {
+            pod: other,
+            sandbox_id: Some("sb2".into()),
+        };
+        let mut second = call(
+            Side::Server,
+            3,
+            "RunPodSandbox",
+            vec![other_sandbox],
+            None,
+            10,
+            90,
+        );
+        second.conn.conn_id = 7;
+        spans.extend(node.on_cri(&second));
+        // Both calls were in progress while each plugin ran: the one that
+        // said its sandbox goes to it, the one that did not is counted.
+        cni_exec(&mut node, "ptp", 10, 1, 20);
+        node.on_cni_exec(10, "sb2".into());
+        spans.extend(cni_exit(&mut node, 10, 30));
+        cni_exec(&mut node, "ptp", 11, 1, 40);
+        spans.extend(cni_exit(&mut node, 11, 50));
+        spans.extend(node.tick(2_000 * MS));
+        let cni: Vec<&Span> = spans
+            .iter()
+            .filter(|s| s.name.starts_with("CNI "))
+            .collect();
+        assert_eq!(cni.len(), 1, "{cni:#?}");
+        assert_eq!(cni[0].string_attribute("k8s.pod.uid"), Some("u-2"));
+        assert_eq!(
+            attribute(cni[0], "process.pid"),
+            Some(&AttributeValue::Int(10))
+        );
+        assert_eq!((node.unattributed, node.cni_ambiguous), (1, 1));
     }
 
     #[test]

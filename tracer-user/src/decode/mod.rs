@@ -29,8 +29,8 @@ pub use wal_writes::{WalDecoder, WalMessage};
 use tracer_common::io::{ConnAction, Direction, FdKind};
 
 use crate::capture::{
-    CaptureControl, ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord, FileOpenRecord,
-    ForkRecord, FsyncRecord, RawEvent,
+    CaptureControl, CniExecRecord, ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord,
+    FileOpenRecord, ForkRecord, FsyncRecord, RawEvent,
 };
 
 /// What a component did, as far as one record tells.
@@ -38,6 +38,8 @@ use crate::capture::{
 pub enum Message {
     /// A process replaced its image; argv is redacted.
     Exec(ExecRecord),
+    /// The sandbox a CNI plugin that just began works for.
+    CniExec(CniExecRecord),
     /// A process forked.
     Fork(ForkRecord),
     /// A process exited.
@@ -69,6 +71,7 @@ impl Message {
     pub fn ts_ns(&self) -> Option<u64> {
         match self {
             Self::Exec(exec) => Some(exec.ids.ts_ns),
+            Self::CniExec(cni) => Some(cni.ids.ts_ns),
             Self::Fork(fork) => Some(fork.ids.ts_ns),
             Self::Exit(exit) => Some(exit.ids.ts_ns),
             Self::Data(moved) => Some(moved.ts_ns),
@@ -181,6 +184,7 @@ impl Decoder {
                 process::redact_argv(&mut exec.argv);
                 vec![Message::Exec(exec)]
             }
+            RawEvent::CniExec(cni) => vec![Message::CniExec(cni)],
             RawEvent::Fork(fork) => vec![Message::Fork(fork)],
             RawEvent::Exit(exit) => {
                 self.grpc.on_exit(exit.ids.tgid);

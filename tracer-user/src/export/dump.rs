@@ -35,6 +35,10 @@ pub fn format_event(event: &RawEvent, clock: &WallClock) -> String {
             exec.ppid,
             exec.cgroup_id
         ),
+        RawEvent::CniExec(cni) => format!(
+            "{head} CNI container {}",
+            cni.container_id.as_deref().unwrap_or("(not a valid id)")
+        ),
         RawEvent::Fork(fork) => format!("{head} fork from {} comm {}", fork.parent_tgid, fork.comm),
         RawEvent::Exit(exit) => format!("{head} exit {:?} comm {}", exit.status, exit.comm),
         RawEvent::Conn(conn) => format!(
