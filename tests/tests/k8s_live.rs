@@ -643,7 +643,17 @@ fn traced_demo_with(
         wait_for_function_probes(early.as_ref().or(late.as_ref()).expect("an agent"));
         late
     });
-    early.or(late).expect("an agent started").stop();
+    let stopped = early.or(late).expect("an agent started").stop_with_log();
+    // containerd names each CNI plugin's sandbox (CNI_CONTAINERID): however
+    // many sandboxes start at once, no plugin run is left without its Pod.
+    let ambiguous: Vec<&String> = stopped
+        .log
+        .iter()
+        .filter(|line| {
+            line.contains("ambiguous_cni_runs=") && !line.contains("ambiguous_cni_runs=0")
+        })
+        .collect();
+    assert!(ambiguous.is_empty(), "{ambiguous:#?}");
     let all = read_spans(&out).unwrap();
     assert_well_formed(&all);
     Some((pods, all, node))
