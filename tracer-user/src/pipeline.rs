@@ -405,6 +405,13 @@ impl Stages {
                     "Pods whose traces went out unsettled: too many Pods or spans held at once"
                 );
             }
+            if correlator.node_spans.unpaired_image_calls > 0 {
+                tracing::info!(
+                    calls = correlator.node_spans.unpaired_image_calls,
+                    "ImageStatus calls of a Pod seen from one end only where both are followed \
+                     (the other end's headers not decoded): not exported"
+                );
+            }
             let (unattributed, dropped) = correlator.span_losses();
             if unattributed + dropped > 0 {
                 tracing::warn!(

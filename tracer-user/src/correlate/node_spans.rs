@@ -247,6 +247,9 @@ pub struct NodeSpans {
     pub unattributed: u64,
     /// Of those, CNI plugin runs during more than one sandbox call.
     pub cni_ambiguous: u64,
+    /// ImageStatus calls claimed for a Pod whose other end's view was
+    /// missing where this node sees that end: not exported.
+    pub unpaired_image_calls: u64,
 }
 
 impl NodeSpans {
@@ -277,6 +280,7 @@ impl NodeSpans {
             sandbox_ready: HashMap::new(),
             unattributed: 0,
             cni_ambiguous: 0,
+            unpaired_image_calls: 0,
         }
     }
 
@@ -688,18 +692,56 @@ impl NodeSpans {
         // containerd's views of a burst differ by a few milliseconds, enough
         // for one end to see a competitor where the other sees none.
         let (waiting, refused) = self.take_mirrors(&claimed);
+        // Where this node sees the other end of the Pod's calls too, a call
+        // whose other view is not there (its headers were not decoded on a
+        // connection older than podtrace) is not shown alone: that view may
+        // have been claimed by another Pod's timing, and a handling without
+        // its caller would read as a call nobody made.
+        let other_end = match call.side {
+            Side::Server => Side::Client,
+            Side::Client => Side::Server,
+        };
+        let pairs_seen = self
+            .sandbox_ready
+            .contains_key(&(other_end, pod.uid.clone()));
+        let unpaired = |held: &CriMessage| {
+            pairs_seen
+                && !waiting
+                    .iter()
+                    .chain(&refused)
+                    .any(|other| same_call(held, other))
+        };
         let now = call.end_ts_ns.unwrap_or(start);
         let mut spans = Vec::new();
         let mut mirrored = Vec::new();
-        for (held, mirror) in claimed
+        let claimed: Vec<(CriMessage, bool)> = claimed
             .into_iter()
-            .map(|held| (held, Mirror::No))
-            .chain(waiting.into_iter().map(|held| (held, Mirror::Waiting)))
-            .chain(refused.into_iter().map(|held| (held, Mirror::Refused)))
+            .map(|held| {
+                let alone = unpaired(&held);
+                (held, alone)
+            })
+            .collect();
+        for (held, mirror, alone) in claimed
+            .into_iter()
+            .map(|(held, alone)| (held, Mirror::No, alone))
+            .chain(
+                waiting
+                    .into_iter()
+                    .map(|held| (held, Mirror::Waiting, false)),
+            )
+            .chain(
+                refused
+                    .into_iter()
+                    .map(|held| (held, Mirror::Refused, false)),
+            )
         {
             let held_facts = held.facts.as_deref().cloned().unwrap_or_default();
-            let attributes = image_attributes(&held_facts);
-            spans.extend(self.call_spans(&held, pod, None, None, attributes, now));
+            if alone {
+                self.unpaired_image_calls += 1;
+            } else {
+                let attributes = image_attributes(&held_facts);
+                spans.extend(self.call_spans(&held, pod, None, None, attributes, now));
+            }
             match mirror {
                 Mirror::No => found.push(held_facts),
                 // Its end's CreateContainer is still to come, and will
@@ -1773,6 +1815,41 @@ mod tests {
         assert_eq!(statuses.len(), 2, "{spans:#?}");
         assert_ne!(statuses[0].span_id, statuses[1].span_id);
         assert!(node.image_calls.is_empty());
+    }
+
+    #[test]
+    fn an_image_status_seen_at_one_end_only_is_not_shown_where_both_ends_are_seen() {
+        let mut node = node();
+        let mut spans = Vec::new();
+        for side in [Side::Server, Side::Client] {
+            spans.extend(node.on_cri(&run_pod_sandbox(side)));
+        }
+        // containerd handled two ImageStatus calls; the kubelet's view of
+        // the first was not decoded.
+        spans.extend(node.on_cri(&image_status(Side::Server, 3, true, 150)));
+        let mut asked = image_status(Side::Client, 7, true, 160);
+        asked.start_ts_ns = Some(159 * MS);
+        spans.extend(node.on_cri(&asked));
+        spans.extend(node.on_cri(&image_status(Side::Server, 7, true, 160)));
+        for side in [Side::Server, Side::Client] {
+            spans.extend(node.on_cri(&create_container(side)));
+        }
+        spans.extend(node.finish());
+        let statuses: Vec<_> = spans
+            .iter()
+            .filter(|s| s.name.ends_with("/ImageStatus"))
+            .collect();
+        assert_eq!(statuses.len(), 2, "{statuses:#?}");
+        let client = statuses
+            .iter()
+            .find(|s| s.kind == SpanKind::Client)
+            .unwrap();
+        let server = statuses
+            .iter()
+            .find(|s| s.kind == SpanKind::Server)
+            .unwrap();
+        assert_eq!(server.parent_span_id, Some(client.span_id));
+        assert_eq!(node.unpaired_image_calls, 1);
     }
 
     #[test]
