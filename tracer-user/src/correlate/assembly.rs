@@ -303,7 +303,15 @@ impl Assembly {
                 out.push(span);
             }
         } else if span.span_id == root || span.span_id == node {
-            pod.summaries.push(span);
+            // One of each: a second node span of the same Pod (closed again
+            // from a later call) would go out beside the first.
+            if !pod
+                .summaries
+                .iter()
+                .any(|held| held.span_id == span.span_id)
+            {
+                pod.summaries.push(span);
+            }
         } else {
             offer(pod, span, (root, node), now, out);
         }

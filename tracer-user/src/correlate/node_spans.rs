@@ -8,7 +8,7 @@
 //! container it creates or starts. A call whose Pod is not known (its
 //! sandbox was created before podtrace started) is counted, not guessed.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use tracer_decode::{
     cri::{ContainerFacts, SecurityFacts},
@@ -198,6 +198,8 @@ pub struct NodeSpans {
     runc_runs: HashMap<u32, RuncRun>,
     /// When each Pod's first CRI call started (for its node span).
     first_call_ns: HashMap<String, u64>,
+    /// Pods (UIDs) whose node span went out.
+    closed_nodes: HashSet<String>,
     /// Client-side CRI spans seen, with their end (unix ns).
     client_calls: HashMap<SpanId, u64>,
     /// Server-side CRI spans waiting for their client span.
@@ -263,6 +265,7 @@ impl NodeSpans {
             sandbox_by_container: HashMap::new(),
             runc_runs: HashMap::new(),
             first_call_ns: HashMap::new(),
+            closed_nodes: HashSet::new(),
             client_calls: HashMap::new(),
             held: Vec::new(),
             container_inits: HashMap::new(),
@@ -883,8 +886,19 @@ impl NodeSpans {
     }
 
     /// The node's span of a Pod, once: from its first CRI call to `end_ns`.
+    /// Once only even when both ends of the call that closes it say so: a
+    /// containerd StartContainer whose kubelet side came after the server
+    /// span stopped waiting for it closed the node span, and the kubelet's
+    /// side, its own call counted as the Pod's first again, a second time.
     fn close_node_span(&mut self, pod: &Pod, end_ns: u64, status: SpanStatus) -> Option<Span> {
+        if self.closed_nodes.contains(&pod.uid) {
+            return None;
+        }
         let start = self.first_call_ns.remove(&pod.uid)?;
+        if self.closed_nodes.len() >= MAX_ENTRIES {
+            self.closed_nodes.clear();
+        }
+        self.closed_nodes.insert(pod.uid.clone());
         Some(Span {
             trace_id: pod.trace,
             span_id: self.node_span_id(pod.trace),
@@ -1675,6 +1689,30 @@ mod tests {
             Some(&AttributeValue::Int(10))
         );
         assert_eq!((node.unattributed, node.cni_ambiguous), (1, 1));
+    }
+
+    #[test]
+    fn the_node_span_goes_out_once_when_the_kubelets_side_comes_late() {
+        let mut node = node();
+        let mut spans = Vec::new();
+        for side in [Side::Server, Side::Client] {
+            spans.extend(node.on_cri(&run_pod_sandbox(side)));
+        }
+        let start = |side, (from, to)| {
+            let clue = PodClue::SandboxCall {
+                sandbox_id: "sb".into(),
+                container_id: Some("ctr".into()),
+            };
+            call(side, 9, "StartContainer", vec![clue], None, from, to)
+        };
+        spans.extend(node.on_cri(&start(Side::Server, (300, 350))));
+        // The kubelet's side comes after the server span stopped waiting.
+        spans.extend(node.tick(351 * MS + CLIENT_WAIT_NS));
+        spans.extend(node.on_cri(&start(Side::Client, (299, 351))));
+        spans.extend(node.finish());
+        let nodes: Vec<_> = spans.iter().filter(|s| s.name == "node node-a").collect();
+        assert_eq!(nodes.len(), 1, "{nodes:#?}");
+        assert_eq!(nodes[0].start_unix_ns, 0, "from the Pod's first call");
     }
 
     #[test]
