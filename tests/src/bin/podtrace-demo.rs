@@ -555,6 +555,36 @@ fn start_etcd_load(args: &Args, etcd: &Etcd, writers: usize) -> anyhow::Result<B
     Ok(load)
 }
 
+/// How long the demo waits for the kubelet to stop the sandboxes of the
+/// Pods it deleted before it stops the cluster.
+const SANDBOXES_STOPPED_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits until no sandbox in `containerd` is ready (the kubelet has stopped
+/// them all), at most `timeout`; says so when it gives up.
+async fn sandboxes_stopped(containerd: &Containerd, timeout: Duration) -> anyhow::Result<()> {
+    let cri = containerd.cri().await?;
+    let started = Instant::now();
+    loop {
+        // SANDBOX_READY = 0.
+        let ready = cri
+            .list_pod_sandboxes()
+            .await?
+            .iter()
+            .filter(|sandbox| sandbox.state == 0)
+            .count();
+        if ready == 0 {
+            return Ok(());
+        }
+        if started.elapsed() >= timeout {
+            say!(
+                "podtrace-demo: {ready} sandboxes still ready {timeout:?} after their Pods were deleted; stopping the cluster anyway"
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn wait_for_file(file: &Path, shutdown: &Shutdown) -> anyhow::Result<()> {
     say!(
         "podtrace-demo: waiting for {} to exist before creating Pods",
@@ -905,6 +935,12 @@ fn run_kubernetes(
             .delete_pods(namespace, "app=podtrace-demo")
             .with_context(|| format!("deleting the demo Pods of namespace {namespace}"))
     });
+    // The apiserver lets a deleted Pod go before the kubelet has stopped its
+    // sandbox: the cluster stays up until it has, so that the teardown's
+    // CRI calls (and the deletion traces' spans of them) complete.
+    if cleanup.is_ok() {
+        runtime.block_on(sandboxes_stopped(&containerd, SANDBOXES_STOPPED_TIMEOUT))?;
+    }
     drop(plane);
     drop(containerd);
     drop(etcd);
