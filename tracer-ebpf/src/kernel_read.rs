@@ -71,25 +71,23 @@ impl Task {
     /// `[task->mm->arg_start, task->mm->arg_end)`: the user-space argv strings.
     #[inline(always)]
     pub(crate) fn arg_area(self, offsets: &KernelOffsets) -> Result<(u64, u64), i32> {
-        let mm = self.field::<u64>(offsets.task_mm)?;
-        if mm == 0 {
-            return Err(-1);
-        }
-        let start = read_kernel::<u64>(mm, offsets.mm_arg_start)?;
-        let end = read_kernel::<u64>(mm, offsets.mm_arg_end)?;
-        Ok((start, end))
+        self.mm_area(offsets, offsets.mm_arg_start, offsets.mm_arg_end)
     }
 
     /// `[task->mm->env_start, task->mm->env_end)`: the environment strings.
     #[inline(always)]
     pub(crate) fn env_area(self, offsets: &KernelOffsets) -> Result<(u64, u64), i32> {
+        self.mm_area(offsets, offsets.mm_env_start, offsets.mm_env_end)
+    }
+
+    /// Two addresses of `task->mm`, at offsets `start` and `end`.
+    #[inline(always)]
+    fn mm_area(self, offsets: &KernelOffsets, start: u32, end: u32) -> Result<(u64, u64), i32> {
         let mm = self.field::<u64>(offsets.task_mm)?;
         if mm == 0 {
             return Err(-1);
         }
-        let start = read_kernel::<u64>(mm, offsets.mm_env_start)?;
-        let end = read_kernel::<u64>(mm, offsets.mm_env_end)?;
-        Ok((start, end))
+        Ok((read_kernel::<u64>(mm, start)?, read_kernel::<u64>(mm, end)?))
     }
 }
 
