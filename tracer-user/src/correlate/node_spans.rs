@@ -466,7 +466,12 @@ impl NodeSpans {
             return Vec::new();
         };
         let (start, end) = (self.clock.unix_ns(start), self.clock.unix_ns(end));
-        if self.first_call_ns.len() < MAX_ENTRIES || self.first_call_ns.contains_key(&pod.uid) {
+        // A Pod whose node span went out starts no other: its later calls
+        // (status polls, the teardown) are not its first.
+        let counts = !self.closed_nodes.contains(&pod.uid)
+            && (self.first_call_ns.len() < MAX_ENTRIES
+                || self.first_call_ns.contains_key(&pod.uid));
+        if counts {
             let first = self.first_call_ns.entry(pod.uid.clone()).or_insert(start);
             *first = (*first).min(start);
         }
@@ -890,10 +895,9 @@ impl NodeSpans {
     /// containerd StartContainer whose kubelet side came after the server
     /// span stopped waiting for it closed the node span, and the kubelet's
     /// side, its own call counted as the Pod's first again, a second time.
+    /// A closed Pod's later calls are not counted (`closed_nodes`), so
+    /// there is no first call to close from.
     fn close_node_span(&mut self, pod: &Pod, end_ns: u64, status: SpanStatus) -> Option<Span> {
-        if self.closed_nodes.contains(&pod.uid) {
-            return None;
-        }
         let start = self.first_call_ns.remove(&pod.uid)?;
         if self.closed_nodes.len() >= MAX_ENTRIES {
             self.closed_nodes.clear();
