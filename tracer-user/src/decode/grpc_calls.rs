@@ -709,6 +709,10 @@ impl GrpcDecoder {
         };
         if client_to_server && !connection.client_start_seen {
             connection.client_start_seen = true;
+            // The client's first bytes fed: the preface, or else HTTP/2
+            // frames of a connection joined after its start.
+            let preface = data.data.starts_with(HTTP2_PREFACE);
+            let mid_frames = !preface && frame::starts_with_frames(&data.data);
             // A connection seen from its start whose client spoke neither
             // HTTP/2 nor HTTP/1 first: read as HTTP/2 its frames would be
             // noise, and each "lost" HPACK table would call the HPACK
@@ -716,8 +720,8 @@ impl GrpcDecoder {
             // shim did, every Pod start burst).
             if connection.from_start
                 && !data.tls_plaintext
-                && !data.data.starts_with(HTTP2_PREFACE)
-                && !frame::starts_with_frames(&data.data)
+                && !preface
+                && !mid_frames
                 && !looks_like_http1(&data.data, true)
             {
                 connection.other_protocol = true;
@@ -729,10 +733,7 @@ impl GrpcDecoder {
             // built unseen, so its request headers come from the probes, as
             // on connections older than podtrace. Bytes that are not HTTP/2
             // frames (ttrpc between containerd and its shims) are not that.
-            if !data.data.starts_with(HTTP2_PREFACE)
-                && connection.probe_headers.is_none()
-                && frame::starts_with_frames(&data.data)
-            {
+            if mid_frames && connection.probe_headers.is_none() {
                 connection.probe_headers = Some(ProbeHeaders::default());
                 fields_changed = true;
             }
