@@ -1,8 +1,9 @@
-//! Live, over mTLS: a podtrace started after its components' HTTP/2
-//! connections were established (as on every node of a running cluster)
-//! copies the connections' HPACK tables from the processes, decodes every
-//! later request from the wire, and detaches the HPACK probes — whose trap
-//! on every header field is most of what podtrace would otherwise cost etcd.
+//! Live, over mTLS and over a plain unix socket: a podtrace started after
+//! its components' HTTP/2 connections were established (as on every node of
+//! a running cluster) copies the connections' HPACK tables from the
+//! processes, decodes every later request from the wire, and detaches the
+//! HPACK probes — whose trap on every header field is most of what podtrace
+//! would otherwise cost etcd, and the kubelet's and containerd's CRI calls.
 
 #![allow(
     clippy::unwrap_used,
@@ -11,12 +12,15 @@
     reason = "test helpers: a failed step fails the test"
 )]
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use podtrace_tests::{
     agent::Agent,
     components::{
-        Etcd, EtcdOptions,
+        Containerd, ContainerdOptions, Etcd, EtcdOptions,
         etcd_load::{EtcdLoadBinary, KeyMix, apiserver_tls},
     },
     live_test_can_run,
@@ -117,4 +121,63 @@ fn traced_load(agent_args: &[&str]) -> Vec<String> {
     assert_eq!(count(2), leg.writes, "server spans");
     assert_eq!(count(3), leg.writes, "client spans");
     links
+}
+
+/// containerd's CRI server on its unix socket, with a kubelet-like client
+/// connected before podtrace started: no TLS probe runs on that connection,
+/// so its tables are copied at containerd's socket reads and writes.
+#[tokio::test(flavor = "multi_thread")]
+async fn cri_calls_on_a_plain_connection_older_than_podtrace_let_the_header_probes_go() {
+    if !live_test_can_run(
+        "cri_calls_on_a_plain_connection_older_than_podtrace_let_the_header_probes_go",
+    ) {
+        return;
+    }
+    let containerd = Containerd::start(ContainerdOptions {
+        image_cache_dir: env!("CARGO_TARGET_TMPDIR").into(),
+    })
+    .unwrap();
+    let cri = containerd.cri().await.unwrap();
+    let calls = || async {
+        cri.version().await.unwrap();
+        cri.list_pod_sandboxes().await.unwrap();
+    };
+    // The connection's HPACK tables fill before podtrace starts.
+    for _ in 0..5 {
+        calls().await;
+    }
+
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let agent = Agent::start(&[], out.path());
+    let exe = format!("/proc/{}/exe", containerd.pid());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !agent
+        .logged("HPACK probes detached")
+        .iter()
+        .any(|line| line.contains(&exe))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "containerd's HPACK probes stay attached: {:#?}",
+            agent.logged("HPACK")
+        );
+        calls().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Later calls are decoded from the wire with the copied tables.
+    for _ in 0..5 {
+        calls().await;
+    }
+    let attached_again = agent.logged("HPACK probes attached again");
+    let stopped = agent.stop_with_log();
+    assert!(attached_again.is_empty(), "{attached_again:#?}");
+    let copies = stopped
+        .log
+        .iter()
+        .find(|line| line.contains("copies of HPACK tables"))
+        .unwrap_or_else(|| panic!("no table copies logged: {:#?}", stopped.log));
+    assert!(
+        copies.contains("refused=0 incomplete=0") && !copies.contains("loaded=0 "),
+        "{copies}"
+    );
 }

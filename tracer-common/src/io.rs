@@ -613,8 +613,8 @@ pub const HPACK_SYNC_DECODER_DONE: u32 = 1 << 0;
 pub const HPACK_SYNC_ENCODER_DONE: u32 = 1 << 1;
 
 /// Value of `HPACK_SYNC`: user space asks for a connection's HPACK tables
-/// (it joined the connection after they were built). The TLS probes copy
-/// them once each: the decoder's (what the process receives) at the next
+/// (it joined the connection after they were built). The TLS probes (the
+/// syscall programs, for a plain connection) copy them once each: the decoder's (what the process receives) at the next
 /// read, as it stands before the bytes read; the encoder's (what it sends)
 /// at the next write, as it stands after the bytes written.
 #[repr(C)]

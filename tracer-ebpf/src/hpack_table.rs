@@ -5,8 +5,9 @@
 //! before podtrace started, which the wire decoder in user space never saw.
 //! Rather than reporting every header field from a uprobe on each block for
 //! the connection's lifetime, user space asks once (`HPACK_SYNC`) for the
-//! tables themselves. The TLS probes copy them at a point whose place in the
-//! byte stream is known exactly (see `tracer_common::io::HpackSync`), user
+//! tables themselves. The TLS probes (the syscall programs on a plain
+//! connection: `io`) copy them at a point whose place in the byte stream is
+//! known exactly (see `tracer_common::io::HpackSync`), user
 //! space rebuilds its decoders from the copies, and the HPACK uprobes can
 //! be detached.
 //!

@@ -29,12 +29,13 @@ use tracer_common::{
     event::{EventKind, FILENAME_BYTES},
     io::{
         AF_INET, AF_INET6, AF_UNIX, ActiveCall, ConnAction, ConnEvent, DATA_BYTES_MAX,
-        DATA_TRUNCATED, DataEvent, FD_TLS, FdInfo, FdKey, FdKind, FileOpenEvent, FsyncEvent,
-        IoSyscall, MAX_IOVECS, ProcessConnKey, UNIX_PATH_BYTES,
+        DATA_TRUNCATED, DataEvent, Direction, FD_TLS, FdInfo, FdKey, FdKind, FileOpenEvent,
+        FsyncEvent, HeaderSide, IoSyscall, MAX_IOVECS, ProcessConnKey, UNIX_PATH_BYTES,
     },
 };
 
 use crate::{
+    hpack_table,
     kernel_read::{Space, read_kernel, read_str, read_user, read_user_bytes},
     maps::{
         ACTIVE_CALLS, BPF_RB_NO_WAKEUP, EVENTS, FDS, MUTED_CONNS, SCRATCH, SCRATCH_BYTES,
@@ -48,6 +49,8 @@ use crate::{
 /// first three syscall arguments, the syscall number, the code segment.
 const PT_REGS_ARGS: [u32; 3] = [112, 104, 96];
 const PT_REGS_ORIG_AX: u32 = 120;
+/// `r14`: the running goroutine's `runtime.g` in Go code.
+const PT_REGS_R14: u32 = 8;
 const PT_REGS_CS: u32 = 136;
 /// `__USER32_CS`: the code segment of a 32-bit task (ia32 syscall numbers).
 const USER32_CS: u64 = 0x23;
@@ -222,6 +225,9 @@ fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRe
     if syscall == IoSyscall::Openat && target.flags & TARGET_WAL == 0 {
         return Ok(());
     }
+    if let Some(info) = followed {
+        copy_plain_hpack_table(ctx, pid_tgid, &info, syscall);
+    }
     let call = ActiveCall {
         ts_ns: now_ns(),
         args: [first_arg, arg(ctx, 1)?, arg(ctx, 2)?],
@@ -233,6 +239,37 @@ fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRe
     ACTIVE_CALLS
         .insert(pid_tgid, call, 0)
         .map_err(|_| DropReason::ActiveCallsFull)
+}
+
+/// The HPACK tables user space asked for (`hpack_table`) of a plain HTTP/2
+/// connection (the kubelet's to containerd's unix socket, h2c), which has no
+/// TLS probe to take them at: its reads and writes are the same points of
+/// the byte stream. Go's reader asks for bytes only once it has parsed every
+/// whole frame before (the decoder's table is that of the bytes so far), and
+/// its writer writes what it has encoded (the encoder's table includes this
+/// write's blocks); the copy goes ahead of the call's record, made at exit.
+/// The goroutine is in R14 at the syscall (Go's register ABI), as it is at
+/// the TLS probes; in a process that is not Go no coder is noted for it.
+#[inline(always)]
+fn copy_plain_hpack_table(
+    ctx: &RawTracePointContext,
+    pid_tgid: u64,
+    info: &FdInfo,
+    syscall: IoSyscall,
+) {
+    if info.kind != FdKind::Socket as u8 || info.flags & FD_TLS != 0 || !hpack_table::sync_wanted()
+    {
+        return;
+    }
+    let side = match syscall.direction() {
+        Some(Direction::Ingress) => HeaderSide::Decoder,
+        Some(Direction::Egress) => HeaderSide::Encoder,
+        None => return,
+    };
+    let Ok(g) = read_kernel::<u64>(ctx.arg(0), PT_REGS_R14) else {
+        return;
+    };
+    hpack_table::copy_if_asked(Ids::from_pid_tgid(pid_tgid), info.conn_id, g, side);
 }
 
 #[inline(always)]

@@ -42,8 +42,10 @@ use tracer_decode::{
 };
 
 use super::{
-    HeaderMessage, Message, TableCopyMessage, decoded_once::DecodedOnce, headers::starts_block,
-    tls_streams::starts_tls_handshake,
+    HeaderMessage, Message, TableCopyMessage,
+    decoded_once::DecodedOnce,
+    headers::starts_block,
+    tls_streams::{starts_tls_handshake, starts_tls_record},
 };
 use crate::capture::{CaptureControl, ConnKey, ConnRecord, DataRecord, HpackControl};
 
@@ -240,10 +242,14 @@ struct Connection {
     /// Neither HTTP/2 nor HTTP/1 (ttrpc between containerd and its shims):
     /// nothing more of it is decoded.
     other_protocol: bool,
+    /// For a connection open before podtrace started: whether the first
+    /// bytes seen of each direction (client → server, server → client)
+    /// began with HTTP/2 frames or HTTP/1.
+    joined_first_bytes: [Option<bool>; 2],
     /// For a connection open before podtrace started: request header
     /// blocks from the HPACK probes, to be given to their streams.
     probe_headers: Option<ProbeHeaders>,
-    /// For such a connection over TLS: where copying Go's HPACK tables
+    /// For such a connection: where copying Go's HPACK tables
     /// stands. Once both are loaded, the wire decodes every block and the
     /// probes' fields are no longer needed.
     tables: Option<TableSync>,
@@ -639,6 +645,7 @@ impl GrpcDecoder {
                 client_start_seen: false,
                 from_start: !before_start,
                 other_protocol: false,
+                joined_first_bytes: [None; 2],
                 tls: false,
                 probe_headers: before_start.then(ProbeHeaders::default),
                 tables: None,
@@ -707,6 +714,32 @@ impl GrpcDecoder {
             (Side::Server, Direction::Ingress) | (Side::Client, Direction::Egress) => true,
             (Side::Server, Direction::Egress) | (Side::Client, Direction::Ingress) => false,
         };
+        if !connection.from_start && !connection.tls && !starts_tls_record(&data.data) {
+            // A connection older than podtrace may have been joined
+            // mid-frame, so one direction's first bytes prove nothing
+            // alone; when neither direction's begin with HTTP/2 frames or
+            // HTTP/1 it speaks another protocol (ttrpc between containerd
+            // and its shims). Read as HTTP/2 it asked for HPACK tables that
+            // never come, and kept both processes' HPACK probes attached.
+            let first = &mut connection.joined_first_bytes[usize::from(!client_to_server)];
+            first.get_or_insert_with(|| {
+                frame::starts_with_frames(&data.data)
+                    || looks_like_http1(&data.data, client_to_server)
+            });
+            if connection.joined_first_bytes == [Some(false), Some(false)] {
+                let conn = data.conn;
+                let tables_asked = connection.tables.take().is_some();
+                connection.other_protocol = true;
+                connection.probe_headers = None;
+                connection.http2 = Http2Connection::new(Limits::default());
+                if tables_asked {
+                    self.control
+                        .push(CaptureControl::Hpack(HpackControl::Forget(conn)));
+                }
+                self.update_field_probes(conn.tgid, data.ids.ts_ns);
+                return Vec::new();
+            }
+        }
         if client_to_server && !connection.client_start_seen {
             connection.client_start_seen = true;
             // The client's first bytes fed: the preface, or else HTTP/2
@@ -784,7 +817,7 @@ impl GrpcDecoder {
         };
         fields_changed |=
             tables_forgotten(connection, &mut self.control, data.conn, data.ids.ts_ns);
-        if connection.tls && connection.probe_headers.is_some() && connection.tables.is_none() {
+        if connection.probe_headers.is_some() && connection.tables.is_none() {
             connection.tables = Some(TableSync {
                 asked_ts_ns: data.ids.ts_ns,
                 ..TableSync::default()
@@ -1608,6 +1641,31 @@ mod tests {
             decoder.on_data(&chunk(10, Direction::Ingress, ttrpc, false), &mut once);
             decoder.on_data(&chunk(11, Direction::Egress, &noise, false), &mut once);
             assert_eq!(field_probes_said(&mut decoder), asked, "{change:?}");
+        }
+    }
+
+    /// containerd's ttrpc to a shim, both older than podtrace: neither
+    /// direction's first bytes are frames, so it lets the probes go; one
+    /// direction joined mid-frame alone does not.
+    #[test]
+    fn a_connection_older_than_podtrace_that_is_not_http_lets_the_probes_go() {
+        let request = b"\x00\x00\x03\x37\x00\x00\x00\x01\x01\x00\x0a\x17containerd";
+        let response = b"\x00\x00\x00\x10\x00\x00\x00\x01\x02\x00\x12\x0e\x0a\x0cstatus";
+        let ping = b"\x00\x00\x08\x06\x00\x00\x00\x00\x0012345678";
+        for (answer, kept) in [(&response[..], false), (&ping[..], true)] {
+            let mut decoder = GrpcDecoder::default();
+            let mut once = DecodedOnce::default();
+            decoder.on_conn(&conn_record(ConnAction::AcceptedBeforeStart), &mut once);
+            decoder.on_data(&chunk(10, Direction::Ingress, request, false), &mut once);
+            assert_eq!(field_probes_said(&mut decoder), vec![true]);
+            decoder.on_data(&chunk(11, Direction::Egress, answer, false), &mut once);
+            decoder.check_field_probes(11 + FIELD_PROBES_HOLD_NS + 1);
+            let said = if kept { Vec::new() } else { vec![false] };
+            assert_eq!(field_probes_said(&mut decoder), said, "{answer:02x?}");
+            assert_eq!(
+                decoder.connections[&CONN].other_protocol, !kept,
+                "{answer:02x?}"
+            );
         }
     }
 

@@ -42,6 +42,12 @@ const HANDSHAKE_RECORD: [u8; 2] = [22, 3];
 pub fn starts_tls_handshake(bytes: &[u8]) -> bool {
     bytes.starts_with(&HANDSHAKE_RECORD)
 }
+/// Whether `bytes` begin with a TLS record header (content type 20–23,
+/// version 3.x): a TLS socket's ciphertext, which tells nothing of the
+/// protocol inside.
+pub fn starts_tls_record(bytes: &[u8]) -> bool {
+    matches!(bytes, [20..=23, 3, 0..=4, ..])
+}
 /// A TLS application-data record's first bytes (TLS 1.2 and 1.3).
 const APPLICATION_DATA_RECORD: [u8; 3] = [23, 3, 3];
 /// How long a process's per-call TLS probes stay attached after they last
