@@ -226,7 +226,7 @@ fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRe
         return Ok(());
     }
     if let Some(info) = followed {
-        copy_plain_hpack_table(ctx, pid_tgid, &info, syscall);
+        copy_hpack_table(ctx, pid_tgid, &info, syscall);
     }
     let call = ActiveCall {
         ts_ns: now_ns(),
@@ -241,31 +241,32 @@ fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRe
         .map_err(|_| DropReason::ActiveCallsFull)
 }
 
-/// The HPACK tables user space asked for (`hpack_table`) of a plain HTTP/2
-/// connection (the kubelet's to containerd's unix socket, h2c), which has no
-/// TLS probe to take them at: its reads and writes are the same points of
-/// the byte stream. Go's reader asks for bytes only once it has parsed every
-/// whole frame before (the decoder's table is that of the bytes so far), and
-/// its writer writes what it has encoded (the encoder's table includes this
-/// write's blocks); the copy goes ahead of the call's record, made at exit.
+/// The HPACK tables user space asked for (`hpack_table`) of a connection
+/// whose plaintext no TLS probe sees: a plain HTTP/2 connection (the
+/// kubelet's to containerd's unix socket, h2c), or a direction of a TLS one
+/// read from its secret (`tls_keys`), whose probes are detached. Its reads
+/// and writes are the same points of the byte stream as the TLS probes':
+/// Go's reader asks for bytes only once it has parsed every whole frame it
+/// has (crypto/tls reads the socket only once it has handed out every
+/// record it opened), so the decoder's table is that of the bytes so far;
+/// its writer writes what it has encoded, so the encoder's includes this
+/// write's blocks. The copy goes ahead of the call's record, made at exit.
 /// The goroutine is in R14 at the syscall (Go's register ABI), as it is at
 /// the TLS probes; in a process that is not Go no coder is noted for it.
 #[inline(always)]
-fn copy_plain_hpack_table(
-    ctx: &RawTracePointContext,
-    pid_tgid: u64,
-    info: &FdInfo,
-    syscall: IoSyscall,
-) {
-    if info.kind != FdKind::Socket as u8 || info.flags & FD_TLS != 0 || !hpack_table::sync_wanted()
-    {
+fn copy_hpack_table(ctx: &RawTracePointContext, pid_tgid: u64, info: &FdInfo, syscall: IoSyscall) {
+    if info.kind != FdKind::Socket as u8 || !hpack_table::sync_wanted() {
         return;
     }
-    let side = match syscall.direction() {
-        Some(Direction::Ingress) => HeaderSide::Decoder,
-        Some(Direction::Egress) => HeaderSide::Encoder,
+    let (side, direction) = match syscall.direction() {
+        Some(Direction::Ingress) => (HeaderSide::Decoder, Direction::Ingress),
+        Some(Direction::Egress) => (HeaderSide::Encoder, Direction::Egress),
         None => return,
     };
+    if info.flags & FD_TLS != 0 && info.flags & keyed_flag(direction) == 0 {
+        // Its plaintext, and the copy, come from the TLS probes.
+        return;
+    }
     let Ok(g) = read_kernel::<u64>(ctx.arg(0), PT_REGS_R14) else {
         return;
     };

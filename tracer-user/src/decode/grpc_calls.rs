@@ -100,6 +100,14 @@ const IDLE_GRACE_NS: u64 = 1_000_000_000;
 /// until then built its HPACK tables unseen, and its next may be a while
 /// away (a kubelet's status updates come every 10 s when no Pod changes).
 const SECRETS_MISSED_GRACE_NS: u64 = 30_000_000_000;
+/// How long a connection older than podtrace that sends no request (a
+/// client that only watches, answered with data frames) holds the HPACK
+/// probes: its request table can only be copied around a request, and
+/// waiting for one kept the probes on kube-apiserver and etcd (every
+/// per-resource etcd client that only watches) for as long as they ran. Its
+/// next request brings them back, and that request's fields that refer to
+/// the table as it was before podtrace are lost.
+const REQUEST_IDLE_GRACE_NS: u64 = 30_000_000_000;
 /// How often a process whose HPACK probes are attached is looked at again.
 const FIELD_PROBES_RECHECK_NS: u64 = 250_000_000;
 /// How long the table of what a connection answers (responses' headers:
@@ -337,7 +345,12 @@ impl Connection {
         // A connection idle since podtrace joined it needs nothing after a
         // grace period: its first bytes bring the probes back.
         let idle = self.fed_bytes == 0 && now_ns > self.joined_ts_ns + self.idle_grace_ns;
-        if self.probe_headers.is_none() || idle {
+        let no_request = self
+            .http2
+            .header_blocks(tracer_decode::Direction::ClientToServer)
+            == 0
+            && now_ns > self.joined_ts_ns + REQUEST_IDLE_GRACE_NS;
+        if self.probe_headers.is_none() || idle || no_request {
             return false;
         }
         let Some(tables) = &self.tables else {
@@ -355,9 +368,11 @@ impl Connection {
     /// The wire direction of what the process receives or sends.
     /// Whether this direction of a TLS connection can switch from the
     /// probes' plaintext to decrypted ciphertext: nothing more is needed
-    /// from a probe hit on it — no HPACK table copy is awaited (copies are
-    /// taken at TLS hits, which stop), and the encoder's copy, loaded after
-    /// the write that follows it, is in.
+    /// from a probe hit on it — the encoder's copy, loaded after the write
+    /// that follows it, is in. A copy still awaited is taken at the
+    /// direction's syscalls once it is read from its secret; waiting for it
+    /// here kept the per-call probes of every process with a connection
+    /// that only watches (no request to copy the table at) attached for good.
     fn ready_for_ciphertext(&self, direction: Direction) -> bool {
         if !self.tls {
             return false;
@@ -368,11 +383,8 @@ impl Connection {
             return self.probe_headers.is_none() || self.http1.is_some();
         };
         match direction {
-            Direction::Ingress => !matches!(tables.decoder, TableLoad::Waiting { .. }),
-            Direction::Egress => {
-                !matches!(tables.encoder, TableLoad::Waiting { .. })
-                    && tables.pending_encoder.is_none()
-            }
+            Direction::Ingress => true,
+            Direction::Egress => tables.pending_encoder.is_none(),
         }
     }
 
@@ -799,9 +811,20 @@ impl GrpcDecoder {
             Some(lost) if lost > 0 => Lost::Bytes(lost),
             _ => Lost::Unknown,
         };
+        let requests_before = connection
+            .http2
+            .header_blocks(tracer_decode::Direction::ClientToServer);
         connection
             .http2
             .push_bytes(direction, data.moved_ts_ns(), &data.data, lost);
+        // A first request may end a connection's release of the probes
+        // (`REQUEST_IDLE_GRACE_NS`).
+        fields_changed |= requests_before == 0
+            && connection.probe_headers.is_some()
+            && connection
+                .http2
+                .header_blocks(tracer_decode::Direction::ClientToServer)
+                > 0;
         if data.direction == Direction::Egress {
             if let Some(copy) = connection
                 .tables
@@ -1642,6 +1665,44 @@ mod tests {
             decoder.on_data(&chunk(11, Direction::Egress, &noise, false), &mut once);
             assert_eq!(field_probes_said(&mut decoder), asked, "{change:?}");
         }
+    }
+
+    /// A client connection older than podtrace that only receives (a watch)
+    /// lets the HPACK probes go once it sent no request for the grace, and
+    /// its next request brings them back.
+    #[test]
+    fn a_joined_connection_without_requests_lets_the_probes_go_until_one() {
+        let watch_event = b"\x00\x00\x05\x00\x00\x00\x00\x00\x01event";
+        let request = b"\x00\x00\x01\x01\x04\x00\x00\x00\x03\x82";
+        let mut decoder = GrpcDecoder::default();
+        let mut once = DecodedOnce::default();
+        decoder.on_conn(&conn_record(ConnAction::ConnectedBeforeStart), &mut once);
+        decoder.on_data(
+            &chunk(10, Direction::Ingress, watch_event, false),
+            &mut once,
+        );
+        assert_eq!(field_probes_said(&mut decoder), vec![true]);
+        // Events keep coming; within the grace the probes stay.
+        let later = 10 + REQUEST_IDLE_GRACE_NS / 2;
+        decoder.on_data(
+            &chunk(later, Direction::Ingress, watch_event, false),
+            &mut once,
+        );
+        decoder.check_field_probes(later + FIELD_PROBES_HOLD_NS + 1);
+        assert_eq!(field_probes_said(&mut decoder), Vec::<bool>::new());
+        let after = 10 + REQUEST_IDLE_GRACE_NS + 1;
+        decoder.on_data(
+            &chunk(after, Direction::Ingress, watch_event, false),
+            &mut once,
+        );
+        decoder.check_field_probes(after + FIELD_PROBES_HOLD_NS + 1);
+        assert_eq!(field_probes_said(&mut decoder), vec![false]);
+        let request_at = after + 2 * FIELD_PROBES_HOLD_NS;
+        decoder.on_data(
+            &chunk(request_at, Direction::Egress, request, false),
+            &mut once,
+        );
+        assert_eq!(field_probes_said(&mut decoder), vec![true]);
     }
 
     /// containerd's ttrpc to a shim, both older than podtrace: neither

@@ -436,6 +436,15 @@ impl Http2Connection {
         }
     }
 
+    /// How many header blocks `direction` carried (each request's or
+    /// response's headers, trailers, pushed promises).
+    pub fn header_blocks(&self, direction: Direction) -> u64 {
+        match direction {
+            Direction::ClientToServer => self.client.hpack.blocks(),
+            Direction::ServerToClient => self.server.hpack.blocks(),
+        }
+    }
+
     /// Replaces `direction`'s HPACK table with a copy of the peer's, taken
     /// at `point` in this direction's bytes. Refused (and nothing changed)
     /// when that point cannot be placed exactly: inside a header block, or

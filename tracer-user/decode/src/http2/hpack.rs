@@ -142,6 +142,8 @@ pub struct HeaderBlockDecoder {
     decoder: loona_hpack::Decoder<'static>,
     /// Times the table was forgotten (a corrupt block, lost bytes).
     resets: u64,
+    /// Header blocks decoded.
+    blocks: u64,
 }
 
 impl std::fmt::Debug for HeaderBlockDecoder {
@@ -155,6 +157,7 @@ impl Default for HeaderBlockDecoder {
         Self {
             decoder: loona_hpack::Decoder::new(),
             resets: 0,
+            blocks: 0,
         }
     }
 }
@@ -265,6 +268,11 @@ impl HeaderBlockDecoder {
         self.resets
     }
 
+    /// How many header blocks it was given.
+    pub fn blocks(&self) -> u64 {
+        self.blocks
+    }
+
     /// Replaces the table with `copy`. Each entry is fed to the decoder as
     /// the literal-with-incremental-indexing representation that would have
     /// inserted it, oldest first, so that indices and eviction follow the
@@ -315,6 +323,7 @@ impl HeaderBlockDecoder {
 
     /// Decodes one complete header block (HEADERS plus CONTINUATION fragments).
     pub fn decode(&mut self, block: &[u8]) -> Result<HeaderList, HeaderBlockError> {
+        self.blocks += 1;
         let mut list = HeaderList::default();
         let mut at = 0;
         // A size update is only valid at the start of a block and the decoder
