@@ -324,7 +324,7 @@ impl Stages {
             if decoder.grpc.muted_total > 0 {
                 tracing::info!(
                     connections = decoder.grpc.muted_total,
-                    "muted: etcd connections of one resource other than Pods, whose bytes were no longer copied"
+                    "muted: connections whose bytes were no longer copied (etcd clients of one resource other than Pods, ttrpc)"
                 );
             }
             if decoder.wal.bad_records > 0 {

@@ -247,9 +247,6 @@ struct Connection {
     /// Connected or accepted while podtrace watched: its first bytes are
     /// its protocol's first.
     from_start: bool,
-    /// Neither HTTP/2 nor HTTP/1 (ttrpc between containerd and its shims):
-    /// nothing more of it is decoded.
-    other_protocol: bool,
     /// For a connection open before podtrace started: whether the first
     /// bytes seen of each direction (client → server, server → client)
     /// began with HTTP/2 frames or HTTP/1.
@@ -656,7 +653,6 @@ impl GrpcDecoder {
                 fed_bytes: 0,
                 client_start_seen: false,
                 from_start: !before_start,
-                other_protocol: false,
                 joined_first_bytes: [None; 2],
                 tls: false,
                 probe_headers: before_start.then(ProbeHeaders::default),
@@ -695,9 +691,6 @@ impl GrpcDecoder {
         let Some(connection) = self.connections.get_mut(&data.conn) else {
             return Vec::new();
         };
-        if connection.other_protocol {
-            return Vec::new();
-        }
         if data.tls_plaintext && !connection.tls {
             // The first plaintext of a TLS socket: what came before was the
             // handshake, which put the HTTP/2 parser out of step.
@@ -739,16 +732,7 @@ impl GrpcDecoder {
                     || looks_like_http1(&data.data, client_to_server)
             });
             if connection.joined_first_bytes == [Some(false), Some(false)] {
-                let conn = data.conn;
-                let tables_asked = connection.tables.take().is_some();
-                connection.other_protocol = true;
-                connection.probe_headers = None;
-                connection.http2 = Http2Connection::new(Limits::default());
-                if tables_asked {
-                    self.control
-                        .push(CaptureControl::Hpack(HpackControl::Forget(conn)));
-                }
-                self.update_field_probes(conn.tgid, data.ids.ts_ns);
+                self.mute(data.conn, data.ids.ts_ns);
                 return Vec::new();
             }
         }
@@ -769,8 +753,7 @@ impl GrpcDecoder {
                 && !mid_frames
                 && !looks_like_http1(&data.data, true)
             {
-                connection.other_protocol = true;
-                connection.http2 = Http2Connection::new(Limits::default());
+                self.mute(data.conn, data.ids.ts_ns);
                 return Vec::new();
             }
             // A connection joined after its start (the Go probes attached
@@ -870,8 +853,10 @@ impl GrpcDecoder {
     }
 
     /// Stops decoding a connection and asks capture to copy none of its
-    /// bytes: it carries one resource other than Pods ([`KeysSeen`]). Its
-    /// calls in flight are dropped with it: none can be about a Pod.
+    /// bytes: it carries one resource other than Pods ([`KeysSeen`]), or
+    /// speaks neither HTTP/2 nor HTTP/1 (containerd's ttrpc to its shims,
+    /// a dozen records a sandbox copied to be thrown away). Its calls in
+    /// flight are dropped with it: none can be about a Pod.
     fn mute(&mut self, conn: ConnKey, now_ns: u64) {
         let Some(connection) = self.connections.remove(&conn) else {
             return;
@@ -1664,6 +1649,12 @@ mod tests {
             decoder.on_data(&chunk(10, Direction::Ingress, ttrpc, false), &mut once);
             decoder.on_data(&chunk(11, Direction::Egress, &noise, false), &mut once);
             assert_eq!(field_probes_said(&mut decoder), asked, "{change:?}");
+            // Capture is told to copy none of its bytes any more.
+            assert_eq!(
+                decoder.muted.contains(&CONN),
+                matches!(change, ConnAction::Accepted),
+                "{change:?}"
+            );
         }
     }
 
@@ -1723,10 +1714,8 @@ mod tests {
             decoder.check_field_probes(11 + FIELD_PROBES_HOLD_NS + 1);
             let said = if kept { Vec::new() } else { vec![false] };
             assert_eq!(field_probes_said(&mut decoder), said, "{answer:02x?}");
-            assert_eq!(
-                decoder.connections[&CONN].other_protocol, !kept,
-                "{answer:02x?}"
-            );
+            // Not HTTP: muted, capture copies none of its bytes any more.
+            assert_eq!(decoder.muted.contains(&CONN), !kept, "{answer:02x?}");
         }
     }
 
