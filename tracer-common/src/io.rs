@@ -614,9 +614,10 @@ pub const HPACK_SYNC_ENCODER_DONE: u32 = 1 << 1;
 
 /// Value of `HPACK_SYNC`: user space asks for a connection's HPACK tables
 /// (it joined the connection after they were built). The TLS probes (the
-/// syscall programs, for a plain connection) copy them once each: the decoder's (what the process receives) at the next
-/// read, as it stands before the bytes read; the encoder's (what it sends)
-/// at the next write, as it stands after the bytes written.
+/// syscall programs, on a plain connection or a TLS direction read from its
+/// secret) copy them once each: the decoder's (what the process receives)
+/// at the next read, as it stands before the bytes read; the encoder's (what
+/// it sends) at the next write, as it stands after the bytes written.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HpackSync {

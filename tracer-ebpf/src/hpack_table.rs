@@ -6,10 +6,10 @@
 //! Rather than reporting every header field from a uprobe on each block for
 //! the connection's lifetime, user space asks once (`HPACK_SYNC`) for the
 //! tables themselves. The TLS probes (the syscall programs on a plain
-//! connection: `io`) copy them at a point whose place in the byte stream is
-//! known exactly (see `tracer_common::io::HpackSync`), user
-//! space rebuilds its decoders from the copies, and the HPACK uprobes can
-//! be detached.
+//! connection or a TLS direction read from its secret: `io`) copy them at a
+//! point whose place in the byte stream is known exactly (see
+//! `tracer_common::io::HpackSync`), user space rebuilds its decoders from
+//! the copies, and the HPACK uprobes can be detached.
 //!
 //! Layout read (golang.org/x/net/http2/hpack, unchanged since 2016, also in
 //! the standard library's vendored copy): `Decoder` and `Encoder` both begin

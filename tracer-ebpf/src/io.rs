@@ -258,10 +258,12 @@ fn copy_hpack_table(ctx: &RawTracePointContext, pid_tgid: u64, info: &FdInfo, sy
     if info.kind != FdKind::Socket as u8 || !hpack_table::sync_wanted() {
         return;
     }
-    let (side, direction) = match syscall.direction() {
-        Some(Direction::Ingress) => (HeaderSide::Decoder, Direction::Ingress),
-        Some(Direction::Egress) => (HeaderSide::Encoder, Direction::Egress),
-        None => return,
+    let Some(direction) = syscall.direction() else {
+        return;
+    };
+    let side = match direction {
+        Direction::Ingress => HeaderSide::Decoder,
+        Direction::Egress => HeaderSide::Encoder,
     };
     if info.flags & FD_TLS != 0 && info.flags & keyed_flag(direction) == 0 {
         // Its plaintext, and the copy, come from the TLS probes.

@@ -334,14 +334,14 @@ impl HeaderBlockDecoder {
                 return Err(self.fail(at, "representation runs past the end of the block", list));
             };
             let rep = &block[at..at + span.len];
-            let unhuffed = without_huffman(rep, &span);
             if span.kind == Representation::SizeUpdate {
                 pending_size_update.get_or_insert((at, 0)).1 += span.len;
                 at += span.len;
                 continue;
             }
-            // Only a size update, rare, needs the bytes put together.
+            let unhuffed = without_huffman(rep, &span);
             let plain = unhuffed.as_deref().unwrap_or(rep);
+            // Only a size update, rare, needs the bytes put together.
             let joined;
             let input = match pending_size_update.take() {
                 Some((start, len)) => {
