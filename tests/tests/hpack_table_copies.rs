@@ -148,7 +148,9 @@ async fn cri_calls_on_a_plain_connection_older_than_podtrace_let_the_header_prob
     }
 
     let out = tempfile::NamedTempFile::new().unwrap();
-    let agent = Agent::start(&[], out.path());
+    // containerd only: the other test of this file runs beside this one,
+    // and this agent would otherwise put its probes on that test's etcd too.
+    let agent = Agent::start(&["--only-targets", "--target", "containerd"], out.path());
     let exe = format!("/proc/{}/exe", containerd.pid());
     let deadline = Instant::now() + Duration::from_secs(20);
     while !agent
