@@ -132,6 +132,19 @@ pub const TARGET_WAL: u8 = 1 << 0;
 /// its TLS sockets whose direction is not keyed too (a connection idle
 /// until now that starts to talk: the decode stage asks for the probes).
 pub const TARGET_TLS_CALLS_DETACHED: u8 = 1 << 1;
+/// `TargetInfo::flags` bit, also the `TARGET_COMMS` value for such names:
+/// follow the process's life only (exec, fork, exit), none of its sockets
+/// or files. runc and the shims: their spans come from their lifecycle, and
+/// they make a third of a Pod start's syscalls.
+pub const TARGET_LIFECYCLE_ONLY: u8 = 1 << 2;
+
+/// Tgids per entry of the `IO_PROCESSES` map (one byte each): a page, so
+/// that user space can map the entries and set one byte without rewriting
+/// its neighbours, which the kernel side may be setting at the same time.
+pub const IO_PROCESSES_PER_ENTRY: u32 = 4096;
+/// The largest `pid_max` a kernel allows (`PID_MAX_LIMIT` on 64-bit): the
+/// `IO_PROCESSES` map's size when the node's own cannot be read.
+pub const PID_MAX_LIMIT: u32 = 4 << 20;
 
 /// etcd's executable name (and comm): the target whose WAL files podtrace
 /// follows and whose `--name` names the member in WAL spans.

@@ -10,6 +10,11 @@ pub const MAP_TARGETS: &str = "TARGETS";
 /// Hash map comm (16 bytes, NUL padded) → `TARGET_*` flags: executable names
 /// that make a process a target when it execs.
 pub const MAP_TARGET_COMMS: &str = "TARGET_COMMS";
+/// Array of `config::IO_PROCESSES_PER_ENTRY` bytes per entry, indexed by
+/// tgid: nonzero for a process whose sockets and files the syscall programs
+/// follow (a component; not runc, not a descendant). Memory-mapped by user
+/// space, which sizes it to the node's `pid_max`.
+pub const MAP_IO_PROCESSES: &str = "IO_PROCESSES";
 /// Per-CPU `u64` hit counters of uprobes, indexed by the probe's attach cookie.
 pub const MAP_PROBE_HITS: &str = "PROBE_HITS";
 /// The uprobe program that only counts hits (`podtrace probe-check`).

@@ -24,7 +24,7 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use tracer_common::{
-    config::{TARGET_TLS_CALLS_DETACHED, TARGET_WAL},
+    config::{TARGET_LIFECYCLE_ONLY, TARGET_TLS_CALLS_DETACHED, TARGET_WAL},
     drop_reason::DropReason,
     event::{EventKind, FILENAME_BYTES},
     io::{
@@ -39,7 +39,7 @@ use crate::{
     kernel_read::{Space, read_kernel, read_str, read_user, read_user_bytes},
     maps::{
         ACTIVE_CALLS, BPF_RB_NO_WAKEUP, EVENTS, FDS, MUTED_CONNS, SCRATCH, SCRATCH_BYTES,
-        SYSCALL_PROGRAMS, config, count_drop, output_flags, submit_flags, target_of,
+        SYSCALL_PROGRAMS, config, count_drop, does_io, output_flags, submit_flags, target_of,
     },
     record::{Ids, header, now_ns},
     tls_keys::keyed_flag,
@@ -69,14 +69,18 @@ const MAX_SOCKET_PARTS: u32 = 4;
 /// `EINPROGRESS`: a non-blocking connect (Go's) that is under way.
 const EINPROGRESS: i64 = 115;
 
-/// Every syscall's entry: a hooked one goes on to its enter program, which
-/// checks for 32-bit code itself once it knows the call is worth keeping
-/// (most hooked calls are not: reads and writes of sockets whose plaintext
-/// the TLS probes deliver).
+/// Every syscall's entry: a hooked one of a process whose I/O is followed
+/// (`IO_PROCESSES`: one array read, where every process on the node passes)
+/// goes on to its enter program, which checks for 32-bit code itself once it
+/// knows the call is worth keeping (most hooked calls are not: reads and
+/// writes of sockets whose plaintext the TLS probes deliver).
 #[raw_tracepoint(tracepoint = "sys_enter")]
 fn sys_enter(ctx: RawTracePointContext) -> i32 {
     let nr: i64 = ctx.arg(1);
     if let Some(syscall) = IoSyscall::from_x86_64_nr(nr) {
+        if !does_io((bpf_get_current_pid_tgid() >> 32) as u32) {
+            return 0;
+        }
         // SAFETY: the context is this program's; the slot holds a raw
         // tracepoint program, as the kernel checks.
         unsafe { SYSCALL_PROGRAMS.tail_call(&ctx, syscall.enter_slot()) };
@@ -87,18 +91,23 @@ fn sys_enter(ctx: RawTracePointContext) -> i32 {
 }
 
 /// Every syscall's return: one whose enter program kept it
-/// (`ACTIVE_CALLS`) goes on to its exit program. The lookup here spares
+/// (`ACTIVE_CALLS`) goes on to its exit program. Asked only for processes
+/// whose I/O is followed (`IO_PROCESSES`, as at entry); the lookup spares
 /// every other hooked call the tail call; the enter program checked for
 /// 32-bit code, and a thread does not change mode inside a syscall.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 fn sys_exit(ctx: RawTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !does_io((pid_tgid >> 32) as u32) {
+        return 0;
+    }
     let regs: u64 = ctx.arg(0);
     let Ok(nr) = read_kernel::<i64>(regs, PT_REGS_ORIG_AX) else {
         return 0;
     };
     if let Some(syscall) = IoSyscall::from_x86_64_nr(nr) {
         // SAFETY: only whether the entry exists is read.
-        if unsafe { ACTIVE_CALLS.get(bpf_get_current_pid_tgid()) }.is_some() {
+        if unsafe { ACTIVE_CALLS.get(pid_tgid) }.is_some() {
             // SAFETY: as in `sys_enter`.
             unsafe { SYSCALL_PROGRAMS.tail_call(&ctx, syscall.exit_slot()) };
             count_drop(DropReason::ProbeSlotOutOfRange);
@@ -219,7 +228,9 @@ fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRe
     let Some(target) = target_of(tgid) else {
         return Ok(());
     };
-    if target.depth != 0 || ia32(ctx.arg(0)) {
+    // `does_io` asked the same in `sys_enter`, unless the tgid is beyond
+    // the map's pids.
+    if target.depth != 0 || target.flags & TARGET_LIFECYCLE_ONLY != 0 || ia32(ctx.arg(0)) {
         return Ok(());
     }
     if syscall == IoSyscall::Openat && target.flags & TARGET_WAL == 0 {

@@ -33,8 +33,8 @@ use crate::{
         ENV_STRING_BYTES, Space, Task, binprm_filename, env_value, read_str, read_user_args,
     },
     maps::{
-        EVENTS, SCRATCH, SCRATCH_BYTES, TARGET_COMMS, TARGETS, config, count_drop, submit_flags,
-        target_of,
+        EVENTS, SCRATCH, SCRATCH_BYTES, TARGET_COMMS, TARGETS, config, count_drop, set_does_io,
+        submit_flags, target_of,
     },
     record::{Ids, header, now_ns},
 };
@@ -96,7 +96,9 @@ fn try_fork(ctx: &RawTracePointContext) -> Result<(), DropReason> {
     if depth > config().max_descendant_depth {
         return Err(DropReason::DescendantDepthLimit);
     }
-    set_target(child_tgid, depth as u8, TargetReason::Descendant, 0)?;
+    let info = set_target(child_tgid, depth as u8, TargetReason::Descendant, 0)?;
+    // The tgid may have been a component's before: its mark goes.
+    set_does_io(child_tgid, Some(info));
 
     let mut entry = EVENTS
         .reserve::<ForkEvent>(0)
@@ -143,6 +145,7 @@ fn try_exec(ctx: &RawTracePointContext) -> Result<(), DropReason> {
         (None, Some(info)) => info,
         (None, None) => return Ok(()),
     };
+    set_does_io(tgid, Some(info));
 
     let mut entry = EVENTS
         .reserve::<ExecEvent>(0)
@@ -323,6 +326,7 @@ fn try_exit() -> Result<(), DropReason> {
     }
     // The process is gone: stop following its tgid (pids are reused).
     let _ = TARGETS.remove(tgid);
+    set_does_io(tgid, None);
     let exit_code = task
         .exit_code(&offsets)
         .map_err(|_| DropReason::ReadFailed)?;

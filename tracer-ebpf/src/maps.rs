@@ -2,13 +2,14 @@
 //! the loader looks them up by those constants and fails loudly on a mismatch.
 
 use aya_ebpf::{
+    bindings::BPF_F_MMAPABLE,
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
 };
 use tracer_common::{
     config::{
-        COMM_BYTES, Config, DEFAULT_RING_BUFFER_BYTES, MAX_PROBE_SLOTS, MAX_TARGET_COMMS,
-        MAX_TARGETS, TargetInfo,
+        COMM_BYTES, Config, DEFAULT_RING_BUFFER_BYTES, IO_PROCESSES_PER_ENTRY, MAX_PROBE_SLOTS,
+        MAX_TARGET_COMMS, MAX_TARGETS, TARGET_LIFECYCLE_ONLY, TargetInfo,
     },
     drop_reason::DropReason,
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
@@ -31,6 +32,17 @@ pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DropRe
 /// tgid → why and how deep the process is followed.
 #[map]
 pub(crate) static TARGETS: HashMap<u32, TargetInfo> = HashMap::with_max_entries(MAX_TARGETS, 0);
+
+/// One byte per tgid, nonzero for a process whose sockets and files the
+/// syscall programs follow: what `sys_enter` and `sys_exit` ask before
+/// anything else, for every syscall of every process on the node. An array
+/// element read is inlined by the verifier, where the hash lookups it spares
+/// (`FDS` at enter, `ACTIVE_CALLS` at exit, the tail calls, the read of the
+/// syscall number at exit) cost every process ~290 ns a syscall. User space
+/// sizes it to `pid_max` and sets the components found at start.
+#[map]
+pub(crate) static IO_PROCESSES: Array<[u8; IO_PROCESSES_PER_ENTRY as usize]> =
+    Array::with_max_entries(1, BPF_F_MMAPABLE);
 
 /// comm → 1 for executable names that make a process a target at exec.
 #[map]
@@ -140,6 +152,33 @@ pub(crate) fn target_of(tgid: u32) -> Option<TargetInfo> {
     // SAFETY: the value is copied out immediately; a concurrent delete of the
     // entry cannot free memory the copy still points to.
     unsafe { TARGETS.get(tgid).copied() }
+}
+
+/// Whether the syscall programs follow the sockets and files of `tgid`. A
+/// tgid beyond the map (`pid_max` raised since start) counts as followed:
+/// the programs' own checks then decide, as before the map existed.
+#[inline(always)]
+pub(crate) fn does_io(tgid: u32) -> bool {
+    IO_PROCESSES
+        .get(tgid / IO_PROCESSES_PER_ENTRY)
+        .is_none_or(|entry| entry[(tgid % IO_PROCESSES_PER_ENTRY) as usize] != 0)
+}
+
+/// Marks whether `tgid`'s sockets and files are followed, from the target
+/// entry it now has (`None`: not followed at all).
+#[inline(always)]
+pub(crate) fn set_does_io(tgid: u32, target: Option<TargetInfo>) {
+    let value = target.is_some_and(|t| t.depth == 0 && t.flags & TARGET_LIFECYCLE_ONLY == 0);
+    if let Some(entry) = IO_PROCESSES.get_ptr_mut(tgid / IO_PROCESSES_PER_ENTRY) {
+        // SAFETY: the pointer is to a live map value; the index is below
+        // its length. A byte store leaves the neighbours' bytes alone.
+        unsafe {
+            core::ptr::write_volatile(
+                (entry as *mut u8).add((tgid % IO_PROCESSES_PER_ENTRY) as usize),
+                u8::from(value),
+            );
+        }
+    }
 }
 
 /// `bpf_ringbuf_*` flags: `BPF_RB_AVAIL_DATA` (query), `BPF_RB_NO_WAKEUP`,

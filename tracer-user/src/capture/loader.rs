@@ -28,8 +28,8 @@ use tracer_common::{
     },
     names::{
         GLOBAL_CONFIG, LIFECYCLE_PROGRAMS, MAP_DROPS, MAP_EVENTS, MAP_FDS, MAP_GO_BINARIES,
-        MAP_GO_FUNCS, MAP_SYSCALL_PROGRAMS, MAP_TARGET_COMMS, MAP_TARGETS, PROGRAM_GO_FUNC,
-        PROGRAM_GO_HPACK_FIELD, PROGRAM_GO_TLS_READ, PROGRAM_GO_TLS_READ_COPY,
+        MAP_GO_FUNCS, MAP_IO_PROCESSES, MAP_SYSCALL_PROGRAMS, MAP_TARGET_COMMS, MAP_TARGETS,
+        PROGRAM_GO_FUNC, PROGRAM_GO_HPACK_FIELD, PROGRAM_GO_TLS_READ, PROGRAM_GO_TLS_READ_COPY,
         PROGRAM_GO_TLS_READ_RET, PROGRAM_GO_TLS_SECRET, PROGRAM_GO_TLS_WRITE, PROGRAM_SYS_ENTER,
         PROGRAM_SYS_EXIT,
     },
@@ -42,6 +42,7 @@ use super::{
     control::{CaptureControl, MutedConns, SecretsWanted},
     go_probes::{ARGS_AT_RET_CHECKED, NoGoPlan, ResolvedFunction, go_plan},
     hpack_probes::HpackProbes,
+    io_processes::{self, PID_MAX_FILE},
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
     kube_probes,
     on_demand::{FileId, OnDemandProbes},
@@ -133,6 +134,14 @@ pub enum CaptureError {
     /// More uprobe attachments than `PROBE_HITS` has slots.
     #[error("more than {0} uprobe attachments")]
     TooManyProbes(u32),
+    /// Mapping a map's memory failed.
+    #[error("mapping the memory of map {name}: {source}")]
+    MapMemory {
+        /// Map name.
+        name: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The ring buffer size is not usable.
     #[error("ring buffer size {0} must be a power of two and at least 4096")]
     RingBufferSize(u32),
@@ -232,10 +241,12 @@ impl Probes {
             data_bytes: options.data_bytes.min(DATA_BYTES_MAX as u32),
             wakeup_bytes: size / WAKEUP_FRACTION,
         };
+        let io_entries = io_processes::entries(Path::new(PID_MAX_FILE));
         let mut ebpf = load_object(
             EbpfLoader::new()
                 .override_global(GLOBAL_CONFIG, &config, true)
-                .map_max_entries(MAP_EVENTS, size),
+                .map_max_entries(MAP_EVENTS, size)
+                .map_max_entries(MAP_IO_PROCESSES, io_entries),
         )?;
 
         let mut comms: BpfHashMap<_, [u8; COMM_BYTES], u8> = map_mut(&mut ebpf, MAP_TARGET_COMMS)?;
@@ -334,6 +345,12 @@ impl Probes {
                 }
             }
         }
+        let components: Vec<u32> = seeded
+            .iter()
+            .filter(|target| target.does_io())
+            .map(|target| target.tgid)
+            .collect();
+        io_processes::mark(&ebpf, io_entries, &components)?;
         let open_fds = seed_open_fds(&mut ebpf, &seeded)?;
         let mut probes = Self {
             ebpf,
@@ -886,8 +903,8 @@ fn seed_open_fds(
     let mut fds: BpfHashMap<_, FdKey, FdInfo> = map_mut(ebpf, MAP_FDS)?;
     let mut seeded = Vec::new();
     // Only the components themselves: their descendants' (containers')
-    // traffic is not captured.
-    for target in targets.iter().filter(|target| target.depth == 0) {
+    // traffic is not captured, nor runc's and the shims'.
+    for target in targets.iter().filter(|target| target.does_io()) {
         for open in open_fds(
             Path::new("/proc"),
             target.tgid,

@@ -8,6 +8,7 @@ pub mod clock;
 mod control;
 pub mod go_probes;
 mod hpack_probes;
+mod io_processes;
 pub mod kernel_btf;
 pub mod kube_probes;
 pub mod loader;

@@ -12,7 +12,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use tracer_common::config::{COMM_BYTES, ETCD_EXECUTABLE, TARGET_WAL, TargetReason};
+use tracer_common::config::{
+    COMM_BYTES, ETCD_EXECUTABLE, TARGET_LIFECYCLE_ONLY, TARGET_WAL, TargetReason,
+};
 
 /// Executables podtrace follows by default. `containerd-shim*` covers every
 /// shim (`containerd-shim-runc-v2`, …).
@@ -27,6 +29,12 @@ pub const DEFAULT_TARGET_NAMES: [&str; 9] = [
     "runc",
     "crio",
 ];
+
+/// Default targets followed for their processes' lives only: the spans of
+/// runc and the shims come from their exec, fork and exit; their sockets
+/// (the shims' ttrpc, which containerd's side shows already) are not
+/// decoded, and their syscalls are a third of a Pod start's.
+const LIFECYCLE_ONLY_NAMES: [&str; 2] = ["containerd-shim", "runc"];
 
 /// Longest comm the kernel keeps (`TASK_COMM_LEN` - 1).
 const COMM_CHARS: usize = COMM_BYTES - 1;
@@ -133,12 +141,13 @@ impl TargetMatcher {
     }
 }
 
-/// What else is captured for a target name: etcd's WAL files.
+/// What else is captured for a target name (etcd's WAL files), or what is
+/// not (the sockets and files of runc and the shims).
 pub fn flags_for(name: &str) -> u8 {
-    if name == ETCD_EXECUTABLE {
-        TARGET_WAL
-    } else {
-        0
+    match name {
+        ETCD_EXECUTABLE => TARGET_WAL,
+        name if LIFECYCLE_ONLY_NAMES.contains(&name) => TARGET_LIFECYCLE_ONLY,
+        _ => 0,
     }
 }
 
@@ -163,6 +172,14 @@ pub struct FoundTarget {
     pub flags: u8,
     /// Its executable, as /proc/PID/exe shows it (a path in its own mount namespace).
     pub exe: Option<PathBuf>,
+}
+
+impl FoundTarget {
+    /// Whether the syscall programs follow its sockets and files: a
+    /// component, not one of its descendants, not runc or a shim.
+    pub fn does_io(&self) -> bool {
+        self.depth == 0 && self.flags & TARGET_LIFECYCLE_ONLY == 0
+    }
 }
 
 /// One process as /proc shows it.
@@ -348,7 +365,9 @@ mod tests {
     fn comm_keys_are_cut_to_fifteen_bytes() {
         let keys = default_matcher().comm_keys();
         assert!(keys.contains(&(comm_key("kube-controller"), 0)));
-        assert!(keys.contains(&(comm_key("containerd-shim"), 0)));
+        assert!(keys.contains(&(comm_key("containerd-shim"), TARGET_LIFECYCLE_ONLY)));
+        assert!(keys.contains(&(comm_key("runc"), TARGET_LIFECYCLE_ONLY)));
+        assert!(keys.contains(&(comm_key("containerd"), 0)));
         assert!(keys.contains(&(comm_key("etcd"), TARGET_WAL)));
         assert_eq!(
             &comm_key("kube-controller-manager")[..],
