@@ -21,8 +21,15 @@
 //! Pods created under the load are the live test's part.
 //!
 //! Then Pod start: `podtrace-demo` creates `--pod-start N` Pods at once
-//! (real etcd, containerd and runc), without, with and without podtrace;
-//! each Pod's time from create to Running stored, median and max.
+//! (real etcd, containerd and runc), without, with and without podtrace
+//! (`--pod-start-rounds`, 6 by default: one burst is a few seconds and
+//! noisy); each Pod's time from create to Running stored, median and max.
+//!
+//! Last, what every other process of the node pays: this benchmark's own
+//! process, which podtrace does not follow, makes 1-byte reads and writes
+//! (hooked syscalls, so `sys_enter` and `sys_exit` do the most they do for
+//! a process they let go) in legs without and with podtrace
+//! (`--syscall-rounds`); ns per syscall.
 //!
 //! With `--baseline-agent PATH` (an earlier podtrace build) each round, of
 //! the writes and of the Pod start, has a leg with that agent too, beside
@@ -32,8 +39,9 @@
 //!
 //! Root. Flags: `--seconds N` per leg (0: Pod start only), `--rounds N`, `--workers N`,
 //! `--conns N`, `--mix pods|not-pods` (repeatable; default both),
-//! `--pod-start N`, `--baseline-agent PATH`, `--agent-arg ARG` (to this
-//! build's agent only, repeatable).
+//! `--pod-start N`, `--pod-start-rounds N`, `--syscall-rounds N`,
+//! `--baseline-agent PATH`, `--agent-arg ARG` (to this build's agent only,
+//! repeatable).
 
 #![allow(
     clippy::unwrap_used,
@@ -93,6 +101,15 @@ struct Args {
     /// start benchmark, after one burst not counted (0: skip it).
     #[arg(long, default_value_t = 10)]
     pod_start: u32,
+    /// Rounds of the Pod start legs, each a single burst of a few seconds:
+    /// their p50 moves by ±10 % from one burst to the next on this VM, so
+    /// two rounds (the write legs' default) could not tell +5 % apart.
+    #[arg(long, default_value_t = 6)]
+    pod_start_rounds: usize,
+    /// Rounds of the syscall legs (a process podtrace does not follow:
+    /// what every other process on a node pays); 0 skips them.
+    #[arg(long, default_value_t = 3)]
+    syscall_rounds: usize,
     /// cargo bench passes `--bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -153,11 +170,14 @@ fn main() -> anyhow::Result<()> {
     // throughput drifts within a round: an A/A run (the same binary as
     // both agents, three rounds) had the agent that ran first in two of
     // them at 0.89 of the other. An even count puts each first as often.
-    let rounds = if args.baseline_agent.is_some() {
-        args.rounds.max(1).next_multiple_of(2)
-    } else {
-        args.rounds.max(1)
+    let even_rounds = |rounds: usize| {
+        if args.baseline_agent.is_some() {
+            rounds.max(1).next_multiple_of(2)
+        } else {
+            rounds.max(1)
+        }
     };
+    let rounds = even_rounds(args.rounds);
     println!(
         "podtrace overhead on etcd {} (mTLS): {} closed-loop writers on {} HTTP/2 connections \
          (Go crypto/tls, gRPC Txns as kube-apiserver makes them, {VALUE_BYTES}-byte values), \
@@ -223,7 +243,16 @@ fn main() -> anyhow::Result<()> {
         .then(|| {
             pod_start_legs(
                 args.pod_start,
-                rounds,
+                even_rounds(args.pod_start_rounds),
+                &args.agent_args,
+                args.baseline_agent.as_deref(),
+            )
+        })
+        .transpose()?;
+    let syscalls = (args.syscall_rounds > 0)
+        .then(|| {
+            syscall_legs(
+                even_rounds(args.syscall_rounds),
                 &args.agent_args,
                 args.baseline_agent.as_deref(),
             )
@@ -236,15 +265,18 @@ fn main() -> anyhow::Result<()> {
     if let Some(legs) = pod_start {
         print_pod_start(args.pod_start, &legs);
     }
+    if let Some(legs) = syscalls {
+        print_syscalls(&legs);
+    }
     Ok(())
 }
 
 /// Where the Pod start legs keep podtrace-demo's images and Go builds.
 const DEMO_STATE_DIR: &str = "/var/tmp/podtrace-bench-demo";
 
-/// Which agent a Pod start leg ran with.
+/// Which agent a Pod start or syscall leg ran with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PodStartLeg {
+enum AgentLeg {
     Without,
     /// This build.
     With,
@@ -252,24 +284,21 @@ enum PodStartLeg {
     Baseline,
 }
 
-/// Pod start times (ms, create to Running stored, each leg's sorted) of
-/// `pods` Pods created at once: without podtrace, then `rounds` times with
-/// (and with `baseline`, the two in alternating order, as the write legs)
-/// and without, after one burst that is not counted (the first builds and
-/// caches, and its start would weigh on the first leg alone).
-fn pod_start_legs(
-    pods: u32,
+/// Legs of a short measurement (each leg's values, sorted): without
+/// podtrace, then `rounds` times with (and with `baseline`, the two in
+/// alternating order, as the write legs) and without.
+fn alternating_legs(
     rounds: usize,
     agent_args: &[String],
     baseline: Option<&Path>,
-) -> anyhow::Result<Vec<(PodStartLeg, Vec<f64>)>> {
-    run_demo_burst(pods)?;
-    let mut legs = vec![(PodStartLeg::Without, run_demo_burst(pods)?)];
+    mut measure: impl FnMut() -> anyhow::Result<Vec<f64>>,
+) -> anyhow::Result<Vec<(AgentLeg, Vec<f64>)>> {
+    let mut legs = vec![(AgentLeg::Without, measure()?)];
     let current = podtrace_tests::podtrace_binary();
     for round in 0..rounds.max(1) {
-        let mut agents = vec![(PodStartLeg::With, current.as_path(), agent_args)];
+        let mut agents = vec![(AgentLeg::With, current.as_path(), agent_args)];
         if let Some(earlier) = baseline {
-            agents.insert(0, (PodStartLeg::Baseline, earlier, &[]));
+            agents.insert(0, (AgentLeg::Baseline, earlier, &[]));
             if round % 2 == 1 {
                 agents.reverse();
             }
@@ -279,15 +308,33 @@ fn pod_start_legs(
             let mut args = vec!["--target", "podtrace-demo", "--target", "demo-apiserver"];
             args.extend(extra.iter().map(String::as_str));
             let agent = Agent::start_binary(binary, &args, out.path());
-            legs.push((leg, run_demo_burst(pods)?));
+            let mut values = measure()?;
             agent.stop();
+            values.sort_by(f64::total_cmp);
+            legs.push((leg, values));
         }
-        legs.push((PodStartLeg::Without, run_demo_burst(pods)?));
+        let mut values = measure()?;
+        values.sort_by(f64::total_cmp);
+        legs.push((AgentLeg::Without, values));
     }
     Ok(legs)
 }
 
-/// One `podtrace-demo --pods N --parallel`; each Pod's `start_ms`, sorted.
+/// Pod start times (ms, create to Running stored) of `pods` Pods created
+/// at once, in [`alternating_legs`], after one burst that is not counted (the
+/// first builds and caches, and its start would weigh on the first leg
+/// alone).
+fn pod_start_legs(
+    pods: u32,
+    rounds: usize,
+    agent_args: &[String],
+    baseline: Option<&Path>,
+) -> anyhow::Result<Vec<(AgentLeg, Vec<f64>)>> {
+    run_demo_burst(pods)?;
+    alternating_legs(rounds, agent_args, baseline, || run_demo_burst(pods))
+}
+
+/// One `podtrace-demo --pods N --parallel`; each Pod's `start_ms`.
 fn run_demo_burst(pods: u32) -> anyhow::Result<Vec<f64>> {
     let output = Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
         .args(["--pods", &pods.to_string(), "--parallel"])
@@ -298,7 +345,7 @@ fn run_demo_burst(pods: u32) -> anyhow::Result<Vec<f64>> {
     if !output.status.success() {
         bail!("podtrace-demo failed: {}", output.status);
     }
-    let mut starts: Vec<f64> = String::from_utf8_lossy(&output.stdout)
+    let starts: Vec<f64> = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .filter_map(|pod| pod["start_ms"].as_f64())
@@ -306,27 +353,107 @@ fn run_demo_burst(pods: u32) -> anyhow::Result<Vec<f64>> {
     if starts.len() != pods as usize {
         bail!("podtrace-demo started {} of {pods} Pods", starts.len());
     }
-    starts.sort_by(f64::total_cmp);
     Ok(starts)
+}
+
+/// Syscalls of one sample of [`syscall_legs`]: half 1-byte reads of
+/// /dev/zero, half 1-byte writes to /dev/null.
+const SAMPLE_SYSCALLS: u32 = 400_000;
+/// Samples per syscall leg.
+const SYSCALL_SAMPLES: usize = 5;
+
+/// ns per syscall of this process, which podtrace does not follow, in
+/// [`alternating_legs`]: the tax every other process of a node pays for the
+/// `sys_enter`/`sys_exit` programs (reads and writes are hooked syscalls,
+/// the ones those programs do the most for).
+fn syscall_legs(
+    rounds: usize,
+    agent_args: &[String],
+    baseline: Option<&Path>,
+) -> anyhow::Result<Vec<(AgentLeg, Vec<f64>)>> {
+    use std::io::{Read as _, Write as _};
+    let mut zero = std::fs::File::open("/dev/zero").context("opening /dev/zero")?;
+    let mut null = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .context("opening /dev/null")?;
+    let mut measure = || -> anyhow::Result<Vec<f64>> {
+        let mut byte = [0_u8; 1];
+        (0..SYSCALL_SAMPLES)
+            .map(|_| {
+                let started = Instant::now();
+                for _ in 0..SAMPLE_SYSCALLS / 2 {
+                    // One syscall each: /dev/zero fills any read whole.
+                    let _ = zero.read(&mut byte)?;
+                    let _ = null.write(&byte)?;
+                }
+                Ok(started.elapsed().as_nanos() as f64 / f64::from(SAMPLE_SYSCALLS))
+            })
+            .collect()
+    };
+    alternating_legs(rounds, agent_args, baseline, &mut measure)
+}
+
+/// The legs of [`syscall_legs`]: each leg's median ns per syscall, and each
+/// agent's added ns per syscall and ratio to the legs without.
+fn print_syscalls(legs: &[(AgentLeg, Vec<f64>)]) {
+    println!(
+        "Syscalls of a process podtrace does not follow ({SAMPLE_SYSCALLS} 1-byte reads and writes \
+         of /dev/zero and /dev/null a sample, {SYSCALL_SAMPLES} samples a leg)"
+    );
+    println!("  {:<10} {:>14}", "leg", "ns a syscall");
+    for (leg, values) in legs {
+        println!("  {:<10} {:>14.1}", leg_name(*leg), p50(values));
+    }
+    let mean_of = |kind: AgentLeg| {
+        let values: Vec<f64> = legs
+            .iter()
+            .filter(|(leg, _)| *leg == kind)
+            .map(|(_, values)| p50(values))
+            .collect();
+        values.iter().sum::<f64>() / values.len().max(1) as f64
+    };
+    let without = mean_of(AgentLeg::Without);
+    for (kind, name) in [
+        (AgentLeg::With, "with"),
+        (AgentLeg::Baseline, "baseline agent"),
+    ] {
+        if legs.iter().any(|(leg, _)| *leg == kind) {
+            let with = mean_of(kind);
+            println!(
+                "  {name}: +{:.0} ns a syscall (× {:.3} of without)",
+                with - without,
+                with / without.max(f64::EPSILON)
+            );
+        }
+    }
+}
+
+fn leg_name(leg: AgentLeg) -> &'static str {
+    match leg {
+        AgentLeg::Without => "without",
+        AgentLeg::With => "with",
+        AgentLeg::Baseline => "baseline",
+    }
 }
 
 /// The legs of [`pod_start_legs`], and each agent's legs ÷ the legs
 /// without, over all legs and as the median of the rounds (each leg with
 /// an agent against the legs without either side of its round): one burst
 /// is a few seconds, and this VM drifts between bursts.
-fn print_pod_start(pods: u32, legs: &[(PodStartLeg, Vec<f64>)]) {
+fn print_pod_start(pods: u32, legs: &[(AgentLeg, Vec<f64>)]) {
     println!("Pod start, {pods} Pods created at once (podtrace-demo --parallel)");
     println!("  {:<10} {:>9} {:>9}", "leg", "p50 ms", "max ms");
     for (leg, starts) in legs {
-        let name = match leg {
-            PodStartLeg::Without => "without",
-            PodStartLeg::With => "with",
-            PodStartLeg::Baseline => "baseline",
-        };
-        println!("  {:<10} {:>9.1} {:>9.1}", name, p50(starts), max(starts));
+        println!(
+            "  {:<10} {:>9.1} {:>9.1}",
+            leg_name(*leg),
+            p50(starts),
+            max(starts)
+        );
     }
     let mean = |values: &[f64]| values.iter().sum::<f64>() / values.len().max(1) as f64;
-    let of = |kind: PodStartLeg, figure: Figure| -> Vec<f64> {
+    let of = |kind: AgentLeg, figure: Figure| -> Vec<f64> {
         legs.iter()
             .filter(|(leg, _)| *leg == kind)
             .map(|(_, starts)| figure(starts))
@@ -334,11 +461,11 @@ fn print_pod_start(pods: u32, legs: &[(PodStartLeg, Vec<f64>)]) {
     };
     // Each leg with an agent ÷ the mean of the nearest legs without before
     // and after it: the round it belongs to.
-    let rounds = |kind: PodStartLeg, figure: Figure| -> Vec<f64> {
+    let rounds = |kind: AgentLeg, figure: Figure| -> Vec<f64> {
         let nearest = |range: &mut dyn Iterator<Item = usize>| {
             range
                 .map(|index| &legs[index])
-                .find(|(leg, _)| *leg == PodStartLeg::Without)
+                .find(|(leg, _)| *leg == AgentLeg::Without)
                 .map(|(_, starts)| figure(starts))
         };
         legs.iter()
@@ -353,8 +480,8 @@ fn print_pod_start(pods: u32, legs: &[(PodStartLeg, Vec<f64>)]) {
     };
     let figures: [(&str, Figure); 2] = [("p50", p50), ("max", max)];
     for (kind, name) in [
-        (PodStartLeg::With, "with"),
-        (PodStartLeg::Baseline, "baseline agent"),
+        (AgentLeg::With, "with"),
+        (AgentLeg::Baseline, "baseline agent"),
     ] {
         if of(kind, p50).is_empty() {
             continue;
@@ -363,7 +490,7 @@ fn print_pod_start(pods: u32, legs: &[(PodStartLeg, Vec<f64>)]) {
             .iter()
             .map(|&(label, figure)| {
                 let all = mean(&of(kind, figure))
-                    / mean(&of(PodStartLeg::Without, figure)).max(f64::EPSILON);
+                    / mean(&of(AgentLeg::Without, figure)).max(f64::EPSILON);
                 format!(
                     "{label} {all:.3} (median of rounds {:.3})",
                     median(rounds(kind, figure))
@@ -372,12 +499,12 @@ fn print_pod_start(pods: u32, legs: &[(PodStartLeg, Vec<f64>)]) {
             .collect();
         println!("  {name} / without: {}", ratios.join(", "));
     }
-    if !of(PodStartLeg::Baseline, p50).is_empty() {
+    if !of(AgentLeg::Baseline, p50).is_empty() {
         let ratios: Vec<String> = figures
             .iter()
             .map(|&(label, figure)| {
-                let this = mean(&of(PodStartLeg::With, figure));
-                let earlier = mean(&of(PodStartLeg::Baseline, figure));
+                let this = mean(&of(AgentLeg::With, figure));
+                let earlier = mean(&of(AgentLeg::Baseline, figure));
                 format!("{label} {:.3}", this / earlier.max(f64::EPSILON))
             })
             .collect();
