@@ -144,6 +144,38 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
         assert!(paths.contains(&path), "{path} not among {paths:?}");
     }
 
+    // runc and the shim are followed for their lives only: the shim serves
+    // ttrpc and connects back to containerd, but none of its sockets is.
+    let lifecycle_only: Vec<u32> = events
+        .iter()
+        .filter_map(|event| match event {
+            RawEvent::Exec(exec)
+                if exec.comm == "runc" || exec.comm.starts_with("containerd-shim") =>
+            {
+                Some(exec.ids.tgid)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        lifecycle_only.len() >= 3,
+        "runc create, runc start and a shim: {lifecycle_only:?}"
+    );
+    let their_io: Vec<_> = events
+        .iter()
+        .filter(|event| match event {
+            RawEvent::Conn(conn) => lifecycle_only.contains(&conn.ids.tgid),
+            RawEvent::Data(data) => lifecycle_only.contains(&data.ids.tgid),
+            _ => false,
+        })
+        .collect();
+    assert!(
+        their_io.is_empty(),
+        "{} socket records of runc and the shim: {:#?}",
+        their_io.len(),
+        their_io.iter().take(3).collect::<Vec<_>>()
+    );
+
     // The same events through decode and correlate: the node side of the
     // Pod's trace, every span in the trace derived from the Pod's UID.
     let traces = TraceConfig {
