@@ -15,8 +15,8 @@ use aya::{
 };
 use tracer_common::{
     config::{
-        COMM_BYTES, Config, ETCD_EXECUTABLE, TARGET_TLS_CALLS_DETACHED, TARGET_WAL, TargetInfo,
-        WAKEUP_FRACTION,
+        COMM_BYTES, Config, ETCD_EXECUTABLE, TARGET_LIFECYCLE_ONLY, TARGET_TLS_CALLS_DETACHED,
+        TARGET_WAL, TargetInfo, WAKEUP_FRACTION,
     },
     drop_reason::DropReason,
     event::{EventHeader, EventKind, FILENAME_BYTES},
@@ -368,7 +368,7 @@ impl Probes {
         let components: Vec<u32> = probes
             .seeded
             .iter()
-            .filter(|t| t.depth == 0)
+            .filter(|t| t.does_io())
             .map(|t| t.tgid)
             .collect();
         for tgid in components {
@@ -388,7 +388,26 @@ impl Probes {
     /// or whose Go release podtrace has no offsets for, is still followed at
     /// the syscall level).
     pub fn attach_go_probes(&mut self, tgid: u32) {
+        if self.lifecycle_only(tgid) {
+            return;
+        }
         self.attach_go_probes_at(tgid, false);
+    }
+
+    /// Whether process `tgid` is followed for its lifecycle only (runc, a
+    /// shim: a few a second in a Pod start burst), or gone already: either
+    /// way its executable is not read. The kernel's entry is the one truth
+    /// about what the process is.
+    fn lifecycle_only(&self, tgid: u32) -> bool {
+        let Some(map) = self.ebpf.map(MAP_TARGETS) else {
+            return false;
+        };
+        let Ok(targets) = BpfHashMap::<_, u32, TargetInfo>::try_from(map) else {
+            return false;
+        };
+        targets
+            .get(&tgid, 0)
+            .map_or(true, |target| target.flags & TARGET_LIFECYCLE_ONLY != 0)
     }
 
     /// `at_start`: the process was running before podtrace.

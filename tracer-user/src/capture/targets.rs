@@ -120,14 +120,17 @@ impl TargetMatcher {
     }
 
     /// Executables named like an (exact) target name in the directories of
-    /// `$PATH`.
+    /// `$PATH`, but those followed for their lifecycle only (they get no Go
+    /// probes).
     pub fn executables_on_path(&self) -> Vec<PathBuf> {
         let path = std::env::var_os("PATH").unwrap_or_default();
         std::env::split_paths(&path)
             .flat_map(|dir| {
                 self.names
                     .iter()
-                    .filter(|name| !name.prefix)
+                    .filter(|name| {
+                        !name.prefix && flags_for(&name.text) & TARGET_LIFECYCLE_ONLY == 0
+                    })
                     .map(move |name| dir.join(&name.text))
             })
             .filter(|candidate| candidate.is_file())
