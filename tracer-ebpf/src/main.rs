@@ -1,14 +1,19 @@
 //! podtrace's kernel side: small, bounded programs that copy facts into a ring
 //! buffer and parse nothing that user space can parse.
 //!
-//! In: kernel events (the `sched_process_{fork,exec,exit}` raw tracepoints), the
-//! `CONFIG` global and the `TARGET_COMMS` map written by user space before
-//! attach. Out: `tracer_common::event` records in the `EVENTS` ring buffer, the
-//! `TARGETS` map of followed processes, and per-CPU `DROPS` counters.
+//! In: kernel events (the `sched_process_{fork,exec,exit}` and
+//! `sys_enter`/`sys_exit` raw tracepoints, uprobes on Go functions), the
+//! `CONFIG` global and the maps user space writes (`TARGET_COMMS` before
+//! attach; `IO_PROCESSES`, `MUTED_CONNS`, … as it learns). Out:
+//! `tracer_common::event` and `tracer_common::io` records in the `EVENTS`
+//! ring buffer, the `TARGETS` map of followed processes and `IO_PROCESSES`
+//! (those whose sockets and files are followed), and per-CPU `DROPS`
+//! counters.
 //!
 //! Module boundaries: [`maps`] declares every map and global, [`kernel_read`]
-//! is the only module that reads kernel or user memory, [`lifecycle`] holds the
-//! programs.
+//! is the only module that reads kernel or user memory; [`lifecycle`] holds
+//! the process programs, [`io`] the syscall ones, [`go_probes`],
+//! [`func_probes`] and [`hpack_table`] the uprobes.
 //!
 //! The real build targets `bpfel-unknown-none`. A host build (for `cargo
 //! clippy --workspace`) compiles the same code into a binary that only says
