@@ -295,7 +295,12 @@ fn alternating_legs(
     mut warm: impl FnMut() -> anyhow::Result<()>,
     mut measure: impl FnMut() -> anyhow::Result<Vec<f64>>,
 ) -> anyhow::Result<Vec<(AgentLeg, Vec<f64>)>> {
-    let mut legs = vec![(AgentLeg::Without, measure()?)];
+    let mut sorted = || -> anyhow::Result<Vec<f64>> {
+        let mut values = measure()?;
+        values.sort_by(f64::total_cmp);
+        Ok(values)
+    };
+    let mut legs = vec![(AgentLeg::Without, sorted()?)];
     let current = podtrace_tests::podtrace_binary();
     for round in 0..rounds.max(1) {
         let mut agents = vec![(AgentLeg::With, current.as_path(), agent_args)];
@@ -311,14 +316,11 @@ fn alternating_legs(
             args.extend(extra.iter().map(String::as_str));
             let agent = Agent::start_binary(binary, &args, out.path());
             warm()?;
-            let mut values = measure()?;
+            let values = sorted()?;
             agent.stop();
-            values.sort_by(f64::total_cmp);
             legs.push((leg, values));
         }
-        let mut values = measure()?;
-        values.sort_by(f64::total_cmp);
-        legs.push((AgentLeg::Without, values));
+        legs.push((AgentLeg::Without, sorted()?));
     }
     Ok(legs)
 }
@@ -423,7 +425,7 @@ fn print_syscalls(legs: &[(AgentLeg, Vec<f64>)]) {
             .filter(|(leg, _)| *leg == kind)
             .map(|(_, values)| p50(values))
             .collect();
-        values.iter().sum::<f64>() / values.len().max(1) as f64
+        mean(&values)
     };
     let without = mean_of(AgentLeg::Without);
     for (kind, name) in [
@@ -464,7 +466,6 @@ fn print_pod_start(pods: u32, legs: &[(AgentLeg, Vec<f64>)]) {
             max(starts)
         );
     }
-    let mean = |values: &[f64]| values.iter().sum::<f64>() / values.len().max(1) as f64;
     let of = |kind: AgentLeg, figure: Figure| -> Vec<f64> {
         legs.iter()
             .filter(|(leg, _)| *leg == kind)
@@ -533,6 +534,11 @@ fn p50(starts: &[f64]) -> f64 {
 
 fn max(starts: &[f64]) -> f64 {
     starts[starts.len() - 1]
+}
+
+/// The mean of `values` (0 for none).
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
 }
 
 /// The median of `values` (NaN for none).
