@@ -24,7 +24,7 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use tracer_common::{
-    config::{TARGET_LIFECYCLE_ONLY, TARGET_TLS_CALLS_DETACHED, TARGET_WAL},
+    config::{TARGET_TLS_CALLS_DETACHED, TARGET_WAL},
     drop_reason::DropReason,
     event::{EventKind, FILENAME_BYTES},
     io::{
@@ -228,9 +228,9 @@ fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRe
     let Some(target) = target_of(tgid) else {
         return Ok(());
     };
-    // `does_io` asked the same in `sys_enter`, unless the tgid is beyond
+    // `sys_enter` asked `IO_PROCESSES` the same, unless the tgid is beyond
     // the map's pids.
-    if target.depth != 0 || target.flags & TARGET_LIFECYCLE_ONLY != 0 || ia32(ctx.arg(0)) {
+    if !target.does_io() || ia32(ctx.arg(0)) {
         return Ok(());
     }
     if syscall == IoSyscall::Openat && target.flags & TARGET_WAL == 0 {

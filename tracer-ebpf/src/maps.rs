@@ -9,7 +9,7 @@ use aya_ebpf::{
 use tracer_common::{
     config::{
         COMM_BYTES, Config, DEFAULT_RING_BUFFER_BYTES, IO_PROCESSES_PER_ENTRY, MAX_PROBE_SLOTS,
-        MAX_TARGET_COMMS, MAX_TARGETS, TARGET_LIFECYCLE_ONLY, TargetInfo,
+        MAX_TARGET_COMMS, MAX_TARGETS, TargetInfo,
     },
     drop_reason::DropReason,
     gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
@@ -168,7 +168,7 @@ pub(crate) fn does_io(tgid: u32) -> bool {
 /// entry it now has (`None`: not followed at all).
 #[inline(always)]
 pub(crate) fn set_does_io(tgid: u32, target: Option<TargetInfo>) {
-    let value = target.is_some_and(|t| t.depth == 0 && t.flags & TARGET_LIFECYCLE_ONLY == 0);
+    let value = target.is_some_and(|target| target.does_io());
     if let Some(entry) = IO_PROCESSES.get_ptr_mut(tgid / IO_PROCESSES_PER_ENTRY) {
         // SAFETY: the pointer is to a live map value; the index is below
         // its length. A byte store leaves the neighbours' bytes alone.

@@ -15,8 +15,8 @@ use aya::{
 };
 use tracer_common::{
     config::{
-        COMM_BYTES, Config, ETCD_EXECUTABLE, TARGET_LIFECYCLE_ONLY, TARGET_TLS_CALLS_DETACHED,
-        TARGET_WAL, TargetInfo, WAKEUP_FRACTION,
+        COMM_BYTES, Config, ETCD_EXECUTABLE, TARGET_TLS_CALLS_DETACHED, TARGET_WAL, TargetInfo,
+        WAKEUP_FRACTION,
     },
     drop_reason::DropReason,
     event::{EventHeader, EventKind, FILENAME_BYTES},
@@ -326,14 +326,8 @@ impl Probes {
         );
         let mut targets: BpfHashMap<_, u32, TargetInfo> = map_mut(&mut ebpf, MAP_TARGETS)?;
         for found in &seeded {
-            let info = TargetInfo {
-                depth: found.depth,
-                reason: found.reason as u8,
-                flags: found.flags,
-                _pad: 0,
-            };
             // BPF_NOEXIST: a process the kernel side already picked up keeps its entry.
-            match targets.insert(found.tgid, info, BPF_NOEXIST) {
+            match targets.insert(found.tgid, found.info(), BPF_NOEXIST) {
                 Ok(()) => {}
                 Err(MapError::SyscallError(err))
                     if err.io_error.raw_os_error() == Some(libc::EEXIST) => {}
@@ -345,9 +339,10 @@ impl Probes {
                 }
             }
         }
+        // Components: their I/O is followed, and they get Go probes.
         let components: Vec<u32> = seeded
             .iter()
-            .filter(|target| target.does_io())
+            .filter(|target| target.info().does_io())
             .map(|target| target.tgid)
             .collect();
         io_processes::mark(&ebpf, io_entries, &components)?;
@@ -365,12 +360,6 @@ impl Probes {
             muted: MutedConns::default(),
             secrets: SecretsWanted::default(),
         };
-        let components: Vec<u32> = probes
-            .seeded
-            .iter()
-            .filter(|t| t.does_io())
-            .map(|t| t.tgid)
-            .collect();
         for tgid in components {
             probes.attach_go_probes_at(tgid, true);
         }
@@ -388,17 +377,17 @@ impl Probes {
     /// or whose Go release podtrace has no offsets for, is still followed at
     /// the syscall level).
     pub fn attach_go_probes(&mut self, tgid: u32) {
-        if self.lifecycle_only(tgid) {
+        if self.io_unfollowed(tgid) {
             return;
         }
         self.attach_go_probes_at(tgid, false);
     }
 
-    /// Whether process `tgid` is followed for its lifecycle only (runc, a
-    /// shim: a few a second in a Pod start burst), or gone already: either
-    /// way its executable is not read. The kernel's entry is the one truth
-    /// about what the process is.
-    fn lifecycle_only(&self, tgid: u32) -> bool {
+    /// Whether process `tgid`'s I/O is not followed (runc, a shim: a few a
+    /// second in a Pod start burst), or it is gone already: either way its
+    /// executable is not read. The kernel's entry is the one truth about
+    /// what the process is.
+    fn io_unfollowed(&self, tgid: u32) -> bool {
         let Some(map) = self.ebpf.map(MAP_TARGETS) else {
             return false;
         };
@@ -407,7 +396,7 @@ impl Probes {
         };
         targets
             .get(&tgid, 0)
-            .map_or(true, |target| target.flags & TARGET_LIFECYCLE_ONLY != 0)
+            .map_or(true, |target| !target.does_io())
     }
 
     /// `at_start`: the process was running before podtrace.
@@ -923,7 +912,7 @@ fn seed_open_fds(
     let mut seeded = Vec::new();
     // Only the components themselves: their descendants' (containers')
     // traffic is not captured, nor runc's and the shims'.
-    for target in targets.iter().filter(|target| target.does_io()) {
+    for target in targets.iter().filter(|target| target.info().does_io()) {
         for open in open_fds(
             Path::new("/proc"),
             target.tgid,
