@@ -577,6 +577,12 @@ fn traced_demo(
     traced_demo_with(test, &scenario_args(scenarios), AgentStart::BeforeCluster)
 }
 
+/// How long after the demo's `ready` an agent started after the cluster
+/// starts: the Pods the demo made before (`--existing-pods`) are then older
+/// than the agent by more than the 5 s it allows a Pod's creationTimestamp
+/// (whole seconds of the apiserver's clock) before its own start.
+const AFTER_CLUSTER_DELAY: std::time::Duration = std::time::Duration::from_secs(7);
+
 /// When the agent starts.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum AgentStart {
@@ -584,7 +590,8 @@ enum AgentStart {
     BeforeCluster,
     /// Once the cluster is up, as on every node of a real cluster where the
     /// agent is installed, upgraded or restarted: every connection between
-    /// the components is older than the agent.
+    /// the components is older than the agent. It starts
+    /// [`AFTER_CLUSTER_DELAY`] after the demo said `ready`.
     AfterCluster,
 }
 
@@ -639,7 +646,10 @@ fn traced_demo_with(
     let early = (start == AgentStart::BeforeCluster).then(|| Agent::start(&agent_args, &out));
     let demo_args: Vec<&str> = demo_args.iter().map(String::as_str).collect();
     let (pods, late) = run_demo(&bin_dir, &dir.path().join("state"), &demo_args, || {
-        let late = (start == AgentStart::AfterCluster).then(|| Agent::start(&agent_args, &out));
+        let late = (start == AgentStart::AfterCluster).then(|| {
+            std::thread::sleep(AFTER_CLUSTER_DELAY);
+            Agent::start(&agent_args, &out)
+        });
         wait_for_function_probes(early.as_ref().or(late.as_ref()).expect("an agent"));
         late
     });
@@ -818,7 +828,15 @@ fn a_deployment_scaled_to_20_gets_a_trace_per_pod_and_per_deletion() {
 #[test]
 #[ignore = "needs PODTRACE_K8S_BIN, a directory of Kubernetes binaries (none ship with podtrace); cargo xtask test runs it when set"]
 fn an_agent_started_after_the_cluster_sees_both_sides_of_every_call() {
-    let demo_args = ["--scenario", "running", "--pods", "10"].map(str::to_owned);
+    let demo_args = [
+        "--existing-pods",
+        "2",
+        "--scenario",
+        "running",
+        "--pods",
+        "10",
+    ]
+    .map(str::to_owned);
     let Some((pods, all, _)) = traced_demo_with(
         "an_agent_started_after_the_cluster_sees_both_sides_of_every_call",
         &demo_args,
@@ -826,7 +844,33 @@ fn an_agent_started_after_the_cluster_sees_both_sides_of_every_call() {
     ) else {
         return;
     };
-    assert_eq!(pods.len(), 10, "{pods:#?}");
+    let (existing, pods): (Vec<DemoPod>, Vec<DemoPod>) =
+        pods.into_iter().partition(|pod| pod.scenario == "existing");
+    assert_eq!(
+        (existing.len(), pods.len()),
+        (2, 10),
+        "{existing:#?} {pods:#?}"
+    );
+    // The Pods the node ran before the agent started: their creation was
+    // not seen, and what follows it is not a creation (the kubelet's
+    // resyncs and status updates) or cannot be told whole (their deletion:
+    // their sandbox was made before the agent): no trace of either.
+    for pod in &existing {
+        assert_eq!(pod.outcome, "Running");
+        let deletion = TraceId::for_pod_deletion(CLUSTER, &pod.uid).to_hex();
+        let traced: Vec<&ExportedSpan> = Trace::of_pod(&all, pod)
+            .spans
+            .into_iter()
+            .chain(all.iter().filter(|s| s.trace_id == deletion))
+            .collect();
+        assert!(
+            traced.is_empty(),
+            "{}/{} ran before the agent started, yet it has spans:\n{}",
+            pod.namespace,
+            pod.name,
+            outline(&traced)
+        );
+    }
     for pod in &pods {
         assert_eq!(pod.outcome, "Running");
         let trace = Trace::of_pod(&all, pod);

@@ -393,6 +393,12 @@ impl Stages {
                     "Pod writes not traced: created before podtrace started, or after the creation ended"
                 );
             }
+            if correlator.component_spans.not_followed > 0 {
+                tracing::info!(
+                    calls = correlator.component_spans.not_followed,
+                    "kubelet calls and API requests about Pods created before podtrace started (resyncs, status updates, deletions): not traced"
+                );
+            }
             if correlator.assembly.after_creation > 0 {
                 tracing::info!(
                     spans = correlator.assembly.after_creation,

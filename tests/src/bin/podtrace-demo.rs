@@ -148,6 +148,18 @@ struct Args {
     /// (to look at traces, metrics and `podtrace explain`), then clean up.
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     linger: u64,
+    /// With --k8s-bin: create this many Pods, and wait until they run,
+    /// before printing `ready` (the Pods a node already runs when an agent
+    /// starts or restarts on it); each is reported with scenario `existing`
+    /// and deleted at the end with the others.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u32).range(0..=20),
+        requires = "k8s_bin"
+    )]
+    existing_pods: u32,
     /// After printing `ready`, wait until this file exists before creating
     /// Pods (so that a tracer can attach first).
     #[arg(long, value_name = "FILE")]
@@ -207,6 +219,9 @@ enum Scenario {
     /// controller creates its Pods at once), each reaching Running, then
     /// scaled back to 0 (the controller deletes them).
     Deployment,
+    /// --existing-pods Pods created before `ready`, each reaching Running.
+    #[value(skip)]
+    Existing,
 }
 
 impl Scenario {
@@ -222,6 +237,7 @@ impl Scenario {
             Self::Http1 => "http1",
             Self::Burst => "burst",
             Self::Deployment => "deployment",
+            Self::Existing => "existing",
         }
     }
 }
@@ -1200,12 +1216,19 @@ impl Cluster<'_> {
     fn run(&mut self, scenario: Scenario, index: usize) -> anyhow::Result<Vec<PodReport>> {
         let namespace = self.args.namespace.clone();
         match scenario {
-            Scenario::Running => {
+            Scenario::Running | Scenario::Existing => {
                 self.use_namespace(&namespace, &[])?;
                 let mut reports = Vec::new();
-                for pod in 0..self.args.pods {
+                let pods = if scenario == Scenario::Existing {
+                    self.args.existing_pods
+                } else {
+                    self.args.pods
+                };
+                for pod in 0..pods {
                     // The names of the demo before scenarios: demo-N-xxxxx.
-                    let prefix = if self.args.scenarios.is_empty() {
+                    let prefix = if scenario == Scenario::Existing {
+                        format!("existing-{pod}-")
+                    } else if self.args.scenarios.is_empty() {
                         format!("demo-{pod}-")
                     } else {
                         format!("running-{index}-{pod}-")
@@ -1451,10 +1474,6 @@ fn drive_kubernetes(
     shutdown: &Shutdown,
     namespaces: &mut Vec<String>,
 ) -> anyhow::Result<()> {
-    emit("ready")?;
-    if let Some(file) = &args.wait_for {
-        runtime.block_on(wait_for_file(file, shutdown))?;
-    }
     let mut cluster = Cluster {
         args,
         node,
@@ -1464,6 +1483,15 @@ fn drive_kubernetes(
         runtime,
         namespaces,
     };
+    if args.existing_pods > 0 {
+        cluster
+            .run(Scenario::Existing, 0)
+            .context("creating the Pods that exist before `ready`")?;
+    }
+    emit("ready")?;
+    if let Some(file) = &args.wait_for {
+        runtime.block_on(wait_for_file(file, shutdown))?;
+    }
     for (index, &scenario) in scenarios.iter().enumerate() {
         shutdown.check()?;
         let step = Instant::now();

@@ -99,11 +99,12 @@ impl Correlator {
         Self {
             processes: ProcessTable::new(clock, process_table::DEFAULT_PROCESS_CAPACITY),
             conns: ConnTable::new(clock, conn_table::DEFAULT_CONN_CAPACITY),
-            control_spans: ControlSpans::new(clock, traces.cluster_id.clone(), window),
+            control_spans: ControlSpans::new(clock, traces.cluster_id.clone(), window.clone()),
             component_spans: ComponentSpans::new(
                 clock,
                 traces.cluster_id.clone(),
                 traces.node_name.clone(),
+                window,
             ),
             assembly: Assembly::new(
                 traces.cluster_id.clone(),

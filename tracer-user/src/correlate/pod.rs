@@ -37,26 +37,6 @@ impl Pod {
     }
 }
 
-/// The trace and attributes of spans about Pod `namespace/name` whose UID
-/// no message told (it was created before podtrace started): a trace of its
-/// own, named by the Pod's name, marked `podtrace.unattributed`.
-pub fn unattributed(
-    cluster_id: &str,
-    namespace: &str,
-    name: &str,
-) -> (TraceId, Vec<(String, AttributeValue)>) {
-    let trace = TraceId::for_pod(cluster_id, &format!("unattributed/{namespace}/{name}"));
-    let attributes = vec![
-        string_attribute("k8s.pod.name", name),
-        string_attribute("k8s.namespace.name", namespace),
-        (
-            "podtrace.unattributed".to_owned(),
-            AttributeValue::Bool(true),
-        ),
-    ];
-    (trace, attributes)
-}
-
 /// A string attribute.
 pub fn string_attribute(key: &str, value: &str) -> (String, AttributeValue) {
     (key.to_owned(), AttributeValue::String(value.to_owned()))

@@ -59,15 +59,29 @@ impl FollowWindow {
     /// Whether a Pod created at `created_unix_s` can be in a creation that
     /// is followed at `now_ns` (CLOCK_MONOTONIC).
     pub fn may_follow(&self, created_unix_s: i64, now_ns: u64) -> bool {
-        let Some(&since) = self.since_unix_ns.get() else {
+        if self.since_unix_ns.get().is_none() {
             return true;
-        };
-        let created = u64::try_from(created_unix_s)
-            .unwrap_or(0)
-            .saturating_mul(1_000_000_000);
-        created.saturating_add(CREATED_BEFORE_START_SLACK_NS) >= since
-            && created.saturating_add(self.trace_timeout_ns) >= self.clock.unix_ns(now_ns)
+        }
+        !self.created_before_start(created_unix_s)
+            && unix_ns(created_unix_s).saturating_add(self.trace_timeout_ns)
+                >= self.clock.unix_ns(now_ns)
     }
+
+    /// Whether a Pod created at `created_unix_s` began its creation before
+    /// the agent started: nothing of it is traced, its deletion neither
+    /// (its sandbox, its kubelet's addition were not seen).
+    pub fn created_before_start(&self, created_unix_s: i64) -> bool {
+        self.since_unix_ns.get().is_some_and(|&since| {
+            unix_ns(created_unix_s).saturating_add(CREATED_BEFORE_START_SLACK_NS) < since
+        })
+    }
+}
+
+/// Unix seconds as unix ns; before 1970 counts as 1970.
+fn unix_ns(unix_s: i64) -> u64 {
+    u64::try_from(unix_s)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
 }
 
 #[cfg(test)]
@@ -96,5 +110,11 @@ mod tests {
         assert!(window.may_follow(1150, at(400)));
         assert!(!window.may_follow(1150, at(500)), "past the trace timeout");
         assert!(!window.may_follow(-1, at(100)));
+        assert!(window.created_before_start(1090));
+        assert!(!window.created_before_start(1096));
+        assert!(
+            !window.created_before_start(1150),
+            "past the timeout, yet created after the start"
+        );
     }
 }

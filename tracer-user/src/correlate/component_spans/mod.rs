@@ -33,7 +33,7 @@ use super::{
 use crate::{
     capture::clock::WallClock,
     decode::{
-        FuncMessage, RestMessage,
+        FollowWindow, FuncMessage, RestMessage,
         functions::{PodRef, Point},
     },
 };
@@ -145,8 +145,11 @@ pub struct ComponentSpans {
     queued: HashMap<String, u64>,
     /// Pods handed to the kubelet (UID → when).
     dispatched: HashMap<String, u64>,
-    /// Kubelet syncs and status updates exported per Pod.
+    /// Kubelet syncs and status updates exported per Pod, for the Pods
+    /// whose addition to the kubelet this agent saw; oldest first in
+    /// `syncs_order`.
     syncs: HashMap<(String, GoFunction), u32>,
+    syncs_order: VecDeque<String>,
     /// Namespace and name of Pods by UID, from the probes that read them.
     names: HashMap<String, (String, String)>,
     now_ns: u64,
@@ -157,7 +160,17 @@ pub struct ComponentSpans {
     /// Create requests exported since last taken: the Pod's UID and when
     /// the request reached kube-apiserver (its trace's true start).
     create_requests: Vec<(String, u64)>,
-    /// Spans exported without their Pod (a trace of their Pod's name).
+    /// Which Pods' creations the agent follows: those created after it
+    /// started.
+    window: FollowWindow,
+    /// Calls and requests about Pods whose creation began before the agent
+    /// started, and so is not followed: kubelet calls (syncs, volume waits,
+    /// status updates) of Pods whose addition to the kubelet this agent did
+    /// not see, and requests about Pods created before it (their status
+    /// updates, their deletion). No span.
+    pub not_followed: u64,
+    /// Requests whose Pod stayed unknown (no name or UID came back): counted,
+    /// not exported.
     pub unattributed: u64,
     /// Calls, requests or Pods not kept because a bound was reached, and
     /// returns without their entry.
@@ -169,8 +182,14 @@ pub struct ComponentSpans {
 pub type UidLookup<'a> = &'a dyn Fn(&str, &str) -> Option<String>;
 
 impl ComponentSpans {
-    /// Spans of cluster `cluster_id`, seen by the agent of node `node_name`.
-    pub fn new(clock: WallClock, cluster_id: String, node_name: String) -> Self {
+    /// Spans of cluster `cluster_id`, seen by the agent of node `node_name`,
+    /// of the Pods created in `window`.
+    pub fn new(
+        clock: WallClock,
+        cluster_id: String,
+        node_name: String,
+        window: FollowWindow,
+    ) -> Self {
         Self {
             clock,
             cluster_id,
@@ -183,11 +202,14 @@ impl ComponentSpans {
             queued: HashMap::new(),
             dispatched: HashMap::new(),
             syncs: HashMap::new(),
+            syncs_order: VecDeque::new(),
             names: HashMap::new(),
             now_ns: 0,
             create_requests: Vec::new(),
             clients: VecDeque::new(),
             waiting_servers: Vec::new(),
+            window,
+            not_followed: 0,
             unattributed: 0,
             dropped: 0,
         }
@@ -277,6 +299,7 @@ impl ComponentSpans {
                         &pod.uid,
                         entry.ids.ts_ns,
                     );
+                    self.count_syncs_of(&pod.uid);
                 }
                 return;
             }
@@ -329,7 +352,9 @@ impl ComponentSpans {
             GoFunction::SchedulerBind
             | GoFunction::KubeletSyncPod
             | GoFunction::KubeletStatusSync => {
-                if let Some(pod) = &entry.pod {
+                if let Some(pod) = entry.pod.as_ref().filter(|pod| {
+                    entry.function == GoFunction::SchedulerBind || self.addition_seen(&pod.uid)
+                }) {
                     self.remember_parent(ParentCall {
                         function: entry.function,
                         uid: Some(pod.uid.clone()),
@@ -365,6 +390,52 @@ impl ComponentSpans {
             current = (current.0, *self.creators.get(&current)?);
         }
         None
+    }
+
+    /// The kubelet was handed Pod `uid`: its creation on this node begins,
+    /// and its syncs and status updates are counted from here. A Pod the
+    /// kubelet ran before the agent started has no such start: its resyncs
+    /// and teardown are not part of a creation this agent follows. The
+    /// oldest Pod's counts make room at the bound: its creation ended long
+    /// before.
+    fn count_syncs_of(&mut self, uid: &str) {
+        if self
+            .syncs
+            .contains_key(&(uid.to_owned(), GoFunction::KubeletSyncPod))
+        {
+            return;
+        }
+        if self.syncs_order.len() >= MAX_PODS {
+            if let Some(oldest) = self.syncs_order.pop_front() {
+                for function in [GoFunction::KubeletSyncPod, GoFunction::KubeletStatusSync] {
+                    self.syncs.remove(&(oldest.clone(), function));
+                }
+            }
+        }
+        for function in [GoFunction::KubeletSyncPod, GoFunction::KubeletStatusSync] {
+            self.syncs.insert((uid.to_owned(), function), 0);
+        }
+        self.syncs_order.push_back(uid.to_owned());
+    }
+
+    /// Whether `rest` is about a Pod created before the agent started
+    /// (counted): its creation was not followed, nor is its life after.
+    fn about_a_pod_before_start(&mut self, rest: &RestMessage) -> bool {
+        let before = rest
+            .pod
+            .as_ref()
+            .and_then(|pod| pod.created_unix_s)
+            .is_some_and(|created| self.window.created_before_start(created));
+        if before {
+            self.not_followed += 1;
+        }
+        before
+    }
+
+    /// Whether this agent saw the kubelet handed Pod `uid`.
+    fn addition_seen(&self, uid: &str) -> bool {
+        self.syncs
+            .contains_key(&(uid.to_owned(), GoFunction::KubeletSyncPod))
     }
 
     fn remember_parent(&mut self, parent: ParentCall) {

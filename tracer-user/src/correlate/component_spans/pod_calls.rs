@@ -4,7 +4,7 @@
 
 use tracer_common::gofunc::GoFunction;
 
-use super::{ComponentSpans, MAX_PODS, MAX_SYNCS_PER_POD, call_key};
+use super::{ComponentSpans, MAX_SYNCS_PER_POD, call_key};
 use crate::{
     correlate::{
         pod::{Pod, int_attribute, string_attribute},
@@ -137,16 +137,15 @@ impl ComponentSpans {
                 GoFunction::KubeletVolumeWait => GoFunction::KubeletSyncPod,
                 other => other,
             };
-            let count = self.syncs.entry((pod.uid.clone(), counted)).or_default();
+            let Some(count) = self.syncs.get_mut(&(pod.uid.clone(), counted)) else {
+                self.not_followed += 1;
+                return Vec::new();
+            };
             if entry.function != GoFunction::KubeletVolumeWait {
                 *count += 1;
             }
             if *count > MAX_SYNCS_PER_POD {
                 return Vec::new();
-            }
-            if self.syncs.len() > MAX_PODS {
-                self.syncs.clear();
-                self.dropped += 1;
             }
         }
         let mut spans = Vec::new();

@@ -29,6 +29,9 @@ impl ComponentSpans {
             return Vec::new();
         };
         self.now_ns = self.now_ns.max(end);
+        if self.about_a_pod_before_start(rest) {
+            return Vec::new();
+        }
         if rest.side == Side::Client {
             return self.client_side(rest, uids);
         }

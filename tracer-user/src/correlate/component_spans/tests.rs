@@ -70,7 +70,7 @@ fn rest(path: &str, start_ms: u64, end_ms: u64) -> RestMessage {
 /// admits and writes; its etcd call nests under the write.
 #[test]
 fn a_request_gathers_the_calls_of_the_goroutines_it_spawned() {
-    let mut spans = ComponentSpans::new(WallClock::from_offset(0), "c".into(), "vm".into());
+    let mut spans = components();
     let path = "/api/v1/namespaces/default/pods";
     let mut authn = hit(GoFunction::ApiserverAuthenticate, Point::Entry, 2, 1, 10);
     authn.path = Some(path.into());
@@ -155,9 +155,16 @@ fn a_request_gathers_the_calls_of_the_goroutines_it_spawned() {
 /// server's side nests under it, and it under the kubelet's call.
 #[test]
 fn the_servers_side_nests_under_the_clients_side_of_the_same_stream() {
-    let mut spans = ComponentSpans::new(WallClock::from_offset(0), "c".into(), "vm".into());
+    let mut spans = components();
     let no_uids = |_: &str, _: &str| None;
     let path = "/api/v1/namespaces/default/pods/web/status";
+    spans.on_func(kubelet_hit(
+        GoFunction::KubeletPodAdditions,
+        Point::Entry,
+        6,
+        UID,
+        20,
+    ));
     let mut sync = hit(GoFunction::KubeletStatusSync, Point::Entry, 7, 1, 30);
     sync.ids.tgid = 20;
     sync.pod = Some(PodRef {
@@ -190,9 +197,184 @@ fn the_servers_side_nests_under_the_clients_side_of_the_same_stream() {
     assert_eq!(client_span.parent_span_id, Some(sync_span.span_id));
 }
 
+/// The spans of a replay's agent (its window starts at its first event).
+fn components() -> ComponentSpans {
+    let clock = WallClock::from_offset(0);
+    let window = FollowWindow::new(clock, None, 60_000 * MS);
+    ComponentSpans::new(clock, "c".into(), "vm".into(), window)
+}
+
+/// A kubelet probe hit about Pod `uid` (named `web`).
+fn kubelet_hit(
+    function: GoFunction,
+    point: Point,
+    goid: u64,
+    uid: &str,
+    at_ms: u64,
+) -> FuncMessage {
+    let mut hit = hit(function, point, goid, 1, at_ms);
+    hit.ids.tgid = 20;
+    hit.ids.tid = 20;
+    if point == Point::Entry {
+        hit.pod = Some(PodRef {
+            uid: uid.into(),
+            namespace: Some("default".into()),
+            name: Some("web".into()),
+        });
+    }
+    hit
+}
+
+#[test]
+fn kubelet_calls_of_a_pod_it_ran_before_the_agent_make_no_span() {
+    let mut spans = components();
+    // A resync of a Pod the kubelet ran before the agent started: a pod
+    // sync with a volume wait inside, then a status update and its PATCH.
+    let old = "0b9e5d1c-33aa-4c41-8f43-2f0d8a6e9b71";
+    let mut out = Vec::new();
+    out.extend(spans.on_func(kubelet_hit(
+        GoFunction::KubeletSyncPod,
+        Point::Entry,
+        7,
+        old,
+        10,
+    )));
+    out.extend(spans.on_func(kubelet_hit(
+        GoFunction::KubeletVolumeWait,
+        Point::Entry,
+        7,
+        old,
+        11,
+    )));
+    out.extend(spans.on_func(kubelet_hit(
+        GoFunction::KubeletVolumeWait,
+        Point::Return,
+        7,
+        old,
+        12,
+    )));
+    out.extend(spans.on_func(kubelet_hit(
+        GoFunction::KubeletSyncPod,
+        Point::Return,
+        7,
+        old,
+        13,
+    )));
+    out.extend(spans.on_func(kubelet_hit(
+        GoFunction::KubeletStatusSync,
+        Point::Entry,
+        8,
+        old,
+        14,
+    )));
+    let mut patch = rest("/api/v1/namespaces/default/pods/web/status", 15, 16);
+    patch.side = Side::Client;
+    patch.conn.tgid = 20;
+    patch.method = "PATCH".into();
+    patch.name = Some("web".into());
+    patch.subresource = Some("status".into());
+    patch.pod = None;
+    let client = spans.on_rest(&patch, &|_: &str, _: &str| Some(old.to_owned()));
+    out.extend(spans.on_func(kubelet_hit(
+        GoFunction::KubeletStatusSync,
+        Point::Return,
+        8,
+        old,
+        17,
+    )));
+    assert!(out.is_empty(), "{out:#?}");
+    assert_eq!(
+        spans.not_followed, 3,
+        "the sync, its volume wait, the status update"
+    );
+    // The PATCH does not hang from the status update that was not made.
+    let [patch_span] = &client[..] else {
+        panic!("{client:#?}");
+    };
+    let pod = Pod::new("c", "default", "web", old);
+    assert_eq!(
+        patch_span.parent_span_id,
+        Some(SpanId::well_known(pod.trace, "root"))
+    );
+
+    // A Pod handed to the kubelet while the agent runs: its dispatch and
+    // first syncs are its creation's; later resyncs are not.
+    out.extend(spans.on_func(kubelet_hit(
+        GoFunction::KubeletPodAdditions,
+        Point::Entry,
+        9,
+        UID,
+        20,
+    )));
+    for sync in 0..6 {
+        let at = 30 + sync * 10;
+        out.extend(spans.on_func(kubelet_hit(
+            GoFunction::KubeletSyncPod,
+            Point::Entry,
+            7,
+            UID,
+            at,
+        )));
+        out.extend(spans.on_func(kubelet_hit(
+            GoFunction::KubeletSyncPod,
+            Point::Return,
+            7,
+            UID,
+            at + 5,
+        )));
+    }
+    let names: Vec<&str> = out.iter().map(|span| span.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "kubelet pod dispatch",
+            "kubelet pod sync",
+            "kubelet pod sync",
+            "kubelet pod sync",
+            "kubelet pod sync"
+        ]
+    );
+    assert_eq!(spans.not_followed, 3);
+}
+
+#[test]
+fn requests_about_a_pod_created_before_the_agent_make_no_span() {
+    // The agent started at unix 1000 s (monotonic 0 is unix 0).
+    let clock = WallClock::from_offset(0);
+    let window = FollowWindow::new(clock, Some(1_000_000 * MS), 60_000 * MS);
+    let mut spans = ComponentSpans::new(clock, "c".into(), "vm".into(), window);
+    let no_uids = |_: &str, _: &str| None;
+    let delete = |created_unix_s| {
+        let mut delete = rest("/api/v1/namespaces/default/pods/web", 1_000_100, 1_000_110);
+        delete.method = "DELETE".into();
+        delete.verb = "delete".into();
+        delete.name = Some("web".into());
+        delete.status = Some(200);
+        if let Some(pod) = &mut delete.pod {
+            pod.created_unix_s = Some(created_unix_s);
+        }
+        delete
+    };
+    // Its server side and its client's.
+    let mut client = delete(900);
+    client.side = Side::Client;
+    assert!(spans.on_rest(&delete(900), &no_uids).is_empty());
+    assert!(spans.on_rest(&client, &no_uids).is_empty());
+    assert!(spans.tick(1_010_000 * MS, &no_uids).is_empty());
+    assert_eq!(spans.not_followed, 2);
+    // A Pod created after the start: its deletion is traced.
+    assert!(
+        spans.on_rest(&delete(1_001), &no_uids).is_empty(),
+        "waits for its client"
+    );
+    let out = spans.tick(1_020_000 * MS, &no_uids);
+    assert_eq!(out.len(), 1, "{out:#?}");
+    assert_eq!(spans.not_followed, 2);
+}
+
 #[test]
 fn a_read_without_its_exchange_is_not_exported() {
-    let mut spans = ComponentSpans::new(WallClock::from_offset(0), "c".into(), "vm".into());
+    let mut spans = components();
     let mut authn = hit(GoFunction::ApiserverAuthenticate, Point::Entry, 2, 1, 10);
     authn.path = Some("/api/v1/namespaces/default/pods/web".into());
     spans.on_func(authn);
@@ -239,7 +421,7 @@ fn pod_paths_and_storage_keys() {
 /// started first.
 #[test]
 fn creates_at_once_are_told_apart_by_the_pod_they_stored() {
-    let mut spans = ComponentSpans::new(WallClock::from_offset(0), "c".into(), "vm".into());
+    let mut spans = components();
     let path = "/api/v1/namespaces/default/pods";
     let other_uid = "0b1d2f3a-4c5e-4f70-8192-a3b4c5d6e7f8";
     // Request A (goroutine 2) starts first and stores "other"; request B
