@@ -101,9 +101,29 @@ pub(crate) const ENV_STRING_BYTES: usize = 4096;
 /// are the 16 bytes `name` (as two little-endian words), in the environment
 /// strings `[start, end)` of the current process. Each string is read into
 /// `scratch` (a per-CPU map value that no record is made from) to find the
-/// next one's start; nothing of the environment is copied anywhere else.
+/// next one's start, and the scratch is zeroed before this returns: nothing
+/// of the environment is left in a map (`bpftool map dump` would show it)
+/// or copied anywhere else.
 #[inline(always)]
 pub(crate) fn env_value(
+    start: u64,
+    end: u64,
+    name: [u64; 2],
+    scratch: *mut [u8; ENV_STRING_BYTES],
+) -> Result<Option<u64>, i32> {
+    let found = find_env_value(start, end, name, scratch);
+    let words = scratch.cast::<u64>();
+    for word in 0..ENV_STRING_BYTES / 8 {
+        // SAFETY: scratch points to ENV_STRING_BYTES writable bytes, 8-byte
+        // aligned (a map value). Volatile: LLVM would make the loop a
+        // `memset` call, which BPF has not.
+        unsafe { core::ptr::write_volatile(words.add(word), 0) };
+    }
+    found
+}
+
+#[inline(always)]
+fn find_env_value(
     start: u64,
     end: u64,
     name: [u64; 2],
