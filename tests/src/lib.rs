@@ -12,6 +12,7 @@
 
 pub mod agent;
 pub mod components;
+pub mod demo_pod;
 pub mod otlp_json;
 pub mod trees;
 

@@ -23,7 +23,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use podtrace_tests::{components::leftovers, live_test_can_run};
+use podtrace_tests::{components::leftovers, demo_pod::DemoPod, live_test_can_run};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -115,43 +115,33 @@ impl Demo {
     }
 }
 
-#[derive(Debug)]
-struct PodLine {
-    namespace: String,
-    name: String,
-    uid: String,
-    sandbox_id: String,
-    container_id: String,
-    node: String,
-}
-
-fn parse_pod_line(line: &str) -> PodLine {
+/// A Pod line, held to the format the demo documents: exactly its seven
+/// fields, the six strings and `start_ms`.
+fn parse_pod_line(line: &str) -> DemoPod {
     let value: serde_json::Value =
         serde_json::from_str(line).unwrap_or_else(|err| panic!("{line:?}: {err}"));
-    let field = |name: &str| {
-        value[name]
-            .as_str()
-            .unwrap_or_else(|| panic!("no {name} in {line}"))
-            .to_owned()
-    };
     assert_eq!(
         value.as_object().unwrap().len(),
         7,
         "unexpected fields in {line}"
     );
+    for name in [
+        "namespace",
+        "name",
+        "uid",
+        "sandbox_id",
+        "container_id",
+        "node",
+    ] {
+        assert!(value[name].is_string(), "no {name} in {line}");
+    }
+    let pod = DemoPod::parse(line).unwrap_or_else(|| panic!("not a Pod line: {line}"));
     // From the create to the Running status stored: real work, well under a minute.
-    let start_ms = value["start_ms"]
-        .as_f64()
+    let start_ms = pod
+        .start_ms
         .unwrap_or_else(|| panic!("no start_ms in {line}"));
     assert!(0.0 < start_ms && start_ms < 60_000.0, "{line}");
-    PodLine {
-        namespace: field("namespace"),
-        name: field("name"),
-        uid: field("uid"),
-        sandbox_id: field("sandbox_id"),
-        container_id: field("container_id"),
-        node: field("node"),
-    }
+    pod
 }
 
 /// Cgroup directories of a Pod (`…/kubepods/besteffort/pod<uid>` under any
@@ -249,7 +239,7 @@ fn two_pods_and_nothing_left(extra: &[&str]) {
     eprintln!("podtrace-demo {args:?} took {:?}", started.elapsed());
     assert!(status.success(), "{status}; stderr:\n{stderr}");
     assert_eq!(lines.len(), 2, "stdout {lines:?}; stderr:\n{stderr}");
-    let pods: Vec<PodLine> = lines.iter().map(|line| parse_pod_line(line)).collect();
+    let pods: Vec<DemoPod> = lines.iter().map(|line| parse_pod_line(line)).collect();
     for (index, pod) in pods.iter().enumerate() {
         assert_eq!(pod.namespace, "default");
         assert_eq!(pod.node, "demo-node");
@@ -262,7 +252,7 @@ fn two_pods_and_nothing_left(extra: &[&str]) {
         assert_eq!(pod.sandbox_id.len(), 64, "{pod:?}");
         assert_eq!(pod.container_id.len(), 64, "{pod:?}");
     }
-    let distinct = |get: fn(&PodLine) -> &str| {
+    let distinct = |get: fn(&DemoPod) -> &str| {
         pods.iter().map(get).collect::<HashSet<_>>().len() == pods.len()
     };
     assert!(distinct(|pod| &pod.uid), "{pods:?}");

@@ -28,6 +28,7 @@ use podtrace_tests::{
         etcd,
         images::WORKLOAD_IMAGE,
     },
+    demo_pod::DemoPod,
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
     podtrace_binary,
@@ -62,13 +63,6 @@ fn one_live_test_at_a_time() -> MutexGuard<'static, ()> {
     LIVE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-struct DemoPod {
-    name: String,
-    uid: String,
-    sandbox_id: String,
-    container_id: String,
-}
-
 /// Runs the demo with `extra` arguments; returns the Pods it created and the
 /// names of the broken ones (created and bound, whose sandbox could not be
 /// created).
@@ -84,29 +78,11 @@ fn run_demo(pods: u32, broken: u32, extra: &[&str]) -> (Vec<DemoPod>, Vec<String
         .output()
         .unwrap();
     assert!(output.status.success(), "podtrace-demo: {}", output.status);
-    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+    let (broken, pods): (Vec<DemoPod>, Vec<DemoPod>) = String::from_utf8_lossy(&output.stdout)
         .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .collect();
-    let broken = lines
-        .iter()
-        .filter(|pod| pod.get("error").is_some())
-        .map(|pod| pod["name"].as_str().unwrap().to_owned())
-        .collect();
-    let pods = lines
-        .iter()
-        .filter(|pod| pod.get("error").is_none())
-        .map(|pod| {
-            let field = |key: &str| pod[key].as_str().unwrap().to_owned();
-            DemoPod {
-                name: field("name"),
-                uid: field("uid"),
-                sandbox_id: field("sandbox_id"),
-                container_id: field("container_id"),
-            }
-        })
-        .collect();
-    (pods, broken)
+        .filter_map(DemoPod::parse)
+        .partition(|pod| pod.error.is_some());
+    (pods, broken.into_iter().map(|pod| pod.name).collect())
 }
 
 /// `podtrace explain default/NAME` with `args`; its stdout.

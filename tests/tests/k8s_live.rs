@@ -36,6 +36,7 @@ use std::{
 
 use podtrace_tests::{
     agent::Agent,
+    demo_pod::DemoPod,
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
     trees::{assert_first_exec_under, assert_well_formed, outline},
@@ -90,19 +91,6 @@ fn hostname() -> String {
         .to_lowercase()
 }
 
-/// One JSON line of `podtrace-demo`: a Pod of a scenario and its outcome.
-#[derive(Debug)]
-struct DemoPod {
-    scenario: String,
-    namespace: String,
-    name: String,
-    uid: String,
-    sandbox_id: String,
-    container_id: String,
-    node: String,
-    outcome: String,
-}
-
 /// Runs `podtrace-demo --k8s-bin` with `args` and returns the Pods it
 /// reported. `once_ready` runs after the demo said `ready` (its cluster up,
 /// every component's connections open) and before it creates any Pod.
@@ -135,28 +123,16 @@ fn run_demo<T>(
             std::fs::write(&go, b"").unwrap();
             break;
         }
-        pods.extend(demo_pod(&line));
+        pods.extend(DemoPod::parse(&line));
     }
-    pods.extend(lines.map_while(Result::ok).filter_map(|l| demo_pod(&l)));
+    pods.extend(
+        lines
+            .map_while(Result::ok)
+            .filter_map(|l| DemoPod::parse(&l)),
+    );
     let status = demo.wait().unwrap();
     assert!(status.success(), "podtrace-demo: {status}");
     (pods, ready.expect("podtrace-demo never said ready"))
-}
-
-/// A Pod line of `podtrace-demo`'s stdout.
-fn demo_pod(line: &str) -> Option<DemoPod> {
-    let pod = serde_json::from_str::<Value>(line).ok()?;
-    let field = |key: &str| pod[key].as_str().unwrap_or_default().to_owned();
-    Some(DemoPod {
-        scenario: field("scenario"),
-        namespace: field("namespace"),
-        name: field("name"),
-        uid: field("uid"),
-        sandbox_id: field("sandbox_id"),
-        container_id: field("container_id"),
-        node: field("node"),
-        outcome: field("outcome"),
-    })
 }
 
 /// The spans of one trace.

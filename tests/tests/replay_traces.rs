@@ -21,6 +21,7 @@ use std::{
 };
 
 use podtrace_tests::{
+    demo_pod::DemoPod,
     otlp_json::{ExportedSpan, read_spans},
     podtrace_binary,
     trees::{assert_well_formed, outline},
@@ -39,30 +40,10 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 /// The Pods `podtrace-demo` reported creating during the recording.
-struct DemoPod {
-    namespace: String,
-    name: String,
-    uid: String,
-    sandbox_id: String,
-    container_id: String,
-    node: String,
-}
-
 fn demo_pods(name: &str) -> Vec<DemoPod> {
     let text = std::fs::read_to_string(fixture(name)).unwrap();
     text.lines()
-        .map(|line| {
-            let pod: Value = serde_json::from_str(line).unwrap();
-            let field = |key: &str| pod[key].as_str().unwrap().to_owned();
-            DemoPod {
-                namespace: field("namespace"),
-                name: field("name"),
-                uid: field("uid"),
-                sandbox_id: field("sandbox_id"),
-                container_id: field("container_id"),
-                node: field("node"),
-            }
-        })
+        .map(|line| DemoPod::parse(line).unwrap_or_else(|| panic!("not a Pod line: {line}")))
         .collect()
 }
 
