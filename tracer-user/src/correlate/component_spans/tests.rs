@@ -232,41 +232,15 @@ fn kubelet_calls_of_a_pod_it_ran_before_the_agent_make_no_span() {
     // sync with a volume wait inside, then a status update and its PATCH.
     let old = "0b9e5d1c-33aa-4c41-8f43-2f0d8a6e9b71";
     let mut out = Vec::new();
-    out.extend(spans.on_func(kubelet_hit(
-        GoFunction::KubeletSyncPod,
-        Point::Entry,
-        7,
-        old,
-        10,
-    )));
-    out.extend(spans.on_func(kubelet_hit(
-        GoFunction::KubeletVolumeWait,
-        Point::Entry,
-        7,
-        old,
-        11,
-    )));
-    out.extend(spans.on_func(kubelet_hit(
-        GoFunction::KubeletVolumeWait,
-        Point::Return,
-        7,
-        old,
-        12,
-    )));
-    out.extend(spans.on_func(kubelet_hit(
-        GoFunction::KubeletSyncPod,
-        Point::Return,
-        7,
-        old,
-        13,
-    )));
-    out.extend(spans.on_func(kubelet_hit(
-        GoFunction::KubeletStatusSync,
-        Point::Entry,
-        8,
-        old,
-        14,
-    )));
+    for (function, point, goid, at) in [
+        (GoFunction::KubeletSyncPod, Point::Entry, 7, 10),
+        (GoFunction::KubeletVolumeWait, Point::Entry, 7, 11),
+        (GoFunction::KubeletVolumeWait, Point::Return, 7, 12),
+        (GoFunction::KubeletSyncPod, Point::Return, 7, 13),
+        (GoFunction::KubeletStatusSync, Point::Entry, 8, 14),
+    ] {
+        out.extend(spans.on_func(kubelet_hit(function, point, goid, old, at)));
+    }
     let mut patch = rest("/api/v1/namespaces/default/pods/web/status", 15, 16);
     patch.side = Side::Client;
     patch.conn.tgid = 20;
