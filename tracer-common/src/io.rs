@@ -263,8 +263,11 @@ pub struct ActiveCall {
     pub syscall: u8,
     /// An [`FdKind`] (0 when not followed yet).
     pub fd_kind: u8,
+    /// 1 between the enter and the exit; 0 once the exit took the call (a
+    /// thread's entry is kept from call to call).
+    pub pending: u8,
     /// Explicit padding, zero.
-    pub _pad: [u8; 6],
+    pub _pad: [u8; 5],
 }
 
 /// `DataEvent::flags` bit: fewer bytes were copied than the syscall moved.

@@ -625,7 +625,8 @@ fn tls_call(
         conn_id: info.conn_id,
         syscall: syscall as u8,
         fd_kind: FdKind::Socket as u8,
-        _pad: [0; 6],
+        pending: 1,
+        _pad: [0; 5],
     }
 }
 

@@ -90,7 +90,7 @@ fn sys_enter(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// Every syscall's return: one whose enter program kept it
+/// Every syscall's return: one whose enter program kept it pending
 /// (`ACTIVE_CALLS`) goes on to its exit program. Asked only for processes
 /// whose I/O is followed (`IO_PROCESSES`, as at entry); the lookup spares
 /// every other hooked call the tail call; the enter program checked for
@@ -106,8 +106,8 @@ fn sys_exit(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     if let Some(syscall) = IoSyscall::from_x86_64_nr(nr) {
-        // SAFETY: only whether the entry exists is read.
-        if unsafe { ACTIVE_CALLS.get(pid_tgid) }.is_some() {
+        // SAFETY: one byte is read from the value.
+        if unsafe { ACTIVE_CALLS.get(pid_tgid) }.is_some_and(|call| call.pending != 0) {
             // SAFETY: as in `sys_enter`.
             unsafe { SYSCALL_PROGRAMS.tail_call(&ctx, syscall.exit_slot()) };
             count_drop(DropReason::ProbeSlotOutOfRange);
@@ -245,8 +245,17 @@ fn on_enter(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRe
         conn_id: followed.map_or(0, |info| info.conn_id),
         syscall: syscall as u8,
         fd_kind: followed.map_or(0, |info| info.kind),
-        _pad: [0; 6],
+        pending: 1,
+        _pad: [0; 5],
     };
+    // The thread's entry from its last hooked call, rewritten in place: a
+    // hash map insert and delete a call (bucket lock, element taken from and
+    // given back to the free list) cost several times this lookup.
+    if let Some(slot) = ACTIVE_CALLS.get_ptr_mut(pid_tgid) {
+        // SAFETY: a map value; only this thread uses its pid_tgid's entry.
+        unsafe { slot.write(call) };
+        return Ok(());
+    }
     ACTIVE_CALLS
         .insert(pid_tgid, call, 0)
         .map_err(|_| DropReason::ActiveCallsFull)
@@ -289,12 +298,17 @@ fn copy_hpack_table(ctx: &RawTracePointContext, pid_tgid: u64, info: &FdInfo, sy
 #[inline(always)]
 fn on_exit(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropReason> {
     let pid_tgid = bpf_get_current_pid_tgid();
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(call) = (unsafe { ACTIVE_CALLS.get(pid_tgid) }).copied() else {
+    let Some(slot) = ACTIVE_CALLS.get_ptr_mut(pid_tgid) else {
         return Ok(());
     };
-    let _ = ACTIVE_CALLS.remove(pid_tgid);
-    if call.syscall != syscall as u8 {
+    // SAFETY: a map value only this thread uses; copied out, then marked
+    // taken for the thread's next call.
+    let call = unsafe {
+        let call = *slot;
+        (*slot).pending = 0;
+        call
+    };
+    if call.pending == 0 || call.syscall != syscall as u8 {
         // An enter whose exit was never seen (the thread was killed); stale.
         return Ok(());
     }

@@ -33,8 +33,8 @@ use crate::{
         ENV_STRING_BYTES, Space, Task, binprm_filename, env_value, read_str, read_user_args,
     },
     maps::{
-        EVENTS, SCRATCH, SCRATCH_BYTES, TARGET_COMMS, TARGETS, config, count_drop, set_does_io,
-        submit_flags, target_of,
+        ACTIVE_CALLS, EVENTS, SCRATCH, SCRATCH_BYTES, TARGET_COMMS, TARGETS, config, count_drop,
+        set_does_io, submit_flags, target_of,
     },
     record::{Ids, header, now_ns},
 };
@@ -313,6 +313,9 @@ fn try_exit() -> Result<(), DropReason> {
     if target_of(tgid).is_none() {
         return Ok(());
     }
+    // The thread's syscall entry (kept from call to call), and one it left
+    // pending if it was killed inside a call.
+    let _ = ACTIVE_CALLS.remove((u64::from(tgid) << 32) | u64::from(ids.tid));
     let ts_ns = now_ns();
     let offsets = config().offsets;
     let task = Task::current();

@@ -63,7 +63,9 @@ pub(crate) static FDS: HashMap<FdKey, FdInfo> = HashMap::with_max_entries(MAX_TR
 pub(crate) static SYSCALL_PROGRAMS: ProgramArray =
     ProgramArray::with_max_entries(2 * IoSyscall::ALL.len() as u32, 0);
 
-/// Syscalls between enter and exit, by pid_tgid (one per thread at a time).
+/// The hooked syscall each thread of a followed process is in, by pid_tgid
+/// (`ActiveCall::pending`): a thread's entry is rewritten at each call and
+/// removed when the thread exits.
 #[map]
 pub(crate) static ACTIVE_CALLS: HashMap<u64, ActiveCall> =
     HashMap::with_max_entries(MAX_ACTIVE_CALLS, 0);
