@@ -39,7 +39,7 @@ use crate::{
     kernel_read::{read_user, read_user_bytes},
     maps::{
         BPF_RB_NO_WAKEUP, EVENTS, FDS, GO_BINARIES, GO_TLS_CONNS, GO_TLS_READS, PROBE_HITS,
-        count_drop, submit_flags, target_of,
+        count_drop, set_fd_flags, submit_flags, target_of,
     },
     record::{Ids, header, now_ns},
     tls_keys,
@@ -236,15 +236,18 @@ fn followed_socket(tgid: u32, conn: u64, offsets: &GoTlsOffsets) -> Option<(u32,
         tgid,
         fd: fd as u32,
     };
-    // SAFETY: the value is copied out at once.
-    let mut info = unsafe { FDS.get(key) }.copied()?;
+    let entry = FDS.get_ptr_mut(key)?;
+    // SAFETY: a map value; copied out at once.
+    let mut info = unsafe { *entry };
     if info.kind != FdKind::Socket as u8 {
         return None;
     }
     if info.flags & FD_TLS == 0 {
-        // From now on the syscall programs leave this socket's ciphertext alone.
+        // From now on the syscall programs leave this socket's ciphertext
+        // alone. In place: a copy inserted back could undo a bit another
+        // CPU set meanwhile.
+        set_fd_flags(entry, FD_TLS);
         info.flags |= FD_TLS;
-        let _ = FDS.insert(key, info, 0);
     }
     Some((fd as u32, info))
 }

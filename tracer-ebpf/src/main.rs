@@ -20,6 +20,11 @@
 //! where the object comes from.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
+// The BPF target's `core` has no read-modify-write atomic methods; the
+// intrinsic gives LLVM's `atomicrmw` (a BPF_ATOMIC instruction). The eBPF
+// build runs with RUSTC_BOOTSTRAP (ci/TOOLCHAIN: `-Z build-std=core`).
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 mod func_probes;
 mod go_probes;

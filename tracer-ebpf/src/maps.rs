@@ -63,6 +63,35 @@ pub(crate) static FDS: HashMap<FdKey, FdInfo> = HashMap::with_max_entries(MAX_TR
 pub(crate) static SYSCALL_PROGRAMS: ProgramArray =
     ProgramArray::with_max_entries(2 * IoSyscall::ALL.len() as u32, 0);
 
+/// Sets `bits` in an `FDS` value's `flags` with one atomic OR, so that two
+/// CPUs marking the same socket at once (its two directions' first TLS
+/// hits) cannot undo each other's bit. `flags` is the second byte of the
+/// 8-byte word after `conn_id` (`kind`, `flags`, padding): BPF's atomics
+/// take whole words.
+#[inline(always)]
+pub(crate) fn set_fd_flags(info: *mut FdInfo, bits: u8) {
+    const _: () = assert!(core::mem::offset_of!(FdInfo, kind) == 8);
+    const _: () = assert!(core::mem::offset_of!(FdInfo, flags) == 9);
+    // SAFETY: `info` points to a map value (8-byte aligned) of
+    // size_of::<FdInfo>() = 16 bytes; the word at offset 8 lies inside it.
+    let word = unsafe { info.cast::<u64>().add(1) };
+    let bits = u64::from(bits) << 8;
+    #[cfg(target_arch = "bpf")]
+    // SAFETY: as above; the kernel's BPF_ATOMIC OR on a map value.
+    unsafe {
+        core::intrinsics::atomic_or::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+            word, bits,
+        );
+    }
+    // Host builds (clippy, check) only: never loaded.
+    #[cfg(not(target_arch = "bpf"))]
+    // SAFETY: as above.
+    unsafe {
+        core::sync::atomic::AtomicU64::from_ptr(word)
+            .fetch_or(bits, core::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The hooked syscall each thread of a followed process is in, by pid_tgid
 /// (`ActiveCall::pending`): a thread's entry is rewritten at each call and
 /// removed when the thread exits.

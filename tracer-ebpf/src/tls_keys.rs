@@ -31,7 +31,9 @@ use tracer_common::{
 
 use crate::{
     kernel_read::{read_user, read_user_bytes},
-    maps::{BPF_RB_NO_WAKEUP, EVENTS, FDS, GO_BINARIES, TLS_KEYS_WANTED, submit_flags},
+    maps::{
+        BPF_RB_NO_WAKEUP, EVENTS, FDS, GO_BINARIES, TLS_KEYS_WANTED, set_fd_flags, submit_flags,
+    },
     record::{Ids, header, now_ns},
 };
 
@@ -191,13 +193,8 @@ pub(crate) fn send(
 pub(crate) fn mark_keyed(tgid: u32, fd: u32, info: &FdInfo, direction: Direction) {
     if let Some(entry) = FDS.get_ptr_mut(FdKey { tgid, fd }) {
         // SAFETY: a map value; the conn id check keeps a reused fd unmarked.
-        // The other direction's first hit, on another CPU at the same
-        // moment, could undo this bit: what the direction moves until its
-        // next hit is then lost, and that hit sends the secret again.
-        unsafe {
-            if (*entry).conn_id == info.conn_id {
-                (*entry).flags |= FD_TLS | keyed_flag(direction);
-            }
+        if unsafe { (*entry).conn_id } == info.conn_id {
+            set_fd_flags(entry, FD_TLS | keyed_flag(direction));
         }
     }
 }
