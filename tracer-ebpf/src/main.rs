@@ -22,7 +22,7 @@
 #![cfg_attr(target_arch = "bpf", no_main)]
 // The BPF target's `core` has no read-modify-write atomic methods; the
 // intrinsic gives LLVM's `atomicrmw` (a BPF_ATOMIC instruction). The eBPF
-// build runs with RUSTC_BOOTSTRAP (ci/TOOLCHAIN: `-Z build-std=core`).
+// build runs with RUSTC_BOOTSTRAP for `-Z build-std=core` (xtask/src/setup.rs).
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
 #![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
