@@ -70,6 +70,15 @@ const MAX_EXCHANGES: usize = 1024;
 /// the creation.
 const MAX_SYNCS_PER_POD: u32 = 4;
 
+/// Kubelet calls exported for one Pod (see [`MAX_SYNCS_PER_POD`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct SyncCounts {
+    /// Pod syncs, whose volume waits go with them.
+    pod_syncs: u32,
+    /// Status manager writes.
+    status_syncs: u32,
+}
+
 /// One finished call of a request, to be exported with it.
 #[derive(Clone, Debug)]
 struct RequestCall {
@@ -148,7 +157,7 @@ pub struct ComponentSpans {
     /// Kubelet syncs and status updates exported per Pod, for the Pods
     /// whose addition to the kubelet this agent saw; oldest first in
     /// `syncs_order`.
-    syncs: HashMap<(String, GoFunction), u32>,
+    syncs: HashMap<String, SyncCounts>,
     syncs_order: VecDeque<String>,
     /// Namespace and name of Pods by UID, from the probes that read them.
     names: HashMap<String, (String, String)>,
@@ -399,22 +408,15 @@ impl ComponentSpans {
     /// oldest Pod's counts make room at the bound: its creation ended long
     /// before.
     fn count_syncs_of(&mut self, uid: &str) {
-        if self
-            .syncs
-            .contains_key(&(uid.to_owned(), GoFunction::KubeletSyncPod))
-        {
+        if self.addition_seen(uid) {
             return;
         }
         if self.syncs_order.len() >= MAX_PODS {
             if let Some(oldest) = self.syncs_order.pop_front() {
-                for function in [GoFunction::KubeletSyncPod, GoFunction::KubeletStatusSync] {
-                    self.syncs.remove(&(oldest.clone(), function));
-                }
+                self.syncs.remove(&oldest);
             }
         }
-        for function in [GoFunction::KubeletSyncPod, GoFunction::KubeletStatusSync] {
-            self.syncs.insert((uid.to_owned(), function), 0);
-        }
+        self.syncs.insert(uid.to_owned(), SyncCounts::default());
         self.syncs_order.push_back(uid.to_owned());
     }
 
@@ -434,8 +436,7 @@ impl ComponentSpans {
 
     /// Whether this agent saw the kubelet handed Pod `uid`.
     fn addition_seen(&self, uid: &str) -> bool {
-        self.syncs
-            .contains_key(&(uid.to_owned(), GoFunction::KubeletSyncPod))
+        self.syncs.contains_key(uid)
     }
 
     fn remember_parent(&mut self, parent: ParentCall) {

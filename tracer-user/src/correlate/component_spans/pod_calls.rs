@@ -133,18 +133,23 @@ impl ComponentSpans {
         };
         let kubelet = entry.function != GoFunction::SchedulerBind;
         if kubelet {
-            let counted = match entry.function {
-                GoFunction::KubeletVolumeWait => GoFunction::KubeletSyncPod,
-                other => other,
-            };
-            let Some(count) = self.syncs.get_mut(&(pod.uid.clone(), counted)) else {
+            let Some(counts) = self.syncs.get_mut(&pod.uid) else {
                 self.not_followed += 1;
                 return Vec::new();
             };
-            if entry.function != GoFunction::KubeletVolumeWait {
-                *count += 1;
-            }
-            if *count > MAX_SYNCS_PER_POD {
+            // A volume wait goes with the pod sync it runs in.
+            let count = match entry.function {
+                GoFunction::KubeletVolumeWait => counts.pod_syncs,
+                GoFunction::KubeletSyncPod => {
+                    counts.pod_syncs += 1;
+                    counts.pod_syncs
+                }
+                _ => {
+                    counts.status_syncs += 1;
+                    counts.status_syncs
+                }
+            };
+            if count > MAX_SYNCS_PER_POD {
                 return Vec::new();
             }
         }
