@@ -832,16 +832,18 @@ impl ControlSpans {
                 .as_ref()
                 .is_none_or(|p| self.seen.contains_key(p));
             let over = all || self.now_ns >= draft.deadline_ns;
-            if draft.pod.uid.is_some() && (parent_seen || over) {
-                spans.push(self.resolve(draft, parent_seen));
-            } else if over {
+            let ready = parent_seen && draft.pod.uid.is_some();
+            if !(ready || over) {
+                self.waiting.push(draft);
+                continue;
+            }
+            match self.resolve(draft, parent_seen) {
+                Some(span) => spans.push(span),
                 // No UID: the Pod was created before podtrace started (its
                 // delete is the usual case: the key alone, of a Pod whose
                 // writes were never decoded). A span of it would have no
                 // trace to join.
-                self.not_followed += 1;
-            } else {
-                self.waiting.push(draft);
+                None => self.not_followed += 1,
             }
         }
         for closing in std::mem::take(&mut self.closing) {
@@ -859,9 +861,9 @@ impl ControlSpans {
         spans
     }
 
-    /// The span of a draft whose Pod's UID is known.
-    fn resolve(&self, draft: Draft, parent_seen: bool) -> Span {
-        let uid = draft.pod.uid.as_deref().unwrap_or_default();
+    /// The span of a draft, if its Pod's UID is known.
+    fn resolve(&self, draft: Draft, parent_seen: bool) -> Option<Span> {
+        let uid = draft.pod.uid.as_deref()?;
         let pod = Pod::new(&self.cluster_id, &draft.pod.namespace, &draft.pod.name, uid);
         let (trace, mut attributes) = (pod.trace, pod.attributes());
         attributes.extend(draft.attributes);
@@ -869,7 +871,7 @@ impl ControlSpans {
             (Some(parent), true) => SpanId::for_key(trace, parent.as_bytes()),
             _ => SpanId::well_known(trace, "root"),
         };
-        Span {
+        Some(Span {
             trace_id: trace,
             span_id: SpanId::for_key(trace, draft.key.as_bytes()),
             parent_span_id: Some(parent),
@@ -880,7 +882,7 @@ impl ControlSpans {
             attributes,
             status: draft.status,
             links: Vec::new(),
-        }
+        })
     }
 }
 
