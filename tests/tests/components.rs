@@ -415,10 +415,21 @@ async fn containerd_runs_a_pod_and_leaves_nothing_behind() {
     assert_eq!(state, api::CONTAINER_RUNNING, "{status:?}");
     let pid = container_pid(&status);
     // busybox sh execs the last command of `-c` itself, so the container's
-    // process now runs `sleep 3600` (it ran the shell first).
-    assert_eq!(cmdline(pid), ["sleep", "3600"], "pid {pid}");
-    let log = status.status.as_ref().unwrap().log_path.clone();
-    let log = std::fs::read_to_string(&log).unwrap();
+    // process comes to run `sleep 3600` after it ran the shell. RUNNING only
+    // says runc started the shell: the exec may not have happened yet.
+    let log_path = status.status.as_ref().unwrap().log_path.clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let (argv, log) = loop {
+        let argv = cmdline(pid);
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if (argv == ["sleep", "3600"] && log.contains("stdout F started"))
+            || std::time::Instant::now() > deadline
+        {
+            break (argv, log);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(argv, ["sleep", "3600"], "pid {pid}");
     assert!(log.contains("stdout F started"), "container log: {log}");
     // The container lives in the Pod's cgroup, as the kubelet arranges it.
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
