@@ -45,12 +45,14 @@ enum Task {
     /// Check formatting and lints only.
     Lint,
     /// Regenerate the Go struct offsets table from the DWARF of fixture builds;
-    /// with `--kube DIR`, the Kubernetes struct offsets table from the
-    /// unstripped `DIR/kube-apiserver` and `DIR/kube-scheduler` instead.
+    /// with `--kube DIR` (repeatable: one directory per Kubernetes release),
+    /// the Kubernetes table instead: struct offsets and the probed functions'
+    /// argument words, from the unstripped `DIR/kube-apiserver`,
+    /// `DIR/kube-scheduler` and `DIR/kubelet` of every release in it.
     Offsets {
-        /// Directory of unstripped Kubernetes binaries (kube-apiserver, kube-scheduler).
+        /// Directory of one release's unstripped Kubernetes binaries.
         #[arg(long, value_name = "DIR")]
-        kube: Option<PathBuf>,
+        kube: Vec<PathBuf>,
     },
     /// Run the benchmarks (each reports a ratio against a baseline measured
     /// in the same run): `overhead` (podtrace's cost on etcd under load,
@@ -141,11 +143,17 @@ fn run(task: Task) -> anyhow::Result<()> {
             run_command(command)
         }
         Task::Lint => lint(&root),
-        Task::Offsets { kube: Some(dir) } => {
-            // cargo runs in the workspace root: resolve DIR from here first.
-            let dir = dir
-                .canonicalize()
-                .with_context(|| format!("Kubernetes binaries directory {}", dir.display()))?;
+        Task::Offsets { kube } if !kube.is_empty() => {
+            let mut binaries = Vec::new();
+            for dir in kube {
+                // cargo runs in the workspace root: resolve DIR from here first.
+                let dir = dir
+                    .canonicalize()
+                    .with_context(|| format!("Kubernetes binaries directory {}", dir.display()))?;
+                for name in ["kube-apiserver", "kube-scheduler", "kubelet"] {
+                    binaries.push(dir.join(name).display().to_string());
+                }
+            }
             let mut args = vec![
                 "run",
                 "--release",
@@ -155,17 +163,13 @@ fn run(task: Task) -> anyhow::Result<()> {
                 "gen-offsets",
                 "--",
             ];
-            let binaries: Vec<String> = ["kube-apiserver", "kube-scheduler"]
-                .iter()
-                .map(|name| dir.join(name).display().to_string())
-                .collect();
             for binary in &binaries {
                 args.extend(["--kube", binary.as_str()]);
             }
             args.extend(["--out", "tracer-user/gobin/src/kube_offsets_table.rs"]);
             cargo(&root, &args)
         }
-        Task::Offsets { kube: None } => {
+        Task::Offsets { .. } => {
             setup::setup(&root)?;
             cargo(
                 &root,

@@ -196,6 +196,49 @@ pub struct KubeStructOffsets {
     pub authn_response_user: u64,
     /// `k8s.io/apiserver/pkg/authentication/user.DefaultInfo` → `Name`, a Go string.
     pub user_info_name: u64,
+    /// Where the probed functions' arguments and results are.
+    pub args: KubeArgWords,
+}
+
+/// The integer ABI word (Go's amd64 register ABI: RAX, RBX, RCX, RDI, RSI,
+/// R8–R11) that holds each value a function probe reads: the first word of a
+/// parameter at the function's entry, or of a result at its RETs. Generated
+/// per release from DWARF (the parameter's name and the types before it), so
+/// that a parameter that moves between releases is read where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KubeArgWords {
+    /// `(*unionAuthRequestHandler).AuthenticateRequest`: `req *http.Request`.
+    pub authenticate_request: u8,
+    /// Its first result, `*authenticator.Response`.
+    pub authenticate_response: u8,
+    /// `unionAuthzHandler.Authorize`: its second result, the reason string.
+    pub authorize_reason: u8,
+    /// `(*mutatingDispatcher).callAttrMutatingHook`: `h *MutatingWebhook`.
+    pub mutating_webhook: u8,
+    /// `(*validatingDispatcher).callHook`: `h *ValidatingWebhook`.
+    pub validating_webhook: u8,
+    /// `etcd3.(*store).Create`: `key string`.
+    pub storage_create_key: u8,
+    /// `etcd3.(*store).GuaranteedUpdate`: `key string`.
+    pub storage_update_key: u8,
+    /// `(*Scheduler).addPodToSchedulingQueue`: the data word of `obj interface{}`.
+    pub enqueue_pod: u8,
+    /// `(*Scheduler).schedulingCycle`: `podInfo *framework.QueuedPodInfo`.
+    pub scheduling_cycle_pod_info: u8,
+    /// Its first result's `SuggestedHost` string.
+    pub scheduling_cycle_host: u8,
+    /// `(*Scheduler).bind`: `assumed *v1.Pod`.
+    pub bind_pod: u8,
+    /// `(*Scheduler).bind`: `targetNode string`.
+    pub bind_node: u8,
+    /// `(*Kubelet).HandlePodAdditions`: `pods []*v1.Pod`.
+    pub pod_additions_pods: u8,
+    /// `(*Kubelet).SyncPod`: `pod *v1.Pod`.
+    pub sync_pod_pod: u8,
+    /// `(*volumeManager).WaitForAttachAndMount`: `pod *v1.Pod`.
+    pub volume_wait_pod: u8,
+    /// `status.(*manager).syncPod`: `uid types.UID`.
+    pub status_sync_uid: u8,
 }
 
 /// One row of the generated Kubernetes table (`kube_offsets_table.rs`).

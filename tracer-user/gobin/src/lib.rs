@@ -73,7 +73,7 @@ use std::{collections::BTreeMap, collections::HashMap, fs::File, path::Path, syn
 
 pub use buildinfo::{BuildInfo, Module};
 pub use error::{GoBinError, Result};
-pub use kube::{KubeStructOffsets, KubeVersion, known_kube_releases, kube_offsets};
+pub use kube::{KubeArgWords, KubeStructOffsets, KubeVersion, known_kube_releases, kube_offsets};
 pub use moduledata::TextStartSource;
 pub use offsets::{GoRelease, StructOffsets};
 pub use pclntab::PclntabVersion;

@@ -202,6 +202,40 @@ fn real_kubernetes_binaries_report_their_version() {
 }
 
 #[test]
+#[ignore = "needs PODTRACE_K8S_BIN, a directory of Kubernetes binaries (none ship with podtrace); cargo xtask test runs it when set"]
+fn the_kube_table_row_is_what_the_binaries_dwarf_says() {
+    let test = "the_kube_table_row_is_what_the_binaries_dwarf_says";
+    let Some((dir, _, expected)) = real_binaries(test) else {
+        return;
+    };
+    let out = std::env::temp_dir().join(format!("podtrace-{test}-{}.rs", std::process::id()));
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_gen-offsets"));
+    for name in ["kube-apiserver", "kube-scheduler", "kubelet"] {
+        command.arg("--kube").arg(dir.join(name));
+    }
+    let status = command.arg("--out").arg(&out).status().unwrap();
+    assert!(
+        status.success(),
+        "gen-offsets --kube {}: {status}",
+        dir.display()
+    );
+    let generated = std::fs::read_to_string(&out).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    // The committed table holds this release's row as generated now: struct
+    // offsets and every probed parameter's register word.
+    let committed = include_str!("../src/kube_offsets_table.rs");
+    let row = generated
+        .split("    KubeTableEntry {")
+        .find(|row| row.contains(&format!("kubernetes: \"{expected}\"")))
+        .unwrap_or_else(|| panic!("no {expected} row in:\n{generated}"));
+    assert!(
+        committed.contains(row),
+        "the committed row for {expected} differs from its binaries' DWARF; \
+         run cargo xtask offsets --kube with every release's directory:\n{row}"
+    );
+}
+
+#[test]
 fn real_non_kubernetes_go_binaries_give_none() {
     // Debian's Go programs (present where `cargo xtask setup` ran).
     let mut checked = 0;

@@ -6,9 +6,10 @@
 //! authenticator resolved. Which argument or result sits in which register
 //! follows from each function's signature (Go's register ABI: the receiver,
 //! then each argument in order; an interface or a string takes two words, a
-//! slice three) — checked against Kubernetes v1.28 sources, the versions
-//! `tracer-gobin`'s Kubernetes table holds. Field offsets come from that
-//! table and from the Go release's ([`StructOffsets`]).
+//! slice three): `tracer-gobin`'s Kubernetes table gives, per release, the
+//! word of each parameter read ([`KubeArgWords`], generated from that
+//! release's DWARF). Field offsets come from that table and from the Go
+//! release's ([`StructOffsets`]).
 //!
 //! Nothing here reads a request body, a header or a credential: the user name
 //! is the one the apiserver's own authenticator returned.
@@ -17,31 +18,34 @@ use tracer_common::gofunc::{
     GO_FUNC_PATH_STEPS, GO_FUNC_STRINGS, GO_STRING_IN_MEMORY, GO_STRING_IN_REGISTERS, GoFuncSpec,
     GoFunction, GoStringPath,
 };
-use tracer_gobin::{KubeStructOffsets, StructOffsets};
+use tracer_gobin::{KubeArgWords, KubeStructOffsets, StructOffsets};
 
-/// A string one probe point copies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which ABI word holds a value, in the release's [`KubeArgWords`].
+pub type Word = fn(&KubeArgWords) -> u8;
+
+/// A string one probe point copies; `n` is the word [`Word`] picks.
+#[derive(Clone, Copy, Debug)]
 pub enum Read {
     /// A Go string whose header is in words `n`, `n + 1`.
-    GoString(u8),
+    GoString(Word),
     /// The UID of the `*v1.Pod` in word `n`.
-    PodUid(u8),
+    PodUid(Word),
     /// The namespace of the `*v1.Pod` in word `n`.
-    PodNamespace(u8),
+    PodNamespace(Word),
     /// The name of the `*v1.Pod` in word `n`.
-    PodName(u8),
+    PodName(Word),
     /// A field of the first `*v1.Pod` of the `[]*v1.Pod` in word `n`.
-    FirstPodOf(u8, PodField),
+    FirstPodOf(Word, PodField),
     /// A field of the Pod of the `*framework.QueuedPodInfo` in word `n`.
-    QueuedPod(u8, PodField),
+    QueuedPod(Word, PodField),
     /// The name of the user in the `*authenticator.Response` in word `n`.
-    AuthenticatedUser(u8),
+    AuthenticatedUser(Word),
     /// `RemoteAddr` of the `*http.Request` in word `n`.
-    RequestRemoteAddr(u8),
+    RequestRemoteAddr(Word),
     /// `URL.Path` of the `*http.Request` in word `n`.
-    RequestPath(u8),
+    RequestPath(Word),
     /// The first field (`Name`) of the struct the pointer in word `n` points to.
-    FirstStringField(u8),
+    FirstStringField(Word),
 }
 
 /// A field of a Pod's `ObjectMeta`.
@@ -74,16 +78,19 @@ pub struct KubeProbe {
 use PodField::{Name, Namespace, Uid};
 use Read::*;
 
-/// Every probed Kubernetes function (v1.28 signatures).
+/// Every probed Kubernetes function.
 pub const KUBE_PROBES: &[KubeProbe] = &[
     // func (authHandler *unionAuthRequestHandler) AuthenticateRequest(req *http.Request)
     //     (*authenticator.Response, bool, error)
     KubeProbe {
         function: GoFunction::ApiserverAuthenticate,
         symbol: "k8s.io/apiserver/pkg/authentication/request/union.(*unionAuthRequestHandler).AuthenticateRequest",
-        entry: &[RequestRemoteAddr(1), RequestPath(1)],
+        entry: &[
+            RequestRemoteAddr(|w| w.authenticate_request),
+            RequestPath(|w| w.authenticate_request),
+        ],
         returns: true,
-        ret: &[AuthenticatedUser(0)],
+        ret: &[AuthenticatedUser(|w| w.authenticate_response)],
     },
     // func (authzHandler unionAuthzHandler) Authorize(ctx context.Context,
     //     a authorizer.Attributes) (authorizer.Decision, string, error)
@@ -92,7 +99,7 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         symbol: "k8s.io/apiserver/pkg/authorization/union.unionAuthzHandler.Authorize",
         entry: &[],
         returns: true,
-        ret: &[GoString(1)],
+        ret: &[GoString(|w| w.authorize_reason)],
     },
     // func (admissionHandler chainAdmissionHandler) Admit(ctx context.Context,
     //     a Attributes, o ObjectInterfaces) error (Validate alike)
@@ -115,7 +122,7 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
     KubeProbe {
         function: GoFunction::ApiserverMutatingWebhook,
         symbol: "k8s.io/apiserver/pkg/admission/plugin/webhook/mutating.(*mutatingDispatcher).callAttrMutatingHook",
-        entry: &[FirstStringField(3)],
+        entry: &[FirstStringField(|w| w.mutating_webhook)],
         returns: true,
         ret: &[],
     },
@@ -124,7 +131,7 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
     KubeProbe {
         function: GoFunction::ApiserverValidatingWebhook,
         symbol: "k8s.io/apiserver/pkg/admission/plugin/webhook/validating.(*validatingDispatcher).callHook",
-        entry: &[FirstStringField(3)],
+        entry: &[FirstStringField(|w| w.validating_webhook)],
         returns: true,
         ret: &[],
     },
@@ -133,7 +140,7 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
     KubeProbe {
         function: GoFunction::ApiserverStorageCreate,
         symbol: "k8s.io/apiserver/pkg/storage/etcd3.(*store).Create",
-        entry: &[GoString(3)],
+        entry: &[GoString(|w| w.storage_create_key)],
         returns: true,
         ret: &[],
     },
@@ -141,7 +148,7 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
     KubeProbe {
         function: GoFunction::ApiserverStorageUpdate,
         symbol: "k8s.io/apiserver/pkg/storage/etcd3.(*store).GuaranteedUpdate",
-        entry: &[GoString(3)],
+        entry: &[GoString(|w| w.storage_update_key)],
         returns: true,
         ret: &[],
     },
@@ -149,7 +156,11 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
     KubeProbe {
         function: GoFunction::SchedulerEnqueue,
         symbol: "k8s.io/kubernetes/pkg/scheduler.(*Scheduler).addPodToSchedulingQueue",
-        entry: &[PodUid(2), PodNamespace(2), PodName(2)],
+        entry: &[
+            PodUid(|w| w.enqueue_pod),
+            PodNamespace(|w| w.enqueue_pod),
+            PodName(|w| w.enqueue_pod),
+        ],
         returns: false,
         ret: &[],
     },
@@ -162,12 +173,12 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         function: GoFunction::SchedulerCycle,
         symbol: "k8s.io/kubernetes/pkg/scheduler.(*Scheduler).schedulingCycle",
         entry: &[
-            QueuedPod(6, Uid),
-            QueuedPod(6, Namespace),
-            QueuedPod(6, Name),
+            QueuedPod(|w| w.scheduling_cycle_pod_info, Uid),
+            QueuedPod(|w| w.scheduling_cycle_pod_info, Namespace),
+            QueuedPod(|w| w.scheduling_cycle_pod_info, Name),
         ],
         returns: true,
-        ret: &[GoString(0)],
+        ret: &[GoString(|w| w.scheduling_cycle_host)],
     },
     // func (sched *Scheduler) bind(ctx context.Context, fwk framework.Framework,
     //     assumed *v1.Pod, targetNode string, state *framework.CycleState)
@@ -175,7 +186,7 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
     KubeProbe {
         function: GoFunction::SchedulerBind,
         symbol: "k8s.io/kubernetes/pkg/scheduler.(*Scheduler).bind",
-        entry: &[PodUid(5), GoString(6)],
+        entry: &[PodUid(|w| w.bind_pod), GoString(|w| w.bind_node)],
         returns: true,
         ret: &[],
     },
@@ -184,9 +195,9 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         function: GoFunction::KubeletPodAdditions,
         symbol: "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).HandlePodAdditions",
         entry: &[
-            FirstPodOf(1, Uid),
-            FirstPodOf(1, Namespace),
-            FirstPodOf(1, Name),
+            FirstPodOf(|w| w.pod_additions_pods, Uid),
+            FirstPodOf(|w| w.pod_additions_pods, Namespace),
+            FirstPodOf(|w| w.pod_additions_pods, Name),
         ],
         returns: false,
         ret: &[],
@@ -197,7 +208,11 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
     KubeProbe {
         function: GoFunction::KubeletSyncPod,
         symbol: "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).SyncPod",
-        entry: &[PodUid(4), PodNamespace(4), PodName(4)],
+        entry: &[
+            PodUid(|w| w.sync_pod_pod),
+            PodNamespace(|w| w.sync_pod_pod),
+            PodName(|w| w.sync_pod_pod),
+        ],
         returns: true,
         ret: &[],
     },
@@ -206,7 +221,7 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
     KubeProbe {
         function: GoFunction::KubeletVolumeWait,
         symbol: "k8s.io/kubernetes/pkg/kubelet/volumemanager.(*volumeManager).WaitForAttachAndMount",
-        entry: &[PodUid(3)],
+        entry: &[PodUid(|w| w.volume_wait_pod)],
         returns: true,
         ret: &[],
     },
@@ -214,7 +229,7 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
     KubeProbe {
         function: GoFunction::KubeletStatusSync,
         symbol: "k8s.io/kubernetes/pkg/kubelet/status.(*manager).syncPod",
-        entry: &[GoString(1)],
+        entry: &[GoString(|w| w.status_sync_uid)],
         returns: true,
         ret: &[],
     },
@@ -254,27 +269,29 @@ fn path(read: Read, go: &StructOffsets, kube: &KubeStructOffsets) -> GoStringPat
         Namespace => kube.pod_namespace,
         Name => kube.pod_name,
     };
+    let word = |word: Word| word(&kube.args);
     match read {
-        GoString(word) => GoStringPath {
+        GoString(at) => GoStringPath {
             kind: GO_STRING_IN_REGISTERS,
-            word,
+            word: word(at),
             ..GoStringPath::default()
         },
-        PodUid(word) => memory(word, &[kube.pod_uid]),
-        PodNamespace(word) => memory(word, &[kube.pod_namespace]),
-        PodName(word) => memory(word, &[kube.pod_name]),
-        FirstPodOf(word, pod) => memory(word, &[0, field(pod)]),
-        QueuedPod(word, pod) => memory(
-            word,
+        PodUid(at) => memory(word(at), &[kube.pod_uid]),
+        PodNamespace(at) => memory(word(at), &[kube.pod_namespace]),
+        PodName(at) => memory(word(at), &[kube.pod_name]),
+        FirstPodOf(at, pod) => memory(word(at), &[0, field(pod)]),
+        QueuedPod(at, pod) => memory(
+            word(at),
             &[kube.queued_pod_info_pod_info, kube.pod_info_pod, field(pod)],
         ),
         // The interface's data word is the second.
-        AuthenticatedUser(word) => {
-            memory(word, &[kube.authn_response_user + 8, kube.user_info_name])
-        }
-        RequestRemoteAddr(word) => memory(word, &[go.http_request_remote_addr]),
-        RequestPath(word) => memory(word, &[go.http_request_url, go.url_path]),
-        FirstStringField(word) => memory(word, &[0]),
+        AuthenticatedUser(at) => memory(
+            word(at),
+            &[kube.authn_response_user + 8, kube.user_info_name],
+        ),
+        RequestRemoteAddr(at) => memory(word(at), &[go.http_request_remote_addr]),
+        RequestPath(at) => memory(word(at), &[go.http_request_url, go.url_path]),
+        FirstStringField(at) => memory(word(at), &[0]),
     }
 }
 
@@ -310,6 +327,35 @@ mod tests {
                 KUBE_PROBES.iter().any(|probe| probe.function == function),
                 "{function:?} has no probe"
             );
+        }
+    }
+
+    #[test]
+    fn every_release_places_every_read_inside_the_reported_words() {
+        use tracer_common::gofunc::GO_FUNC_WORDS;
+        let go = StructOffsets::for_go_version("go1.21.13").unwrap();
+        for (major, minor, kubernetes) in tracer_gobin::known_kube_releases() {
+            let version = tracer_gobin::KubeVersion {
+                major,
+                minor,
+                patch: 0,
+            };
+            let kube = tracer_gobin::kube_offsets(version).unwrap();
+            for probe in KUBE_PROBES {
+                for at_return in [false, true] {
+                    let spec = spec(probe, at_return, &go, &kube);
+                    for path in spec.strings.iter().filter(|p| p.kind != 0) {
+                        // A string in registers takes its word and the next.
+                        let last = usize::from(path.word)
+                            + usize::from(path.kind == GO_STRING_IN_REGISTERS);
+                        assert!(
+                            last < GO_FUNC_WORDS,
+                            "{kubernetes} {}: {path:?}",
+                            probe.symbol
+                        );
+                    }
+                }
+            }
         }
     }
 }

@@ -11,6 +11,8 @@
 //! environment when set (a warm cache makes a run take seconds), else a
 //! temporary directory. Without `--out` the table goes to stdout.
 
+mod signatures;
+
 use std::{borrow::Cow, collections::BTreeMap, collections::HashMap, path::PathBuf};
 
 use anyhow::{Context as _, bail};
@@ -317,6 +319,8 @@ struct KubeRow {
     go: String,
     sources: Vec<String>,
     offsets: Vec<(&'static Field, Option<u64>)>,
+    /// Each `KubeArgWords` field's word, or why each binary had none.
+    args: Vec<(&'static signatures::ArgWord, Result<u64, Vec<String>>)>,
 }
 
 /// The Kubernetes struct offsets table (`src/kube_offsets_table.rs`): one
@@ -331,8 +335,13 @@ fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
             .with_context(|| format!("Kubernetes version of {}", binary.display()))?
             .with_context(|| format!("{} is not a Kubernetes component", binary.display()))?;
         let go = bin.build_info().go_version.clone();
-        let found = field_offsets(binary, KUBE_FIELDS)
-            .with_context(|| format!("reading DWARF of {}", binary.display()))?;
+        let (found, words) = with_dwarf(binary, |dwarf| {
+            Ok((
+                dwarf_field_offsets(dwarf, KUBE_FIELDS)?,
+                signatures::arg_words(dwarf, signatures::ARG_WORDS)?,
+            ))
+        })
+        .with_context(|| format!("reading DWARF of {}", binary.display()))?;
         let name = binary.file_name().map_or_else(
             || binary.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
@@ -343,8 +352,14 @@ fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
             found
                 .iter()
                 .map(|(f, o)| (f.name, o.as_ref().ok().copied()))
+                .chain(
+                    words
+                        .iter()
+                        .map(|(w, o)| (w.name, o.as_ref().ok().copied()))
+                )
                 .collect::<Vec<_>>()
         );
+
         let row = rows
             .entry((version.major, version.minor))
             .or_insert_with(|| KubeRow {
@@ -352,6 +367,10 @@ fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
                 go: go.clone(),
                 sources: Vec::new(),
                 offsets: KUBE_FIELDS.iter().map(|f| (f, None)).collect(),
+                args: signatures::ARG_WORDS
+                    .iter()
+                    .map(|w| (w, Err(Vec::new())))
+                    .collect(),
             });
         if row.kubernetes != version.to_string() || row.go != go {
             eprintln!(
@@ -361,7 +380,7 @@ fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
                 row.go
             );
         }
-        row.sources.push(name);
+        row.sources.push(name.clone());
         for ((field, merged), (_, offset)) in row.offsets.iter_mut().zip(found) {
             let Ok(offset) = offset else { continue };
             match *merged {
@@ -373,6 +392,20 @@ fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
                 _ => *merged = Some(offset),
             }
         }
+        // A function lives in one component; where two binaries both have
+        // it (a library function), they must agree.
+        for ((word, merged), (_, found)) in row.args.iter_mut().zip(words) {
+            match (&mut *merged, found) {
+                (Ok(previous), Ok(found)) if *previous != found => bail!(
+                    "{}: {} is word {found}, another binary of {version} says {previous}",
+                    binary.display(),
+                    word.name
+                ),
+                (Ok(_), _) => {}
+                (Err(_), Ok(found)) => *merged = Ok(found),
+                (Err(reasons), Err(why)) => reasons.push(format!("{name}: {why}")),
+            }
+        }
     }
     for ((major, minor), row) in &rows {
         let missing: Vec<&str> = row
@@ -381,6 +414,22 @@ fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
             .filter(|(_, o)| o.is_none())
             .map(|(f, _)| f.name)
             .collect();
+        let unplaced: Vec<String> = row
+            .args
+            .iter()
+            .filter_map(|(w, word)| {
+                let reasons = word.as_ref().err()?;
+                Some(format!("{} ({})", w.name, reasons.join("; ")))
+            })
+            .collect();
+        if !unplaced.is_empty() {
+            bail!(
+                "Kubernetes {major}.{minor}: no register word for {}: a probed function is \
+                 missing from every --kube binary, or its parameter was renamed, removed or \
+                 moved to the stack",
+                unplaced.join(", ")
+            );
+        }
         if !missing.is_empty() {
             bail!(
                 "Kubernetes {major}.{minor} ({}): {} not in the DWARF of any --kube binary",
@@ -398,6 +447,14 @@ fn field_offsets(
     binary: &std::path::Path,
     fields: &'static [Field],
 ) -> anyhow::Result<Vec<(&'static Field, Result<u64, String>)>> {
+    with_dwarf(binary, |dwarf| dwarf_field_offsets(dwarf, fields))
+}
+
+/// Calls `read` with the DWARF of `binary`.
+fn with_dwarf<T>(
+    binary: &std::path::Path,
+    read: impl FnOnce(&gimli::Dwarf<EndianSlice<'_, RunTimeEndian>>) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let bytes = std::fs::read(binary)?;
     let file = object::File::parse(&*bytes)?;
     let endian = if file.is_little_endian() {
@@ -413,7 +470,14 @@ fn field_offsets(
     };
     let dwarf_sections = gimli::DwarfSections::load(load)?;
     let dwarf = dwarf_sections.borrow(|section| EndianSlice::new(section, endian));
+    read(&dwarf)
+}
 
+/// [`field_offsets`] of loaded DWARF.
+fn dwarf_field_offsets(
+    dwarf: &gimli::Dwarf<EndianSlice<'_, RunTimeEndian>>,
+    fields: &'static [Field],
+) -> anyhow::Result<Vec<(&'static Field, Result<u64, String>)>> {
     let wanted: Vec<&str> = fields
         .iter()
         .flat_map(|f| f.chain.iter().map(|(s, _)| *s))
@@ -520,7 +584,7 @@ fn render_kube(rows: &BTreeMap<(u32, u32), KubeRow>) -> String {
     let mut out = String::from(
         "//! Generated by `gen-offsets --kube` (`cargo xtask offsets --kube DIR`) from\n\
          //! the DWARF of the unstripped Kubernetes binaries named in each row. Do not edit.\n\n\
-         use crate::kube::{KubeStructOffsets, KubeTableEntry};\n\n\
+         use crate::kube::{KubeArgWords, KubeStructOffsets, KubeTableEntry};\n\n\
          // Keep the generated layout: rustfmt would fold a one-row array.\n\
          #[rustfmt::skip]\n\
          pub(crate) const KUBE_TABLE: &[KubeTableEntry] = &[\n",
@@ -539,7 +603,13 @@ fn render_kube(rows: &BTreeMap<(u32, u32), KubeRow>) -> String {
                 render_value(field, *offset)
             ));
         }
-        out.push_str("        },\n    },\n");
+        out.push_str("            args: KubeArgWords {\n");
+        for (word, found) in &row.args {
+            if let Ok(found) = found {
+                out.push_str(&format!("                {}: {found},\n", word.name));
+            }
+        }
+        out.push_str("            },\n        },\n    },\n");
     }
     out.push_str("];\n");
     out
