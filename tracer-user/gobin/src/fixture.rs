@@ -189,6 +189,14 @@ pub fn kube_version_source() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/kubeversion")
 }
 
+/// Stand-ins for probed Kubernetes functions with signatures of their own
+/// (`testdata/kubesignatures`, module `k8s.io/kubernetes`): what
+/// [`kube_args`](crate::kube_args) must place or refuse. Build it with
+/// [`build_source`].
+pub fn kube_signatures_source() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/kubesignatures")
+}
+
 /// The linker flag Kubernetes release builds set the version with.
 pub fn kube_version_ldflags(version: &str) -> String {
     format!("-X k8s.io/component-base/version.gitVersion={version}")

@@ -62,6 +62,7 @@ mod elf;
 mod error;
 pub mod fixture;
 mod kube;
+pub mod kube_args;
 mod kube_offsets_table;
 mod moduledata;
 mod offsets;

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use tracer_gobin::{
     GoBinError, GoBinary, KubeVersion, StructOffsets,
     fixture::{self, Variant},
-    kube_offsets,
+    kube_args, kube_offsets,
 };
 
 const FIXTURE_VERSION: &str = "v1.31.7-fixture+podtrace";
@@ -120,6 +120,48 @@ fn kube_version_display_and_offsets_lookup() {
             );
         }
         other => panic!("{other:?}"),
+    }
+}
+
+/// The generator's register words on functions whose parameters moved, sit
+/// behind stack-only and float arguments, or were renamed: placed where the
+/// Go ABI puts them, or refused with the reason. Oldest and newest toolchain.
+#[test]
+fn argument_words_follow_the_go_abi_and_refuse_renamed_parameters() {
+    let test = "argument_words_follow_the_go_abi_and_refuse_renamed_parameters";
+    for toolchain in fixture_toolchains(test) {
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let out_dir = tmp.join("gobin-kubesignatures").join(&toolchain.version);
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let binary = fixture::build_source(
+            &toolchain,
+            Variant::Plain,
+            &fixture::kube_signatures_source(),
+            &out_dir,
+            &tmp.join("gobin-gocache"),
+        )
+        .unwrap();
+        let found: std::collections::HashMap<&str, Result<u64, String>> =
+            kube_args::arg_words_of(&binary, kube_args::ARG_WORDS)
+                .unwrap()
+                .into_iter()
+                .map(|(word, found)| (word.name, found))
+                .collect();
+        let go = &toolchain.version;
+        // A string inserted before pod: word 4 in the real one, 6 here.
+        assert_eq!(found["sync_pod_pod"], Ok(6), "{go}");
+        // An array of two (stack) and a float (float register) before pods.
+        assert_eq!(found["pod_additions_pods"], Ok(1), "{go}");
+        // After the receiver, a context and a pointer, an interface (2 words).
+        assert_eq!(found["scheduling_cycle_pod_info"], Ok(6), "{go}");
+        // A float field before the host's string in the first result.
+        assert_eq!(found["scheduling_cycle_host"], Ok(0), "{go}");
+        // Renamed p: refused, with the name it looked for.
+        let renamed = found["volume_wait_pod"].as_ref().unwrap_err();
+        assert!(renamed.contains("no parameter pod"), "{go}: {renamed}");
+        // Not in this binary at all.
+        let absent = found["bind_pod"].as_ref().unwrap_err();
+        assert!(absent.contains("not in DWARF"), "{go}: {absent}");
     }
 }
 

@@ -11,14 +11,12 @@
 //! environment when set (a warm cache makes a run take seconds), else a
 //! temporary directory. Without `--out` the table goes to stdout.
 
-mod signatures;
-
 use std::{borrow::Cow, collections::BTreeMap, collections::HashMap, path::PathBuf};
 
 use anyhow::{Context as _, bail};
 use gimli::{EndianSlice, RunTimeEndian};
 use object::{Object as _, ObjectSection as _};
-use tracer_gobin::{GoBinary, GoRelease, fixture};
+use tracer_gobin::{GoBinary, GoRelease, fixture, kube_args};
 
 /// One generated field: its name in the Rust struct and the chain of
 /// (struct, member) whose offsets add up to it.
@@ -320,7 +318,7 @@ struct KubeRow {
     sources: Vec<String>,
     offsets: Vec<(&'static Field, Option<u64>)>,
     /// Each `KubeArgWords` field's word, or why each binary had none.
-    args: Vec<(&'static signatures::ArgWord, Result<u64, Vec<String>>)>,
+    args: Vec<(&'static kube_args::ArgWord, Result<u64, Vec<String>>)>,
 }
 
 /// The Kubernetes struct offsets table (`src/kube_offsets_table.rs`): one
@@ -338,7 +336,7 @@ fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
         let (found, words) = with_dwarf(binary, |dwarf| {
             Ok((
                 dwarf_field_offsets(dwarf, KUBE_FIELDS)?,
-                signatures::arg_words(dwarf, signatures::ARG_WORDS)?,
+                kube_args::arg_words(dwarf, kube_args::ARG_WORDS)?,
             ))
         })
         .with_context(|| format!("reading DWARF of {}", binary.display()))?;
@@ -367,7 +365,7 @@ fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
                 go: go.clone(),
                 sources: Vec::new(),
                 offsets: KUBE_FIELDS.iter().map(|f| (f, None)).collect(),
-                args: signatures::ARG_WORDS
+                args: kube_args::ARG_WORDS
                     .iter()
                     .map(|w| (w, Err(Vec::new())))
                     .collect(),

@@ -1,16 +1,19 @@
 //! Where the values the Kubernetes function probes read sit in Go's register
-//! ABI, read from each release's DWARF: the probed function's parameters and
+//! ABI ([`KubeArgWords`](crate::KubeArgWords)), read from each release's
+//! DWARF by `gen-offsets --kube`: the probed function's parameters and
 //! results, their types, and the ABIInternal assignment rules (amd64). A
 //! parameter that moved between releases gets its new word in that release's
 //! row; one that was renamed, retyped past the registers, or removed stops
 //! generation with its name, instead of a probe reading the wrong register.
 
-use std::collections::HashMap;
+use std::{borrow::Cow, collections::HashMap, path::Path};
 
 use anyhow::{Context as _, bail};
 use gimli::{AttributeValue, EndianSlice, RunTimeEndian};
+use object::{Object as _, ObjectSection as _};
 
-type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
+/// How this module reads DWARF sections.
+pub type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
 
 /// Integer registers of Go's amd64 ABIInternal (RAX, RBX, RCX, RDI, RSI, R8–R11).
 const INT_REGISTERS: u32 = 9;
@@ -20,7 +23,8 @@ const FLOAT_REGISTERS: u32 = 15;
 const MAX_TYPE_DEPTH: u32 = 32;
 
 /// Which value of a function a word belongs to.
-pub(crate) enum Value {
+#[derive(Debug)]
+pub enum Value {
     /// The parameter of this name (the receiver counts as one, first).
     Param(&'static str),
     /// The result at this index (0-based), named or not.
@@ -28,15 +32,16 @@ pub(crate) enum Value {
 }
 
 /// One field of `KubeArgWords`: the word a probe reads.
-pub(crate) struct ArgWord {
+#[derive(Debug)]
+pub struct ArgWord {
     /// Its name in the Rust struct.
-    pub(crate) name: &'static str,
+    pub name: &'static str,
     /// The probed function's full Go name.
-    pub(crate) function: &'static str,
+    pub function: &'static str,
     /// Which parameter or result.
-    pub(crate) value: Value,
+    pub value: Value,
     /// Members to follow inside it (an interface's `data`, a struct's field).
-    pub(crate) path: &'static [&'static str],
+    pub path: &'static [&'static str],
 }
 
 const fn param(name: &'static str, function: &'static str, value: &'static str) -> ArgWord {
@@ -53,7 +58,7 @@ const SCHEDULING_CYCLE: &str = "k8s.io/kubernetes/pkg/scheduler.(*Scheduler).sch
 const BIND: &str = "k8s.io/kubernetes/pkg/scheduler.(*Scheduler).bind";
 
 /// Each field of `KubeArgWords`, in its order.
-pub(crate) const ARG_WORDS: &[ArgWord] = &[
+pub const ARG_WORDS: &[ArgWord] = &[
     param("authenticate_request", AUTHENTICATE, "req"),
     ArgWord {
         name: "authenticate_response",
@@ -326,9 +331,32 @@ fn type_ref(
     })
 }
 
+/// [`arg_words`] of the unstripped Go binary at `binary`.
+pub fn arg_words_of<'w>(
+    binary: &Path,
+    words: &'w [ArgWord],
+) -> anyhow::Result<Vec<(&'w ArgWord, Result<u64, String>)>> {
+    let bytes = std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
+    let file = object::File::parse(&*bytes)?;
+    let endian = if file.is_little_endian() {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> anyhow::Result<Cow<'_, [u8]>> {
+        Ok(match file.section_by_name(id.name()) {
+            Some(section) => section.uncompressed_data()?,
+            None => Cow::Borrowed(&[]),
+        })
+    };
+    let sections = gimli::DwarfSections::load(load)?;
+    let dwarf = sections.borrow(|section| EndianSlice::new(section, endian));
+    arg_words(&dwarf, words)
+}
+
 /// The word each of `words` reads in the binary whose DWARF is `dwarf`;
 /// an `Err` names what was not found.
-pub(crate) fn arg_words<'w>(
+pub fn arg_words<'w>(
     dwarf: &gimli::Dwarf<Reader<'_>>,
     words: &'w [ArgWord],
 ) -> anyhow::Result<Vec<(&'w ArgWord, Result<u64, String>)>> {

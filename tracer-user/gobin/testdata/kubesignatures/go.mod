@@ -1,0 +1,3 @@
+module k8s.io/kubernetes
+
+go 1.19
