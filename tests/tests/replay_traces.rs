@@ -675,9 +675,10 @@ fn assert_create_request<'a>(
 /// admission, the storage write holding the etcd call), the scheduler's
 /// queue, cycle and bind (holding the binding request), and the kubelet's
 /// pod sync (holding the CRI calls) and status update (holding the status
-/// request whose write reports Running) — DESIGN.md §1.
-fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod) {
-    let (root, _, storage) = assert_create_request(trace, pod, "kubectl/v1.28");
+/// request whose write reports Running) — DESIGN.md §1. `release`: the
+/// Kubernetes minor release recorded (`1.28`), whose kubectl created the Pod.
+fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod, release: &str) {
+    let (root, _, storage) = assert_create_request(trace, pod, &format!("kubectl/v{release}"));
     let created = trace.with("etcdserverpb.KV/Txn", "podtrace.k8s.pod.change", "created");
     let created_client = if created.kind == SPAN_KIND_CLIENT {
         created
@@ -787,7 +788,7 @@ fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures(
     };
     for prefix in ["running-", "second-scheduler-", "privileged-"] {
         let pod = scenario(prefix);
-        assert_component_tree(&Trace::new(&spans, &trace_of(pod)), pod);
+        assert_component_tree(&Trace::new(&spans, &trace_of(pod)), pod, "1.28");
         assert_deletion(&spans, pod, &pod.node);
     }
 
@@ -1057,7 +1058,29 @@ fn replayed_kubernetes_run_with_a_stripped_apiserver_and_plain_etcd_nests_the_sa
     let (spans, _) = replay_with("k8s-1.28-stripped-plain-etcd.ptrace.gz", "vm", &["--quiet"]);
     assert_well_formed(&spans);
     for pod in &pods {
-        assert_component_tree(&Trace::new(&spans, &trace_of(pod)), pod);
+        assert_component_tree(&Trace::new(&spans, &trace_of(pod)), pod, "1.28");
         assert_deletion(&spans, pod, &pod.node);
+    }
+}
+
+/// The other releases in the Kubernetes table, each recorded with its own
+/// stripped (`-s -w`) kube-apiserver on mTLS etcd and its unstripped
+/// scheduler and kubelet: every function probe reads its release's struct
+/// offsets and argument words, and the trees are the same as on 1.28.
+#[test]
+fn replayed_runs_of_each_kubernetes_release_nest_the_components_spans() {
+    for release in ["1.30", "1.31", "1.33"] {
+        let pods = demo_pods(&format!("k8s-{release}-stripped.pods.jsonl"));
+        assert_eq!(pods.len(), 2, "{release}: {pods:#?}");
+        let (spans, _) = replay_with(
+            &format!("k8s-{release}-stripped.ptrace.gz"),
+            "vm",
+            &["--quiet"],
+        );
+        assert_well_formed(&spans);
+        for pod in &pods {
+            assert_component_tree(&Trace::new(&spans, &trace_of(pod)), pod, release);
+            assert_deletion(&spans, pod, &pod.node);
+        }
     }
 }
