@@ -184,8 +184,12 @@ pub const DEFAULT_RING_BUFFER_BYTES: u32 = 16 << 20;
 pub const RING_DRAIN_INTERVAL_MS: u64 = 20;
 /// [`Config::wakeup_bytes`] as a fraction of the ring buffer: a wakeup each
 /// time another 1/16 of it is pending, leaving room for what arrives before
-/// the reader runs.
+/// the reader runs ...
 pub const WAKEUP_FRACTION: u32 = 16;
+/// ... and at most this many bytes apart: a larger ring is room for bursts,
+/// not a reason to let records wait longer in it (what they were with the
+/// 4 MiB ring, whose 1/16 this is).
+pub const MAX_WAKEUP_BYTES: u32 = 256 << 10;
 /// Default for [`Config::max_descendant_depth`].
 pub const DEFAULT_MAX_DESCENDANT_DEPTH: u32 = 4;
 

@@ -336,6 +336,15 @@ pub fn arg_words_of<'w>(
     binary: &Path,
     words: &'w [ArgWord],
 ) -> anyhow::Result<Vec<(&'w ArgWord, Result<u64, String>)>> {
+    with_dwarf(binary, |dwarf| arg_words(dwarf, words))
+}
+
+/// Calls `read` with the DWARF of the ELF file at `binary` (for the table
+/// generator's readers; the agent never reads DWARF).
+pub fn with_dwarf<T>(
+    binary: &Path,
+    read: impl FnOnce(&gimli::Dwarf<Reader<'_>>) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let bytes = std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
     let file = object::File::parse(&*bytes)?;
     let endian = if file.is_little_endian() {
@@ -351,7 +360,7 @@ pub fn arg_words_of<'w>(
     };
     let sections = gimli::DwarfSections::load(load)?;
     let dwarf = sections.borrow(|section| EndianSlice::new(section, endian));
-    arg_words(&dwarf, words)
+    read(&dwarf)
 }
 
 /// The word each of `words` reads in the binary whose DWARF is `dwarf`;

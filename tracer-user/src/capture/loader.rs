@@ -15,8 +15,8 @@ use aya::{
 };
 use tracer_common::{
     config::{
-        COMM_BYTES, Config, ETCD_EXECUTABLE, TARGET_TLS_CALLS_DETACHED, TARGET_WAL, TargetInfo,
-        WAKEUP_FRACTION,
+        COMM_BYTES, Config, ETCD_EXECUTABLE, MAX_WAKEUP_BYTES, TARGET_TLS_CALLS_DETACHED,
+        TARGET_WAL, TargetInfo, WAKEUP_FRACTION,
     },
     drop_reason::DropReason,
     event::{EventHeader, EventKind, FILENAME_BYTES},
@@ -239,7 +239,7 @@ impl Probes {
             max_descendant_depth: options.max_descendant_depth,
             agent_tgid: std::process::id(),
             data_bytes: options.data_bytes.min(DATA_BYTES_MAX as u32),
-            wakeup_bytes: size / WAKEUP_FRACTION,
+            wakeup_bytes: (size / WAKEUP_FRACTION).min(MAX_WAKEUP_BYTES),
         };
         let io_entries = io_processes::entries(Path::new(PID_MAX_FILE));
         let mut ebpf = load_object(

@@ -11,11 +11,9 @@
 //! environment when set (a warm cache makes a run take seconds), else a
 //! temporary directory. Without `--out` the table goes to stdout.
 
-use std::{borrow::Cow, collections::BTreeMap, collections::HashMap, path::PathBuf};
+use std::{collections::BTreeMap, collections::HashMap, path::PathBuf};
 
 use anyhow::{Context as _, bail};
-use gimli::{EndianSlice, RunTimeEndian};
-use object::{Object as _, ObjectSection as _};
 use tracer_gobin::{GoBinary, GoRelease, fixture, kube_args};
 
 /// One generated field: its name in the Rust struct and the chain of
@@ -333,7 +331,7 @@ fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
             .with_context(|| format!("Kubernetes version of {}", binary.display()))?
             .with_context(|| format!("{} is not a Kubernetes component", binary.display()))?;
         let go = bin.build_info().go_version.clone();
-        let (found, words) = with_dwarf(binary, |dwarf| {
+        let (found, words) = kube_args::with_dwarf(binary, |dwarf| {
             Ok((
                 dwarf_field_offsets(dwarf, KUBE_FIELDS)?,
                 kube_args::arg_words(dwarf, kube_args::ARG_WORDS)?,
@@ -445,35 +443,12 @@ fn field_offsets(
     binary: &std::path::Path,
     fields: &'static [Field],
 ) -> anyhow::Result<Vec<(&'static Field, Result<u64, String>)>> {
-    with_dwarf(binary, |dwarf| dwarf_field_offsets(dwarf, fields))
-}
-
-/// Calls `read` with the DWARF of `binary`.
-fn with_dwarf<T>(
-    binary: &std::path::Path,
-    read: impl FnOnce(&gimli::Dwarf<EndianSlice<'_, RunTimeEndian>>) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
-    let bytes = std::fs::read(binary)?;
-    let file = object::File::parse(&*bytes)?;
-    let endian = if file.is_little_endian() {
-        RunTimeEndian::Little
-    } else {
-        RunTimeEndian::Big
-    };
-    let load = |id: gimli::SectionId| -> anyhow::Result<Cow<'_, [u8]>> {
-        Ok(match file.section_by_name(id.name()) {
-            Some(section) => section.uncompressed_data()?,
-            None => Cow::Borrowed(&[]),
-        })
-    };
-    let dwarf_sections = gimli::DwarfSections::load(load)?;
-    let dwarf = dwarf_sections.borrow(|section| EndianSlice::new(section, endian));
-    read(&dwarf)
+    kube_args::with_dwarf(binary, |dwarf| dwarf_field_offsets(dwarf, fields))
 }
 
 /// [`field_offsets`] of loaded DWARF.
 fn dwarf_field_offsets(
-    dwarf: &gimli::Dwarf<EndianSlice<'_, RunTimeEndian>>,
+    dwarf: &gimli::Dwarf<kube_args::Reader<'_>>,
     fields: &'static [Field],
 ) -> anyhow::Result<Vec<(&'static Field, Result<u64, String>)>> {
     let wanted: Vec<&str> = fields
