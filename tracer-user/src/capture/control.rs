@@ -47,6 +47,19 @@ pub enum CaptureControl {
     Exited(u32),
 }
 
+impl CaptureControl {
+    /// The process whose probes the request attaches or detaches, if it is
+    /// such a request.
+    pub fn process(&self) -> Option<u32> {
+        match *self {
+            Self::Hpack(HpackControl::FieldProbes { tgid, .. })
+            | Self::TlsProbes { tgid, .. }
+            | Self::Exited(tgid) => Some(tgid),
+            _ => None,
+        }
+    }
+}
+
 impl From<HpackControl> for CaptureControl {
     fn from(request: HpackControl) -> Self {
         Self::Hpack(request)
@@ -156,5 +169,34 @@ impl SecretsWanted {
         let name = MAP_TLS_KEYS_WANTED;
         let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
         BpfHashMap::try_from(map).map_err(|source| CaptureError::Map { name, source })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_requests_name_their_process_and_connection_requests_none() {
+        let conn = ConnKey {
+            tgid: 7,
+            conn_id: 1,
+        };
+        let tls = CaptureControl::TlsProbes {
+            tgid: 42,
+            needed: true,
+        };
+        assert_eq!(tls.process(), Some(42));
+        let fields = HpackControl::FieldProbes {
+            tgid: 43,
+            needed: false,
+        };
+        assert_eq!(CaptureControl::from(fields).process(), Some(43));
+        assert_eq!(CaptureControl::Exited(44).process(), Some(44));
+        assert_eq!(CaptureControl::Mute(conn).process(), None);
+        assert_eq!(
+            CaptureControl::from(HpackControl::Ask(conn)).process(),
+            None
+        );
     }
 }

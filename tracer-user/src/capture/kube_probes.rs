@@ -331,6 +331,21 @@ mod tests {
     }
 
     #[test]
+    fn every_argument_word_belongs_to_a_probed_function() {
+        // The table generator's list (tracer-gobin) names the same functions.
+        for word in tracer_gobin::kube_args::ARG_WORDS {
+            assert!(probe_for(word.function).is_some(), "{}", word.function);
+        }
+        for probe in KUBE_PROBES {
+            let reads = !probe.entry.is_empty() || !probe.ret.is_empty();
+            let generated = tracer_gobin::kube_args::ARG_WORDS
+                .iter()
+                .any(|word| word.function == probe.symbol);
+            assert_eq!(reads, generated, "{}", probe.symbol);
+        }
+    }
+
+    #[test]
     fn every_release_places_every_read_inside_the_reported_words() {
         use tracer_common::gofunc::GO_FUNC_WORDS;
         let go = StructOffsets::for_go_version("go1.21.13").unwrap();

@@ -595,7 +595,18 @@ impl Probes {
                     .and_then(|()| self.tls_calls.exited(&mut self.ebpf, &self.uprobes, tgid)),
             };
             if let Err(error) = done {
-                tracing::warn!(%error, ?request, "capture control failed");
+                // Probes of a process that exited meanwhile (its
+                // /proc/PID/exe is gone, at a cluster's teardown): nothing
+                // is lost, its exit record follows.
+                let gone = request
+                    .process()
+                    .filter(|tgid| !Path::new(&format!("/proc/{tgid}")).exists());
+                match gone {
+                    Some(tgid) => {
+                        tracing::debug!(%error, tgid, "capture control: the process exited")
+                    }
+                    None => tracing::warn!(%error, ?request, "capture control failed"),
+                }
             }
         }
     }
