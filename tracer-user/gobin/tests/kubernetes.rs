@@ -272,9 +272,13 @@ fn the_kube_table_row_is_what_the_binaries_dwarf_says() {
     // The committed table holds this release's row as generated now: struct
     // offsets and every probed parameter's register word.
     let committed = include_str!("../src/kube_offsets_table.rs");
+    // The row alone: the last one of a file is followed by the array's end,
+    // which the committed table has after its own last row only.
+    const ROW_END: &str = "\n    },\n";
     let row = generated
         .split("    KubeTableEntry {")
         .find(|row| row.contains(&format!("kubernetes: \"{expected}\"")))
+        .and_then(|row| row.find(ROW_END).map(|end| &row[..end + ROW_END.len()]))
         .unwrap_or_else(|| panic!("no {expected} row in:\n{generated}"));
     assert!(
         committed.contains(row),
