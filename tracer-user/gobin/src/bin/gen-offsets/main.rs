@@ -14,7 +14,7 @@
 use std::{collections::BTreeMap, collections::HashMap, path::PathBuf};
 
 use anyhow::{Context as _, bail};
-use tracer_gobin::{GoBinary, GoRelease, fixture, kube_args};
+use tracer_gobin::{GoBinary, GoRelease, KubeVersion, fixture, kube_args};
 
 /// One generated field: its name in the Rust struct and the chain of
 /// (struct, member) whose offsets add up to it.
@@ -309,14 +309,38 @@ fn go_table(args: &Args) -> anyhow::Result<String> {
 }
 
 /// A row of the Kubernetes table: Kubernetes and Go versions, the binaries
-/// it was read from, each field's offset.
+/// it was read from, each field's offset and each argument's word.
 struct KubeRow {
     kubernetes: String,
     go: String,
     sources: Vec<String>,
-    offsets: Vec<(&'static Field, Option<u64>)>,
-    /// Each `KubeArgWords` field's word, or why each binary had none.
-    args: Vec<(&'static kube_args::ArgWord, Result<u64, Vec<String>>)>,
+    offsets: Vec<(&'static Field, Merged)>,
+    args: Vec<(&'static kube_args::ArgWord, Merged)>,
+}
+
+/// One value of a row as its release's binaries gave it, or why each binary
+/// had none.
+type Merged = Result<u64, Vec<String>>;
+
+/// Merges what binary `name` of `version` found for `what` into `merged`:
+/// the first binary that has the value sets it, the others must agree (a
+/// type or function can be in several components).
+fn merge(
+    merged: &mut Merged,
+    found: Result<u64, String>,
+    name: &str,
+    what: &str,
+    version: &KubeVersion,
+) -> anyhow::Result<()> {
+    match (&mut *merged, found) {
+        (Ok(previous), Ok(found)) if *previous != found => {
+            bail!("{name}: {what} is {found}, another binary of {version} says {previous}")
+        }
+        (Ok(_), _) => {}
+        (Err(_), Ok(found)) => *merged = Ok(found),
+        (Err(reasons), Err(why)) => reasons.push(format!("{name}: {why}")),
+    }
+    Ok(())
 }
 
 /// The Kubernetes struct offsets table (`src/kube_offsets_table.rs`): one
@@ -355,14 +379,13 @@ fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
                 )
                 .collect::<Vec<_>>()
         );
-
         let row = rows
             .entry((version.major, version.minor))
             .or_insert_with(|| KubeRow {
                 kubernetes: version.to_string(),
                 go: go.clone(),
                 sources: Vec::new(),
-                offsets: KUBE_FIELDS.iter().map(|f| (f, None)).collect(),
+                offsets: KUBE_FIELDS.iter().map(|f| (f, Err(Vec::new()))).collect(),
                 args: kube_args::ARG_WORDS
                     .iter()
                     .map(|w| (w, Err(Vec::new())))
@@ -376,38 +399,25 @@ fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
                 row.go
             );
         }
-        row.sources.push(name.clone());
         for ((field, merged), (_, offset)) in row.offsets.iter_mut().zip(found) {
-            let Ok(offset) = offset else { continue };
-            match *merged {
-                Some(previous) if previous != offset => bail!(
-                    "{}: {} is {offset}, another binary of {version} says {previous}",
-                    binary.display(),
-                    field.name
-                ),
-                _ => *merged = Some(offset),
-            }
+            merge(merged, offset, &name, field.name, &version)?;
         }
-        // A function lives in one component; where two binaries both have
-        // it (a library function), they must agree.
         for ((word, merged), (_, found)) in row.args.iter_mut().zip(words) {
-            match (&mut *merged, found) {
-                (Ok(previous), Ok(found)) if *previous != found => bail!(
-                    "{}: {} is word {found}, another binary of {version} says {previous}",
-                    binary.display(),
-                    word.name
-                ),
-                (Ok(_), _) => {}
-                (Err(_), Ok(found)) => *merged = Ok(found),
-                (Err(reasons), Err(why)) => reasons.push(format!("{name}: {why}")),
-            }
+            merge(
+                merged,
+                found,
+                &name,
+                &format!("{} (a word)", word.name),
+                &version,
+            )?;
         }
+        row.sources.push(name);
     }
     for ((major, minor), row) in &rows {
         let missing: Vec<&str> = row
             .offsets
             .iter()
-            .filter(|(_, o)| o.is_none())
+            .filter(|(_, o)| o.is_err())
             .map(|(f, _)| f.name)
             .collect();
         let unplaced: Vec<String> = row
@@ -573,7 +583,7 @@ fn render_kube(rows: &BTreeMap<(u32, u32), KubeRow>) -> String {
             out.push_str(&format!(
                 "            {}: {},\n",
                 field.name,
-                render_value(field, *offset)
+                render_value(field, offset.as_ref().ok().copied())
             ));
         }
         out.push_str("            args: KubeArgWords {\n");
