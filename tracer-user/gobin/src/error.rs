@@ -60,6 +60,10 @@ pub enum GoBinError {
     /// No struct offsets are known for the Go release that built the binary.
     #[error("no struct offsets for Go version {version:?}: the table covers {known}")]
     UnknownGoVersion { version: String, known: String },
+    /// A struct or field the runtime type descriptors do not hold, or
+    /// descriptors that cannot be read.
+    #[error("runtime type descriptors: {reason}")]
+    TypeDescriptors { reason: String },
     /// A Kubernetes component (it has `k8s.io/component-base/version`) whose
     /// `gitVersion` could not be read or is not `vMAJOR.MINOR.PATCH`.
     #[error("Kubernetes version not found: {reason}")]

@@ -69,6 +69,7 @@ mod offsets;
 mod offsets_table;
 mod pclntab;
 mod ret;
+mod rtypes;
 
 use std::{collections::BTreeMap, collections::HashMap, fs::File, path::Path, sync::OnceLock};
 
@@ -79,6 +80,7 @@ pub use moduledata::TextStartSource;
 pub use offsets::{GoRelease, StructOffsets};
 pub use pclntab::PclntabVersion;
 pub use ret::EntryPoint;
+pub use rtypes::TypeDescriptors;
 
 use elf::ElfLayout;
 use pclntab::Pclntab;
@@ -210,6 +212,21 @@ impl GoBinary {
 
     pub fn text_start_source(&self) -> TextStartSource {
         self.text_start_source
+    }
+
+    /// The runtime type descriptors: struct field offsets read from the
+    /// binary itself, stripped or not ([`TypeDescriptors::field_offset`]).
+    pub fn type_descriptors(&self) -> Result<TypeDescriptors<'_>> {
+        let go = GoRelease::parse(&self.build_info.go_version).ok_or_else(|| {
+            GoBinError::TypeDescriptors {
+                reason: format!("unknown Go version {:?}", self.build_info.go_version),
+            }
+        })?;
+        let (moduledata, _, _) = moduledata::locate(&self.layout, &self.data, &self.pclntab)
+            .ok_or_else(|| GoBinError::TypeDescriptors {
+                reason: "no moduledata consistent with the pclntab".into(),
+            })?;
+        TypeDescriptors::new(&self.layout, &self.data, moduledata, go)
     }
 
     /// Whether the ELF symbol table is still there (the binary was not stripped).

@@ -48,17 +48,30 @@ pub(crate) fn text_start(
             return Ok((text, TextStartSource::PcHeader));
         }
     }
-    if let Some(sym) = layout.any_symbol(data, "runtime.firstmoduledata") {
-        if let Some(text) = validated_text(layout, data, pcln, sym.addr) {
-            return Ok((text, TextStartSource::FirstModuledataSymbol));
-        }
-    }
-    candidates(layout, data, pcln.header_vaddr)
-        .find_map(|addr| validated_text(layout, data, pcln, addr))
-        .map(|text| (text, TextStartSource::ModuledataScan))
+    locate(layout, data, pcln)
+        .map(|(_, text, source)| (text, source))
         .ok_or(GoBinError::TextStartNotFound {
             pcheader: pcln.header_vaddr,
         })
+}
+
+/// The moduledata's address, its `text`, and how it was found: through the
+/// `runtime.firstmoduledata` symbol when `.symtab` names it, else by
+/// scanning the writable segments for one consistent with the pclntab.
+pub(crate) fn locate(
+    layout: &ElfLayout,
+    data: &[u8],
+    pcln: &Pclntab,
+) -> Option<(u64, u64, TextStartSource)> {
+    if let Some(sym) = layout.any_symbol(data, "runtime.firstmoduledata") {
+        if let Some(text) = validated_text(layout, data, pcln, sym.addr) {
+            return Some((sym.addr, text, TextStartSource::FirstModuledataSymbol));
+        }
+    }
+    candidates(layout, data, pcln.header_vaddr).find_map(|addr| {
+        validated_text(layout, data, pcln, addr)
+            .map(|text| (addr, text, TextStartSource::ModuledataScan))
+    })
 }
 
 /// Addresses of words holding a pointer to the pcHeader: in the file bytes of
