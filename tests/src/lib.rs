@@ -102,6 +102,7 @@ impl LiveCapture {
             ring_buffer_bytes,
             data_bytes: tracer_common::io::DEFAULT_DATA_BYTES,
             uprobe_perf_events: false,
+            kube_offsets: tracer_gobin::KubeOffsetsMode::default(),
         };
         let mut probes =
             Probes::load(&options).unwrap_or_else(|err| panic!("loading the eBPF object: {err}"));

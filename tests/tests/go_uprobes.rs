@@ -54,13 +54,23 @@ fn build(minor: u32) -> PathBuf {
 
 fn counts_every_call_and_return(minor: u32) {
     let binary = build(minor);
-    let inspection = go_probes::inspect(&binary, &["main.classify".to_owned()]).unwrap();
+    let inspection = go_probes::inspect(
+        &binary,
+        &["main.classify".to_owned()],
+        tracer_gobin::KubeOffsetsMode::default(),
+    )
+    .unwrap();
     let classify = inspection.functions.get("main.classify").unwrap().clone();
     assert!(
         classify.ret_offsets.len() >= 2,
         "expected several RETs: {classify:?}"
     );
-    let inspection = go_probes::inspect(&binary, &["main.grow".to_owned()]).unwrap();
+    let inspection = go_probes::inspect(
+        &binary,
+        &["main.grow".to_owned()],
+        tracer_gobin::KubeOffsetsMode::default(),
+    )
+    .unwrap();
     let grow = inspection.functions.get("main.grow").unwrap().clone();
     // The cheap probe point (an emulated jump), whose skip of stack-growing
     // hits is what the grow counts below check.

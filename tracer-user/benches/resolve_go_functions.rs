@@ -39,7 +39,7 @@ fn bench(path: &Path) {
     let size_mb = std::fs::metadata(path)
         .map(|meta| meta.len() as f64 / 1e6)
         .unwrap_or(0.0);
-    let inspection = match inspect(path, &[]) {
+    let inspection = match inspect(path, &[], tracer_gobin::KubeOffsetsMode::default()) {
         Ok(inspection) => inspection,
         Err(err) => {
             println!("{}: cannot inspect: {err}", path.display());
@@ -51,7 +51,7 @@ fn bench(path: &Path) {
         std::hint::black_box(bytes);
     });
     let resolve = measure(|| {
-        std::hint::black_box(inspect(path, &[]).ok());
+        std::hint::black_box(inspect(path, &[], tracer_gobin::KubeOffsetsMode::default()).ok());
     });
     println!(
         "{name}: {size_mb:.1} MB, {go}, {functions} probe points found; resolve {resolve:.1?} vs read-file baseline {baseline:.1?}: ratio {ratio:.2} ({verdict} the {BUDGET:?} budget)",

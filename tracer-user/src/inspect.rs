@@ -51,6 +51,9 @@ pub fn render_text(inspection: &GoInspection) -> String {
                 rets.join(" ")
             },
         );
+        if let Some(source) = inspection.kube_probes.get(name) {
+            let _ = writeln!(out, "            offsets {source}");
+        }
         if let Some(copy) = function.copy_point {
             let _ = writeln!(
                 out,

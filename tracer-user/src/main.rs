@@ -198,6 +198,30 @@ struct InspectArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Where the Kubernetes function probes' struct offsets come from.
+    #[arg(long, value_enum, default_value_t = KubeOffsetsArg::Table)]
+    kube_offsets: KubeOffsetsArg,
+}
+
+/// Where the Kubernetes function probes' struct offsets come from.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum KubeOffsetsArg {
+    /// The table's row for the component's release (generated from that
+    /// release's DWARF); a release the table lacks gets derived offsets.
+    Table,
+    /// Read from the binary's runtime type descriptors even when the table
+    /// has the release (a vendor's patched build), with the argument words
+    /// of the nearest release in the table.
+    Derived,
+}
+
+impl From<KubeOffsetsArg> for tracer_gobin::KubeOffsetsMode {
+    fn from(arg: KubeOffsetsArg) -> Self {
+        match arg {
+            KubeOffsetsArg::Table => Self::TableFirst,
+            KubeOffsetsArg::Derived => Self::Derived,
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -246,6 +270,9 @@ struct RunArgs {
     /// one step: perf events take ~0.1 s each to detach on recent kernels).
     #[arg(long)]
     uprobe_perf_events: bool,
+    /// Where the Kubernetes function probes' struct offsets come from.
+    #[arg(long, value_enum, default_value_t = KubeOffsetsArg::Table)]
+    kube_offsets: KubeOffsetsArg,
     /// Payload bytes kept per socket or WAL syscall (at most 8192).
     #[arg(long, default_value_t = DEFAULT_DATA_BYTES, value_parser = clap::value_parser!(u32).range(0..=DATA_BYTES_MAX as i64))]
     data_bytes: u32,
@@ -332,7 +359,7 @@ fn check() -> ExitCode {
 }
 
 fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let inspection = go_probes::inspect(&args.binary, &args.functions)
+    let inspection = go_probes::inspect(&args.binary, &args.functions, args.kube_offsets.into())
         .with_context(|| format!("inspecting {}", args.binary.display()))?;
     let text = if args.json {
         serde_json::to_string_pretty(&inspection)? + "\n"
@@ -343,8 +370,12 @@ fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn probe_check(args: ProbeCheckArgs) -> anyhow::Result<ExitCode> {
-    let inspection = go_probes::inspect(&args.binary, &args.functions)
-        .with_context(|| format!("inspecting {}", args.binary.display()))?;
+    let inspection = go_probes::inspect(
+        &args.binary,
+        &args.functions,
+        tracer_gobin::KubeOffsetsMode::default(),
+    )
+    .with_context(|| format!("inspecting {}", args.binary.display()))?;
     let functions: Vec<_> = inspection.functions.into_values().collect();
     let counter = CallCounter::attach(&args.binary, &functions, args.pid)?;
     eprintln!(
@@ -509,6 +540,7 @@ fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> 
         ring_buffer_bytes: args.ring_buffer_bytes,
         data_bytes: args.data_bytes,
         uprobe_perf_events: args.uprobe_perf_events,
+        kube_offsets: args.kube_offsets.into(),
     };
     let priority = Priority::new(args.nice, args.ring_buffer_bytes);
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -255,26 +255,207 @@ pub(crate) struct KubeTableEntry {
     pub(crate) offsets: KubeStructOffsets,
 }
 
+/// One field of [`KubeStructOffsets`]: its name there, and the chain of
+/// `(struct, member)` whose offsets add up to it. `gen-offsets --kube` reads
+/// the chains from DWARF for the table; [`kube_offsets_for`] from the
+/// runtime type descriptors of a release the table lacks.
+#[derive(Debug)]
+pub struct KubeField {
+    pub name: &'static str,
+    pub chain: &'static [(&'static str, &'static str)],
+}
+
+const POD: &str = "k8s.io/api/core/v1.Pod";
+const OBJECT_META: &str = "k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta";
+
+/// Every field of [`KubeStructOffsets`] but `args`, in its order.
+pub const KUBE_FIELDS: &[KubeField] = &[
+    KubeField {
+        name: "pod_name",
+        chain: &[(POD, "ObjectMeta"), (OBJECT_META, "Name")],
+    },
+    KubeField {
+        name: "pod_namespace",
+        chain: &[(POD, "ObjectMeta"), (OBJECT_META, "Namespace")],
+    },
+    KubeField {
+        name: "pod_uid",
+        chain: &[(POD, "ObjectMeta"), (OBJECT_META, "UID")],
+    },
+    KubeField {
+        name: "queued_pod_info_pod_info",
+        chain: &[(
+            "k8s.io/kubernetes/pkg/scheduler/framework.QueuedPodInfo",
+            "PodInfo",
+        )],
+    },
+    KubeField {
+        name: "pod_info_pod",
+        chain: &[("k8s.io/kubernetes/pkg/scheduler/framework.PodInfo", "Pod")],
+    },
+    KubeField {
+        name: "authn_response_user",
+        chain: &[(
+            "k8s.io/apiserver/pkg/authentication/authenticator.Response",
+            "User",
+        )],
+    },
+    KubeField {
+        name: "user_info_name",
+        chain: &[(
+            "k8s.io/apiserver/pkg/authentication/user.DefaultInfo",
+            "Name",
+        )],
+    },
+];
+
+impl KubeStructOffsets {
+    /// The value of the field [`KUBE_FIELDS`] names `name`.
+    pub fn field(&self, name: &str) -> Option<u64> {
+        let mut copy = *self;
+        copy.field_mut(name).map(|value| *value)
+    }
+
+    /// The field [`KUBE_FIELDS`] names `name`.
+    fn field_mut(&mut self, name: &str) -> Option<&mut u64> {
+        Some(match name {
+            "pod_name" => &mut self.pod_name,
+            "pod_namespace" => &mut self.pod_namespace,
+            "pod_uid" => &mut self.pod_uid,
+            "queued_pod_info_pod_info" => &mut self.queued_pod_info_pod_info,
+            "pod_info_pod" => &mut self.pod_info_pod,
+            "authn_response_user" => &mut self.authn_response_user,
+            "user_info_name" => &mut self.user_info_name,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a component's Kubernetes offsets came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeOffsetsSource {
+    /// The table's row for the release (generated from its DWARF).
+    Table { release: &'static str },
+    /// The field offsets from the binary's own type descriptors; the
+    /// argument words from the table's row of the nearest release.
+    Derived { words_from: &'static str },
+}
+
+impl fmt::Display for KubeOffsetsSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Table { release } => write!(f, "from the table ({release})"),
+            Self::Derived { words_from } => write!(
+                f,
+                "derived from the binary's type descriptors, argument words of {words_from}"
+            ),
+        }
+    }
+}
+
+/// A component's Kubernetes offsets and their source.
+#[derive(Debug, Clone)]
+pub struct KubeOffsets {
+    /// Every field a table row has. When derived, a field listed in
+    /// `absent` holds 0 and must not be read.
+    pub offsets: KubeStructOffsets,
+    pub source: KubeOffsetsSource,
+    /// Fields the binary's type descriptors do not give, with why: a probe
+    /// that reads one is refused (a kubelet has no scheduler types, a
+    /// renamed field has no offset).
+    pub absent: Vec<(&'static str, String)>,
+}
+
+/// How [`kube_offsets_for`] chooses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KubeOffsetsMode {
+    /// The table's row when it has the release, else derived.
+    #[default]
+    TableFirst,
+    /// Derived even when the table has the release (to check a build the
+    /// table row may not describe, such as a vendor's patched one).
+    Derived,
+}
+
+/// The offsets for a component of `version`: the table's row (see
+/// [`KubeOffsetsMode`]), else the field offsets read from `binary`'s type
+/// descriptors with the argument words of the nearest release in the table
+/// (the probed signatures have not changed from 1.28 to 1.33; a function
+/// whose first hits do not read as the checks expect is detached by the
+/// agent). `Err` when the descriptors cannot be read at all.
+pub fn kube_offsets_for(
+    binary: &GoBinary,
+    version: KubeVersion,
+    mode: KubeOffsetsMode,
+) -> Result<KubeOffsets> {
+    if mode == KubeOffsetsMode::TableFirst {
+        if let Some(entry) = table_row(version) {
+            return Ok(KubeOffsets {
+                offsets: entry.offsets,
+                source: KubeOffsetsSource::Table {
+                    release: entry.kubernetes,
+                },
+                absent: Vec::new(),
+            });
+        }
+    }
+    let nearest = KUBE_TABLE
+        .iter()
+        .filter(|e| e.major == version.major)
+        .min_by_key(|e| (e.minor.abs_diff(version.minor), std::cmp::Reverse(e.minor)))
+        .ok_or_else(|| GoBinError::UnknownKubeVersion {
+            version: version.to_string(),
+            known: known_rows(),
+        })?;
+    let types = binary.type_descriptors()?;
+    let mut offsets = nearest.offsets;
+    let mut absent = Vec::new();
+    for field in KUBE_FIELDS {
+        let value = types.field_offset(field.chain);
+        if let Err(error) = &value {
+            absent.push((field.name, error.to_string()));
+        }
+        if let Some(slot) = offsets.field_mut(field.name) {
+            *slot = value.unwrap_or(0);
+        }
+    }
+    Ok(KubeOffsets {
+        offsets,
+        source: KubeOffsetsSource::Derived {
+            words_from: nearest.kubernetes,
+        },
+        absent,
+    })
+}
+
+fn table_row(version: KubeVersion) -> Option<&'static KubeTableEntry> {
+    KUBE_TABLE
+        .iter()
+        .find(|e| e.major == version.major && e.minor == version.minor)
+}
+
+fn known_rows() -> String {
+    KUBE_TABLE
+        .iter()
+        .map(|e| {
+            format!(
+                "{}.{} (from {} built with {}: {})",
+                e.major, e.minor, e.kubernetes, e.go, e.sources
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The Kubernetes struct offsets for `version`'s minor release (patch
 /// releases do not change these types). A release outside the table is
 /// [`GoBinError::UnknownKubeVersion`], never a guess.
 pub fn kube_offsets(version: KubeVersion) -> Result<KubeStructOffsets> {
-    KUBE_TABLE
-        .iter()
-        .find(|e| e.major == version.major && e.minor == version.minor)
+    table_row(version)
         .map(|e| e.offsets)
         .ok_or_else(|| GoBinError::UnknownKubeVersion {
             version: version.to_string(),
-            known: KUBE_TABLE
-                .iter()
-                .map(|e| {
-                    format!(
-                        "{}.{} (from {} built with {}: {})",
-                        e.major, e.minor, e.kubernetes, e.go, e.sources
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("; "),
+            known: known_rows(),
         })
 }
 

@@ -75,7 +75,10 @@ use std::{collections::BTreeMap, collections::HashMap, fs::File, path::Path, syn
 
 pub use buildinfo::{BuildInfo, Module};
 pub use error::{GoBinError, Result};
-pub use kube::{KubeArgWords, KubeStructOffsets, KubeVersion, known_kube_releases, kube_offsets};
+pub use kube::{
+    KUBE_FIELDS, KubeArgWords, KubeField, KubeOffsets, KubeOffsetsMode, KubeOffsetsSource,
+    KubeStructOffsets, KubeVersion, known_kube_releases, kube_offsets, kube_offsets_for,
+};
 pub use moduledata::TextStartSource;
 pub use offsets::{GoRelease, StructOffsets};
 pub use pclntab::PclntabVersion;

@@ -20,9 +20,9 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use tracer_gobin::{
-    GoBinError, GoBinary, KubeVersion, StructOffsets,
+    GoBinError, GoBinary, KubeOffsetsMode, KubeOffsetsSource, KubeVersion, StructOffsets,
     fixture::{self, Variant},
-    kube_args, kube_offsets,
+    known_kube_releases, kube_args, kube_offsets, kube_offsets_for,
 };
 
 const FIXTURE_VERSION: &str = "v1.31.7-fixture+podtrace";
@@ -285,6 +285,75 @@ fn the_kube_table_row_is_what_the_binaries_dwarf_says() {
         "the committed row for {expected} differs from its binaries' DWARF; \
          run cargo xtask offsets --kube with every release's directory:\n{row}"
     );
+}
+
+#[test]
+#[ignore = "needs PODTRACE_K8S_BIN, a directory of Kubernetes binaries (none ship with podtrace); cargo xtask test runs it when set"]
+fn offsets_derived_from_the_real_binaries_type_descriptors_are_the_table_row() {
+    let test = "offsets_derived_from_the_real_binaries_type_descriptors_are_the_table_row";
+    let Some((dir, stripped, expected)) = real_binaries(test) else {
+        return;
+    };
+    let table = kube_offsets(expected).unwrap();
+    let pod = ["pod_name", "pod_namespace", "pod_uid"];
+    let components = [
+        (
+            dir.join("kube-apiserver"),
+            &["authn_response_user", "user_info_name"][..],
+        ),
+        (
+            dir.join("kube-scheduler"),
+            &["queued_pod_info_pod_info", "pod_info_pod"][..],
+        ),
+        (dir.join("kubelet"), &[][..]),
+    ];
+    let stripped = stripped.map(|dir| (dir.join("kube-apiserver"), components[0].1));
+    if stripped.is_none() {
+        println!(
+            "SKIP {test} (stripped part): no stripped kube-apiserver beside {}",
+            dir.display()
+        );
+    }
+    for (path, own) in components.into_iter().chain(stripped) {
+        let bin = GoBinary::open(&path).unwrap();
+        let derived = kube_offsets_for(&bin, expected, KubeOffsetsMode::Derived).unwrap();
+        assert_eq!(
+            derived.source,
+            KubeOffsetsSource::Derived {
+                words_from: table_release(expected)
+            }
+        );
+        assert_eq!(derived.offsets.args, table.args, "{}", path.display());
+        for field in tracer_gobin::KUBE_FIELDS {
+            let absent = derived.absent.iter().find(|(name, _)| *name == field.name);
+            if pod.contains(&field.name) || own.contains(&field.name) {
+                assert!(absent.is_none(), "{}: {absent:?}", path.display());
+            }
+            if absent.is_none() {
+                assert_eq!(
+                    derived.offsets.field(field.name),
+                    table.field(field.name),
+                    "{} {}",
+                    path.display(),
+                    field.name
+                );
+            }
+        }
+        println!(
+            "{}: derived {:?}, absent {:?}",
+            path.display(),
+            derived.offsets,
+            derived.absent
+        );
+    }
+}
+
+/// The version the table's row for `version`'s minor release came from.
+fn table_release(version: KubeVersion) -> &'static str {
+    known_kube_releases()
+        .find(|(major, minor, _)| (*major, *minor) == (version.major, version.minor))
+        .map(|(_, _, release)| release)
+        .unwrap()
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::Serialize;
 use tracer_common::io::GO_AT_STACK_CHECK;
-use tracer_gobin::{GoBinError, GoBinary, Module};
+use tracer_gobin::{GoBinError, GoBinary, KubeOffsetsMode, Module};
 
 use super::kube_probes::KubeProbe;
 
@@ -155,6 +155,10 @@ pub struct GoInspection {
     /// the offsets its function probes need (or why not).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<String>,
+    /// Per probed Kubernetes function: where its offsets come from (the
+    /// table, derived from the binary), or why it is refused.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub kube_probes: std::collections::BTreeMap<String, String>,
 }
 
 /// A module path and version, as `go version -m` prints them.
@@ -177,7 +181,11 @@ impl From<&Module> for ModuleVersion {
 
 /// Resolves every copy of every probed function, and the `extra` names
 /// exactly, with their RETs.
-pub fn inspect(path: &Path, extra: &[String]) -> Result<GoInspection, GoBinError> {
+pub fn inspect(
+    path: &Path,
+    extra: &[String],
+    kube_mode: KubeOffsetsMode,
+) -> Result<GoInspection, GoBinError> {
     let binary = GoBinary::open(path)?;
     let probed = probed_functions(&binary)?;
     let mut missing: Vec<String> = GO_PROBES
@@ -190,11 +198,33 @@ pub fn inspect(path: &Path, extra: &[String]) -> Result<GoInspection, GoBinError
         .map(|(_, function)| (function.name.clone(), function))
         .collect();
     let kube_functions = kube_functions(&binary)?;
+    let mut kube_probes = std::collections::BTreeMap::new();
     let kubernetes = match binary.kubernetes_version() {
-        Ok(Some(version)) => Some(match tracer_gobin::kube_offsets(version) {
-            Ok(_) => format!("{version} ({} function probes)", kube_functions.len()),
-            Err(error) => format!("{version}: {error}"),
-        }),
+        Ok(Some(version)) if kube_functions.is_empty() => {
+            Some(format!("{version} (no probed functions)"))
+        }
+        Ok(Some(version)) => Some(
+            match tracer_gobin::kube_offsets_for(&binary, version, kube_mode) {
+                Ok(kube) => {
+                    let mut attached = 0;
+                    for (probe, function) in &kube_functions {
+                        let source = match super::kube_probes::refusal(probe, &kube) {
+                            Some(why) => format!("refused: {why}"),
+                            None => {
+                                attached += 1;
+                                kube.source.to_string()
+                            }
+                        };
+                        kube_probes.insert(function.name.clone(), source);
+                    }
+                    format!(
+                        "{version} ({attached} function probes, offsets {})",
+                        kube.source
+                    )
+                }
+                Err(error) => format!("{version}: {error}"),
+            },
+        ),
         Ok(None) => None,
         Err(error) => Some(error.to_string()),
     };
@@ -217,6 +247,7 @@ pub fn inspect(path: &Path, extra: &[String]) -> Result<GoInspection, GoBinError
         functions,
         missing,
         kubernetes,
+        kube_probes,
     })
 }
 
@@ -305,7 +336,7 @@ pub struct GoPlan {
     pub kube_functions: Vec<(&'static KubeProbe, ResolvedFunction)>,
     /// For a Kubernetes component: its version's field offsets, or why
     /// there are none (a version outside the table, no version found).
-    pub kube_offsets: Option<Result<tracer_gobin::KubeStructOffsets, GoBinError>>,
+    pub kube_offsets: Option<Result<tracer_gobin::KubeOffsets, GoBinError>>,
 }
 
 /// Why a binary gets no Go probes.
@@ -320,24 +351,14 @@ pub enum NoGoPlan {
 }
 
 /// Resolves where podtrace's probes go in the Go binary at `path`.
-pub fn go_plan(path: &Path) -> Result<GoPlan, NoGoPlan> {
+pub fn go_plan(path: &Path, kube_mode: KubeOffsetsMode) -> Result<GoPlan, NoGoPlan> {
     let binary = GoBinary::open(path)?;
     let probed = probed_functions(&binary)?;
     let kube_functions = kube_functions(&binary)?;
     if probed.is_empty() && kube_functions.is_empty() {
         return Err(NoGoPlan::NothingToProbe);
     }
-    let kube_offsets = if kube_functions.is_empty() {
-        None
-    } else {
-        Some(match binary.kubernetes_version() {
-            Ok(Some(version)) => tracer_gobin::kube_offsets(version),
-            Ok(None) => Err(GoBinError::KubeVersionNotFound {
-                reason: "it has Kubernetes functions but no k8s.io/component-base/version".into(),
-            }),
-            Err(error) => Err(error),
-        })
-    };
+    let kube_offsets = (!kube_functions.is_empty()).then(|| kube_offsets_of(&binary, kube_mode));
     let of_role = |wanted: GoProbeRole| -> Vec<ResolvedFunction> {
         probed
             .iter()
@@ -357,6 +378,19 @@ pub fn go_plan(path: &Path) -> Result<GoPlan, NoGoPlan> {
         kube_functions,
         kube_offsets,
     })
+}
+
+/// The Kubernetes offsets of a binary that holds probed Kubernetes functions.
+fn kube_offsets_of(
+    binary: &GoBinary,
+    mode: KubeOffsetsMode,
+) -> Result<tracer_gobin::KubeOffsets, GoBinError> {
+    match binary.kubernetes_version()? {
+        Some(version) => tracer_gobin::kube_offsets_for(binary, version, mode),
+        None => Err(GoBinError::KubeVersionNotFound {
+            reason: "it has Kubernetes functions but no k8s.io/component-base/version".into(),
+        }),
+    }
 }
 
 /// The functions of [`KUBE_PROBES`](super::kube_probes::KUBE_PROBES) that

@@ -18,7 +18,7 @@ use tracer_common::gofunc::{
     GO_FUNC_PATH_STEPS, GO_FUNC_STRINGS, GO_STRING_IN_MEMORY, GO_STRING_IN_REGISTERS, GoFuncSpec,
     GoFunction, GoStringPath,
 };
-use tracer_gobin::{KubeArgWords, KubeStructOffsets, StructOffsets};
+use tracer_gobin::{KubeArgWords, KubeOffsets, KubeStructOffsets, StructOffsets};
 
 /// Which ABI word holds a value, in the release's [`KubeArgWords`].
 pub type Word = fn(&KubeArgWords) -> u8;
@@ -240,6 +240,41 @@ pub fn probe_for(symbol: &str) -> Option<&'static KubeProbe> {
     KUBE_PROBES.iter().find(|probe| probe.symbol == symbol)
 }
 
+/// Why `probe` cannot be attached with `kube`: a field it reads that the
+/// binary's type descriptors did not give (derived offsets only).
+pub fn refusal(probe: &KubeProbe, kube: &KubeOffsets) -> Option<String> {
+    probe
+        .entry
+        .iter()
+        .chain(probe.ret)
+        .flat_map(|read| kube_fields(*read))
+        .find_map(|name| {
+            kube.absent
+                .iter()
+                .find(|(absent, _)| absent == name)
+                .map(|(_, why)| format!("no offset for {name}: {why}"))
+        })
+}
+
+/// The [`KubeStructOffsets`] fields a read walks through (by their names in
+/// `tracer_gobin::KUBE_FIELDS`); the argument words are every read's.
+fn kube_fields(read: Read) -> &'static [&'static str] {
+    const UID: &str = "pod_uid";
+    const NAMESPACE: &str = "pod_namespace";
+    const NAME: &str = "pod_name";
+    const QUEUED: [&str; 2] = ["queued_pod_info_pod_info", "pod_info_pod"];
+    match read {
+        PodUid(_) | FirstPodOf(_, Uid) => &[UID],
+        PodNamespace(_) | FirstPodOf(_, Namespace) => &[NAMESPACE],
+        PodName(_) | FirstPodOf(_, Name) => &[NAME],
+        QueuedPod(_, Uid) => &[QUEUED[0], QUEUED[1], UID],
+        QueuedPod(_, Namespace) => &[QUEUED[0], QUEUED[1], NAMESPACE],
+        QueuedPod(_, Name) => &[QUEUED[0], QUEUED[1], NAME],
+        AuthenticatedUser(_) => &["authn_response_user", "user_info_name"],
+        GoString(_) | RequestRemoteAddr(_) | RequestPath(_) | FirstStringField(_) => &[],
+    }
+}
+
 /// The spec of one probe point of `probe`, with the offsets of the binary's
 /// Go release and Kubernetes version.
 pub fn spec(
@@ -314,6 +349,46 @@ fn memory(word: u8, offsets: &[u64]) -> GoStringPath {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_is_refused_exactly_when_it_reads_an_absent_field() {
+        let version = tracer_gobin::KubeVersion::parse("v1.28.4").unwrap();
+        let offsets = tracer_gobin::kube_offsets(version).unwrap();
+        let with_absent = |absent: &[&'static str]| KubeOffsets {
+            offsets,
+            source: tracer_gobin::KubeOffsetsSource::Derived {
+                words_from: "v1.28.4",
+            },
+            absent: absent
+                .iter()
+                .map(|name| (*name, "test".to_owned()))
+                .collect(),
+        };
+        let names: Vec<&str> = tracer_gobin::KUBE_FIELDS.iter().map(|f| f.name).collect();
+        for probe in KUBE_PROBES {
+            let reads: Vec<&str> = probe
+                .entry
+                .iter()
+                .chain(probe.ret)
+                .flat_map(|read| kube_fields(*read))
+                .copied()
+                .collect();
+            for name in &reads {
+                assert!(names.contains(name), "{}: {name}", probe.symbol);
+            }
+            assert_eq!(
+                refusal(probe, &with_absent(&names)).is_some(),
+                !reads.is_empty(),
+                "{}",
+                probe.symbol
+            );
+            assert!(refusal(probe, &with_absent(&[])).is_none());
+        }
+        let cycle =
+            probe_for("k8s.io/kubernetes/pkg/scheduler.(*Scheduler).schedulingCycle").unwrap();
+        let why = refusal(cycle, &with_absent(&["pod_info_pod"])).unwrap();
+        assert!(why.contains("pod_info_pod"), "{why}");
+    }
 
     #[test]
     fn every_probe_reads_at_most_the_strings_the_wire_carries() {

@@ -74,6 +74,8 @@ pub struct CaptureOptions {
     /// Attach the Go probes as one perf event each even where the kernel
     /// has uprobe multi links (as on kernels before 6.6).
     pub uprobe_perf_events: bool,
+    /// Where the Kubernetes function probes' offsets come from.
+    pub kube_offsets: tracer_gobin::KubeOffsetsMode,
 }
 
 /// Failure to set up capture. Each variant says what to do about it.
@@ -157,6 +159,8 @@ pub struct Probes {
     /// Go executables looked at for probes, by (device, inode), with their
     /// slot in `GO_BINARIES` if they got TLS probes.
     go_binaries: HashMap<(u64, u64), Option<u32>>,
+    /// Where Kubernetes function probes take their offsets from.
+    kube_offsets_mode: tracer_gobin::KubeOffsetsMode,
     /// Slots of `GO_FUNCS` in use.
     go_func_slots: u32,
     /// How the Go uprobes attach.
@@ -205,6 +209,10 @@ struct GoAttached {
     kube_functions: usize,
     /// Why a Kubernetes component got no function probes.
     no_kube_probes: Option<String>,
+    /// Where its Kubernetes offsets came from.
+    kube_source: Option<tracer_gobin::KubeOffsetsSource>,
+    /// Kubernetes functions not probed, each with why.
+    kube_refused: Vec<(&'static str, String)>,
 }
 
 /// Why a Go binary got no probes.
@@ -352,6 +360,7 @@ impl Probes {
             seeded,
             open_fds,
             go_binaries: HashMap::new(),
+            kube_offsets_mode: options.kube_offsets,
             go_func_slots: 0,
             uprobes,
             go_links: Vec::new(),
@@ -443,8 +452,20 @@ impl Probes {
                 unknown_release,
                 kube_functions,
                 no_kube_probes,
+                kube_source,
+                kube_refused,
             }) => {
-                tracing::info!(%exe, attachments, tls = tls_index.is_some(), kube_functions, "Go probes attached");
+                match kube_source {
+                    Some(source) => {
+                        tracing::info!(%exe, attachments, tls = tls_index.is_some(), kube_functions, kube_offsets = %source, "Go probes attached");
+                    }
+                    None => {
+                        tracing::info!(%exe, attachments, tls = tls_index.is_some(), kube_functions, "Go probes attached");
+                    }
+                }
+                for (function, why) in kube_refused {
+                    tracing::warn!(%exe, function, %why, "Kubernetes function not probed: its span will be missing");
+                }
                 if let Some(error) = unknown_release {
                     tracing::warn!(%exe, %error, "no TLS plaintext from this executable (HTTP/2 headers and syscalls are still captured)");
                 }
@@ -473,7 +494,7 @@ impl Probes {
         file: FileId,
         running: &[u32],
     ) -> Result<GoAttached, GoAttachError> {
-        let plan = go_plan(exe)?;
+        let plan = go_plan(exe, self.kube_offsets_mode)?;
         let mut points: Vec<(&'static str, u64, u64)> = Vec::new();
         let mut hpack_points = Vec::new();
         for (functions, side) in [
@@ -514,18 +535,25 @@ impl Probes {
                 (!plan.tls_writes.is_empty()).then(|| error.to_string()),
             ),
         };
+        let mut kube_refused = Vec::new();
         let (kube_functions, no_kube_probes) = match &plan.kube_offsets {
             Some(Ok(kube)) => match &plan.offsets {
                 Ok(go) => {
                     let before = points.len();
                     for (probe, function) in &plan.kube_functions {
-                        let entry = self
-                            .register_function_probe(kube_probes::spec(probe, false, go, kube))?;
+                        if let Some(why) = kube_probes::refusal(probe, kube) {
+                            kube_refused.push((probe.symbol, why));
+                            continue;
+                        }
+                        let offsets = &kube.offsets;
+                        let entry = self.register_function_probe(kube_probes::spec(
+                            probe, false, go, offsets,
+                        ))?;
                         let (offset, bits) = function.entry_probe();
                         points.push((PROGRAM_GO_FUNC, offset, u64::from(entry) | bits));
                         if probe.returns {
                             let ret = self.register_function_probe(kube_probes::spec(
-                                probe, true, go, kube,
+                                probe, true, go, offsets,
                             ))?;
                             points.extend(function.ret_offsets.iter().map(|offset| {
                                 (
@@ -542,6 +570,10 @@ impl Probes {
             },
             Some(Err(error)) => (0, Some(error.to_string())),
             None => (0, None),
+        };
+        let kube_source = match &plan.kube_offsets {
+            Some(Ok(kube)) => Some(kube.source.clone()),
+            _ => None,
         };
         if !points.is_empty() {
             let links = self.uprobes.attach(&mut self.ebpf, exe, &points)?;
@@ -570,6 +602,8 @@ impl Probes {
             unknown_release,
             kube_functions,
             no_kube_probes,
+            kube_source,
+            kube_refused,
         })
     }
 

@@ -116,58 +116,15 @@ const FIELDS: &[Field] = &[
 ];
 
 /// Each field of `KubeStructOffsets` (`--kube` mode), from the DWARF of
-/// unstripped Kubernetes binaries; a field may come from any of them.
-const KUBE_FIELDS: &[Field] = &[
-    field(
-        "pod_name",
-        &[
-            ("k8s.io/api/core/v1.Pod", "ObjectMeta"),
-            ("k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta", "Name"),
-        ],
-    ),
-    field(
-        "pod_namespace",
-        &[
-            ("k8s.io/api/core/v1.Pod", "ObjectMeta"),
-            (
-                "k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta",
-                "Namespace",
-            ),
-        ],
-    ),
-    field(
-        "pod_uid",
-        &[
-            ("k8s.io/api/core/v1.Pod", "ObjectMeta"),
-            ("k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta", "UID"),
-        ],
-    ),
-    field(
-        "queued_pod_info_pod_info",
-        &[(
-            "k8s.io/kubernetes/pkg/scheduler/framework.QueuedPodInfo",
-            "PodInfo",
-        )],
-    ),
-    field(
-        "pod_info_pod",
-        &[("k8s.io/kubernetes/pkg/scheduler/framework.PodInfo", "Pod")],
-    ),
-    field(
-        "authn_response_user",
-        &[(
-            "k8s.io/apiserver/pkg/authentication/authenticator.Response",
-            "User",
-        )],
-    ),
-    field(
-        "user_info_name",
-        &[(
-            "k8s.io/apiserver/pkg/authentication/user.DefaultInfo",
-            "Name",
-        )],
-    ),
-];
+/// unstripped Kubernetes binaries; a field may come from any of them. The
+/// chains are the library's (`tracer_gobin::KUBE_FIELDS`), which also
+/// derives them from type descriptors.
+static KUBE_FIELDS: std::sync::LazyLock<Vec<Field>> = std::sync::LazyLock::new(|| {
+    tracer_gobin::KUBE_FIELDS
+        .iter()
+        .map(|kube| field(kube.name, kube.chain))
+        .collect()
+});
 
 /// A table row: the toolchain's version and each field's offset (`None`:
 /// absent in that release).
@@ -357,7 +314,7 @@ fn kube_table(binaries: &[PathBuf]) -> anyhow::Result<String> {
         let go = bin.build_info().go_version.clone();
         let (found, words) = kube_args::with_dwarf(binary, |dwarf| {
             Ok((
-                dwarf_field_offsets(dwarf, KUBE_FIELDS)?,
+                dwarf_field_offsets(dwarf, &KUBE_FIELDS)?,
                 kube_args::arg_words(dwarf, kube_args::ARG_WORDS)?,
             ))
         })
