@@ -29,9 +29,17 @@ pub struct Agent {
 
 impl Agent {
     /// Starts `podtrace run --quiet ARGS --metrics-addr 127.0.0.1:0 --out OUT`
-    /// and waits until it has attached (at most a minute).
+    /// and waits until it has attached (at most a minute). With
+    /// `PODTRACE_TEST_KUBE_OFFSETS=derived` in the environment the agent gets
+    /// `--kube-offsets derived`: a live test on a release the table has then
+    /// runs as on one it lacks.
     pub fn start(args: &[&str], out: &Path) -> Self {
-        Self::start_binary(&podtrace_binary(), args, out)
+        let mode = std::env::var("PODTRACE_TEST_KUBE_OFFSETS").ok();
+        let mut args = args.to_vec();
+        if let Some(mode) = &mode {
+            args.extend(["--kube-offsets", mode.as_str()]);
+        }
+        Self::start_binary(&podtrace_binary(), &args, out)
     }
 
     /// [`Agent::start`] with another podtrace binary (an earlier build, to
