@@ -384,6 +384,26 @@ fn assert_control_plane_component_spans(trace: &Trace<'_>, pod: &DemoPod) {
     for expected in CONTROL_PLANE_COMPONENT_SPANS {
         expected.assert_in(trace, pod);
     }
+    // The function probes' spans say when their offsets were derived from
+    // the binary (`PODTRACE_TEST_KUBE_OFFSETS=derived`), and only then.
+    let derived = std::env::var("PODTRACE_TEST_KUBE_OFFSETS").as_deref() == Ok("derived");
+    for name in [
+        "apiserver authentication",
+        "apiserver authorization",
+        "scheduler scheduling cycle",
+        "scheduler bind",
+        "kubelet pod sync",
+    ] {
+        for span in trace.named(name, None) {
+            assert_eq!(
+                span.string("podtrace.k8s.offsets") == Some("derived"),
+                derived,
+                "{name} of {}: podtrace.k8s.offsets {:?}",
+                pod.name,
+                span.string("podtrace.k8s.offsets")
+            );
+        }
+    }
 }
 
 /// The apiserver's etcd writes (client, read from its TLS plaintext), each

@@ -61,8 +61,8 @@ pub struct GoFuncSpec {
     pub function: u16,
     /// 1 at a RET, 0 at the entry.
     pub at_return: u8,
-    /// Explicit padding, zero.
-    pub _pad: u8,
+    /// `GO_FUNC_DERIVED`, `GO_FUNC_DISABLED`.
+    pub flags: u8,
     /// `runtime.g.goid` in the binary's Go release.
     pub goid_offset: u16,
     /// `runtime.g.parentGoid`, or 0 where the release has none (before 1.21).
@@ -70,6 +70,13 @@ pub struct GoFuncSpec {
     /// The strings to copy.
     pub strings: [GoStringPath; GO_FUNC_STRINGS],
 }
+
+/// `GoFuncSpec::flags` (echoed in `GoFuncEvent::flags`): the Kubernetes
+/// struct offsets came from the binary's type descriptors, not the table.
+pub const GO_FUNC_DERIVED: u8 = 1;
+/// `GoFuncSpec::flags`: user space stopped this attachment (its first hits
+/// did not read as the function's arguments should); no event is made.
+pub const GO_FUNC_DISABLED: u8 = 1 << 1;
 
 /// `GoFuncEvent::string_flags` bit for string `i`: cut to [`GO_FUNC_STRING_BYTES`].
 pub const GO_STRING_TRUNCATED: u8 = 1;
@@ -91,8 +98,10 @@ pub struct GoFuncEvent {
     pub string_flags: u8,
     /// Valid bytes of each string.
     pub string_lens: [u16; GO_FUNC_STRINGS],
+    /// The spec's `flags` ([`GO_FUNC_DERIVED`]).
+    pub flags: u8,
     /// Explicit padding, zero.
-    pub _pad: [u16; 3],
+    pub _pad: [u8; 5],
     /// The goroutine (`runtime.g.goid`).
     pub goid: u64,
     /// The goroutine that created it, 0 when unknown.

@@ -10,7 +10,7 @@ use tracer_common::{
     drop_reason::DropReason,
     event::EventKind,
     gofunc::{
-        GO_FUNC_PATH_STEPS, GO_FUNC_STRING_BYTES, GO_FUNC_STRINGS, GO_FUNC_WORDS,
+        GO_FUNC_DISABLED, GO_FUNC_PATH_STEPS, GO_FUNC_STRING_BYTES, GO_FUNC_STRINGS, GO_FUNC_WORDS,
         GO_STRING_IN_MEMORY, GO_STRING_IN_REGISTERS, GO_STRING_TRUNCATED, GO_STRING_UNREADABLE,
         GoFuncEvent, GoStringPath,
     },
@@ -47,6 +47,9 @@ fn try_go_func(ctx: &ProbeContext) -> Result<(), DropReason> {
     let spec = GO_FUNCS
         .get(cookie as u32)
         .ok_or(DropReason::ProbeSlotOutOfRange)?;
+    if spec.flags & GO_FUNC_DISABLED != 0 {
+        return Ok(());
+    }
     let mut entry = EVENTS
         .reserve::<GoFuncEvent>(0)
         .ok_or(DropReason::RingBufFull)?;
@@ -94,7 +97,8 @@ fn try_go_func(ctx: &ProbeContext) -> Result<(), DropReason> {
         (*event).at_return = spec.at_return;
         (*event).string_flags = flags;
         (*event).string_lens = lens;
-        (*event)._pad = [0; 3];
+        (*event).flags = spec.flags;
+        (*event)._pad = [0; 5];
         (*event).goid = goid;
         (*event).parent_goid = parent_goid;
     }

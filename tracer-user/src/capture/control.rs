@@ -10,6 +10,7 @@ use std::collections::HashSet;
 
 use aya::{Ebpf, maps::HashMap as BpfHashMap};
 use tracer_common::{
+    gofunc::GoFunction,
     io::{Direction, MAX_TLS_KEYS_WANTED, ProcessConnKey, TLS_KEY_WANTED_IN, TLS_KEY_WANTED_OUT},
     names::{MAP_MUTED_CONNS, MAP_TLS_KEYS_WANTED},
 };
@@ -45,6 +46,15 @@ pub enum CaptureControl {
     /// Process `tgid` ended: it needs no probes, and what was asked for its
     /// connections goes.
     Exited(u32),
+    /// Stop the probes of `function` in the executable of process `tgid`
+    /// (every process of that file): their first hits did not read as the
+    /// function's arguments (the decode stage's probation of derived offsets).
+    DisableFunction {
+        /// A process of the executable.
+        tgid: u32,
+        /// The Kubernetes function.
+        function: GoFunction,
+    },
 }
 
 impl CaptureControl {
@@ -54,6 +64,7 @@ impl CaptureControl {
         match *self {
             Self::Hpack(HpackControl::FieldProbes { tgid, .. })
             | Self::TlsProbes { tgid, .. }
+            | Self::DisableFunction { tgid, .. }
             | Self::Exited(tgid) => Some(tgid),
             _ => None,
         }

@@ -15,10 +15,12 @@
 //! is the one the apiserver's own authenticator returned.
 
 use tracer_common::gofunc::{
-    GO_FUNC_PATH_STEPS, GO_FUNC_STRINGS, GO_STRING_IN_MEMORY, GO_STRING_IN_REGISTERS, GoFuncSpec,
-    GoFunction, GoStringPath,
+    GO_FUNC_DERIVED, GO_FUNC_PATH_STEPS, GO_FUNC_STRINGS, GO_STRING_IN_MEMORY,
+    GO_STRING_IN_REGISTERS, GoFuncSpec, GoFunction, GoStringPath,
 };
-use tracer_gobin::{KubeArgWords, KubeOffsets, KubeStructOffsets, StructOffsets};
+use tracer_gobin::{
+    KubeArgWords, KubeOffsets, KubeOffsetsSource, KubeStructOffsets, StructOffsets,
+};
 
 /// Which ABI word holds a value, in the release's [`KubeArgWords`].
 pub type Word = fn(&KubeArgWords) -> u8;
@@ -281,17 +283,18 @@ pub fn spec(
     probe: &KubeProbe,
     at_return: bool,
     go: &StructOffsets,
-    kube: &KubeStructOffsets,
+    kube: &KubeOffsets,
 ) -> GoFuncSpec {
     let reads = if at_return { probe.ret } else { probe.entry };
     let mut strings = [GoStringPath::default(); GO_FUNC_STRINGS];
     for (slot, read) in strings.iter_mut().zip(reads) {
-        *slot = path(*read, go, kube);
+        *slot = path(*read, go, &kube.offsets);
     }
+    let derived = matches!(kube.source, KubeOffsetsSource::Derived { .. });
     GoFuncSpec {
         function: probe.function as u16,
         at_return: u8::from(at_return),
-        _pad: 0,
+        flags: if derived { GO_FUNC_DERIVED } else { 0 },
         goid_offset: go.runtime_g_goid as u16,
         parent_goid_offset: go.runtime_g_parent_goid.unwrap_or(0) as u16,
         strings,
@@ -356,7 +359,7 @@ mod tests {
         let offsets = tracer_gobin::kube_offsets(version).unwrap();
         let with_absent = |absent: &[&'static str]| KubeOffsets {
             offsets,
-            source: tracer_gobin::KubeOffsetsSource::Derived {
+            source: KubeOffsetsSource::Derived {
                 words_from: "v1.28.4",
             },
             absent: absent
@@ -430,10 +433,17 @@ mod tests {
                 minor,
                 patch: 0,
             };
-            let kube = tracer_gobin::kube_offsets(version).unwrap();
+            let kube = KubeOffsets {
+                offsets: tracer_gobin::kube_offsets(version).unwrap(),
+                source: KubeOffsetsSource::Table {
+                    release: kubernetes,
+                },
+                absent: Vec::new(),
+            };
             for probe in KUBE_PROBES {
                 for at_return in [false, true] {
                     let spec = spec(probe, at_return, &go, &kube);
+                    assert_eq!(spec.flags, 0, "table offsets are not marked derived");
                     for path in spec.strings.iter().filter(|p| p.kind != 0) {
                         // A string in registers takes its word and the next.
                         let last = usize::from(path.word)

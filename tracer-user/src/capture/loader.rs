@@ -20,7 +20,7 @@ use tracer_common::{
     },
     drop_reason::DropReason,
     event::{EventHeader, EventKind, FILENAME_BYTES},
-    gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
+    gofunc::{GO_FUNC_DISABLED, GoFuncSpec, GoFunction, MAX_GO_FUNC_PROBES},
     io::{
         AF_INET, AF_INET6, AF_UNIX, ConnEvent, DATA_BYTES_MAX, FdInfo, FdKey, FdKind,
         FileOpenEvent, GO_TLS_COPY_SPILL_SHIFT, GO_TLS_READ_ARGS_AT_RET, GO_TLS_SECRET_LEVEL_ARG,
@@ -147,6 +147,14 @@ pub enum CaptureError {
     /// The ring buffer size is not usable.
     #[error("ring buffer size {0} must be a power of two and at least 4096")]
     RingBufferSize(u32),
+    /// The executable of a process could not be read (it exited).
+    #[error("the executable of process {tgid}: {source}")]
+    ProcessGone {
+        /// The process.
+        tgid: u32,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// Loaded and attached programs. Dropping it detaches them.
@@ -163,6 +171,9 @@ pub struct Probes {
     kube_offsets_mode: tracer_gobin::KubeOffsetsMode,
     /// Slots of `GO_FUNCS` in use.
     go_func_slots: u32,
+    /// The executable and spec of each `GO_FUNCS` slot, to stop a function's
+    /// probes ([`CaptureControl::DisableFunction`]).
+    go_func_specs: Vec<(FileId, GoFuncSpec)>,
     /// How the Go uprobes attach.
     uprobes: UprobeAttacher,
     /// The Go probes of each executable but the HPACK ones.
@@ -362,6 +373,7 @@ impl Probes {
             go_binaries: HashMap::new(),
             kube_offsets_mode: options.kube_offsets,
             go_func_slots: 0,
+            go_func_specs: Vec::new(),
             uprobes,
             go_links: Vec::new(),
             hpack: HpackProbes::default(),
@@ -545,16 +557,17 @@ impl Probes {
                             kube_refused.push((probe.symbol, why));
                             continue;
                         }
-                        let offsets = &kube.offsets;
-                        let entry = self.register_function_probe(kube_probes::spec(
-                            probe, false, go, offsets,
-                        ))?;
+                        let entry = self.register_function_probe(
+                            file,
+                            kube_probes::spec(probe, false, go, kube),
+                        )?;
                         let (offset, bits) = function.entry_probe();
                         points.push((PROGRAM_GO_FUNC, offset, u64::from(entry) | bits));
                         if probe.returns {
-                            let ret = self.register_function_probe(kube_probes::spec(
-                                probe, true, go, offsets,
-                            ))?;
+                            let ret = self.register_function_probe(
+                                file,
+                                kube_probes::spec(probe, true, go, kube),
+                            )?;
                             points.extend(function.ret_offsets.iter().map(|offset| {
                                 (
                                     PROGRAM_GO_FUNC,
@@ -627,6 +640,9 @@ impl Probes {
                     .hpack
                     .exited(&mut self.ebpf, &self.uprobes, tgid)
                     .and_then(|()| self.tls_calls.exited(&mut self.ebpf, &self.uprobes, tgid)),
+                CaptureControl::DisableFunction { tgid, function } => {
+                    self.disable_function(tgid, function)
+                }
             };
             if let Err(error) = done {
                 // Probes of a process that exited meanwhile (its
@@ -702,14 +718,42 @@ impl Probes {
 
     /// Stores a function probe's spec in the next `GO_FUNCS` slot; the slot
     /// is the attach cookie of its attachments.
-    fn register_function_probe(&mut self, spec: GoFuncSpec) -> Result<u32, GoAttachError> {
+    fn register_function_probe(
+        &mut self,
+        file: FileId,
+        spec: GoFuncSpec,
+    ) -> Result<u32, GoAttachError> {
         let slot = self.go_func_slots;
         if slot >= MAX_GO_FUNC_PROBES {
             return Err(GoAttachError::TooManyFunctionProbes);
         }
         array_set(&mut self.ebpf, MAP_GO_FUNCS, slot, spec)?;
         self.go_func_slots += 1;
+        self.go_func_specs.push((file, spec));
         Ok(slot)
+    }
+
+    /// Stops every probe of `function` in the executable of process `tgid`:
+    /// its spec says `GO_FUNC_DISABLED`, and the program returns before it
+    /// copies anything. (The uprobes stay: they share one link per
+    /// executable with the function probes that read well.)
+    fn disable_function(&mut self, tgid: u32, function: GoFunction) -> Result<(), CaptureError> {
+        let meta = std::fs::metadata(format!("/proc/{tgid}/exe"))
+            .map_err(|source| CaptureError::ProcessGone { tgid, source })?;
+        let file = (meta.dev(), meta.ino());
+        let slots: Vec<(u32, GoFuncSpec)> = (0u32..)
+            .zip(&self.go_func_specs)
+            .filter(|(_, (of, spec))| *of == file && spec.function == function as u16)
+            .map(|(slot, (_, spec))| (slot, *spec))
+            .collect();
+        for (slot, mut spec) in slots {
+            spec.flags |= GO_FUNC_DISABLED;
+            array_set(&mut self.ebpf, MAP_GO_FUNCS, slot, spec)?;
+            if let Some(entry) = self.go_func_specs.get_mut(slot as usize) {
+                entry.1 = spec;
+            }
+        }
+        Ok(())
     }
 
     /// Stores a binary's struct offsets in the next `GO_BINARIES` slot.

@@ -16,8 +16,8 @@ use tracer_common::{
         ForkEvent,
     },
     gofunc::{
-        GO_FUNC_STRINGS, GO_FUNC_WORDS, GO_STRING_TRUNCATED, GO_STRING_UNREADABLE, GoFuncEvent,
-        GoFunction,
+        GO_FUNC_DERIVED, GO_FUNC_STRINGS, GO_FUNC_WORDS, GO_STRING_TRUNCATED, GO_STRING_UNREADABLE,
+        GoFuncEvent, GoFunction,
     },
     io::{
         AF_INET, AF_INET6, AF_UNIX, ConnAction, ConnEvent, DATA_BYTES_MAX, DATA_GO_TLS,
@@ -394,6 +394,9 @@ pub struct GoFuncRecord {
     pub strings: [Option<String>; GO_FUNC_STRINGS],
     /// Whether each string was cut.
     pub truncated: [bool; GO_FUNC_STRINGS],
+    /// The attachment's Kubernetes offsets were derived from the binary
+    /// (`GO_FUNC_DERIVED`), not taken from the table.
+    pub derived: bool,
 }
 
 /// A followed process began with `CNI_CONTAINERID` in its environment (a
@@ -759,6 +762,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
                 at_return: event.at_return != 0,
                 goid: event.goid,
                 parent_goid: event.parent_goid,
+                derived: event.flags & GO_FUNC_DERIVED != 0,
                 words: event.words,
                 strings,
                 truncated,
@@ -942,7 +946,8 @@ mod tests {
             at_return: 1,
             string_flags: flags,
             string_lens: lens,
-            _pad: [0; 3],
+            flags: 0,
+            _pad: [0; 5],
             goid: 7,
             parent_goid: 5,
             words: [1, 2, 3, 4, 5, 6, 7, 8, 9],

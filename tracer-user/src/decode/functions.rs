@@ -7,6 +7,7 @@
 //! not look like one (a nil Pod, a UID that is not a UUID) is left out,
 //! never guessed.
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use tracer_common::gofunc::GoFunction;
 
 use crate::capture::{GoFuncRecord, ProcessIds};
@@ -45,7 +46,7 @@ impl Decision {
 }
 
 /// Entry or return.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Point {
     /// The function was entered.
     Entry,
@@ -83,6 +84,9 @@ pub struct FuncMessage {
     pub decision: Option<Decision>,
     /// A scheduling cycle's evaluated and feasible node counts.
     pub nodes: Option<(u64, u64)>,
+    /// The probe's Kubernetes offsets were derived from the binary (a
+    /// release outside the table), not the table's.
+    pub derived: bool,
 }
 
 /// Reads one hit by its function's signature.
@@ -107,6 +111,7 @@ pub fn decode(record: GoFuncRecord) -> FuncMessage {
         failed: None,
         decision: None,
         nodes: None,
+        derived: record.derived,
     };
     use GoFunction as F;
     match (record.function, point) {
@@ -186,6 +191,130 @@ pub fn decode(record: GoFuncRecord) -> FuncMessage {
     message
 }
 
+/// Hits of each derived attachment checked before its probe is trusted.
+const PROBATION_HITS: u8 = 3;
+
+/// The first hits of function probes whose Kubernetes offsets were derived
+/// from the binary (`GoFuncRecord::derived`) rather than taken from a table
+/// row checked against the release's DWARF: the struct offsets are the
+/// binary's own, but the argument registers are the nearest release's, and
+/// a signature that changed would read other values. The first
+/// [`PROBATION_HITS`] hits of each function and point in each process must
+/// read as that function's arguments do ([`reads_as_expected`]); the first
+/// that does not stops the function's probe (a [`Disabled`] to act on) and
+/// drops its hits from then on.
+#[derive(Debug, Default)]
+pub struct Probation {
+    /// Hits that passed, per process, function and point.
+    passed: FxHashMap<(u32, GoFunction, Point), u8>,
+    /// Functions stopped, per process.
+    failed: FxHashSet<(u32, GoFunction)>,
+}
+
+/// A derived function probe whose hit did not read as expected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Disabled {
+    /// The process.
+    pub tgid: u32,
+    /// The function.
+    pub function: GoFunction,
+    /// What was wrong.
+    pub why: &'static str,
+}
+
+impl Probation {
+    /// `Ok(true)`: pass `message` on; `Ok(false)`: drop it (its function
+    /// was stopped); `Err`: drop it and stop the function.
+    pub fn check(&mut self, message: &FuncMessage) -> Result<bool, Disabled> {
+        let tgid = message.ids.tgid;
+        if self.failed.contains(&(tgid, message.function)) {
+            return Ok(false);
+        }
+        let passed = self
+            .passed
+            .entry((tgid, message.function, message.point))
+            .or_default();
+        if *passed >= PROBATION_HITS {
+            return Ok(true);
+        }
+        match reads_as_expected(message) {
+            Ok(()) => {
+                *passed += 1;
+                Ok(true)
+            }
+            Err(why) => {
+                self.failed.insert((tgid, message.function));
+                Err(Disabled {
+                    tgid,
+                    function: message.function,
+                    why,
+                })
+            }
+        }
+    }
+
+    /// Process `tgid` ended.
+    pub fn on_exit(&mut self, tgid: u32) {
+        self.passed.retain(|(process, _, _), _| *process != tgid);
+        self.failed.retain(|(process, _)| *process != tgid);
+    }
+}
+
+/// Whether a hit reads as its function's arguments and results do: a Pod
+/// with a UUID for a UID and a name and namespace, a storage key that is a
+/// path, names that are DNS names, an authorizer's verdict that is one.
+fn reads_as_expected(message: &FuncMessage) -> Result<(), &'static str> {
+    use GoFunction as F;
+    let dns = |text: &Option<String>| {
+        text.as_deref().is_some_and(|text| {
+            !text.is_empty()
+                && text.len() <= 253
+                && text
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        })
+    };
+    let named_pod = |pod: &Option<PodRef>| {
+        pod.as_ref()
+            .is_some_and(|pod| pod.namespace.is_some() && pod.name.is_some())
+    };
+    let ok = match (message.function, message.point) {
+        (
+            F::SchedulerEnqueue | F::SchedulerCycle | F::KubeletPodAdditions | F::KubeletSyncPod,
+            Point::Entry,
+        ) => named_pod(&message.pod),
+        (F::SchedulerBind, Point::Entry) => message.pod.is_some() && dns(&message.text),
+        (F::KubeletVolumeWait | F::KubeletStatusSync, Point::Entry) => message.pod.is_some(),
+        (F::ApiserverStorageCreate | F::ApiserverStorageUpdate, Point::Entry) => {
+            message.text.as_deref().is_some_and(|key| {
+                key.starts_with('/')
+                    && key.len() <= 1024
+                    && key.bytes().all(|b| b.is_ascii_graphic())
+            })
+        }
+        (F::ApiserverMutatingWebhook | F::ApiserverValidatingWebhook, Point::Entry) => {
+            dns(&message.text)
+        }
+        (F::ApiserverAuthorize, Point::Return) => message.decision.is_some(),
+        (F::ApiserverAuthenticate, Point::Return) => {
+            message.failed == Some(true)
+                || message.text.as_deref().is_some_and(|user| {
+                    !user.is_empty() && user.len() <= 1024 && !user.chars().any(char::is_control)
+                })
+        }
+        (F::SchedulerCycle, Point::Return) => message.failed == Some(true) || dns(&message.text),
+        _ => true,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(match message.point {
+            Point::Entry => "its arguments did not read as this function's",
+            Point::Return => "its results did not read as this function's",
+        })
+    }
+}
+
 /// A Pod whose UID looks like one (Kubernetes UIDs are UUIDs; a nil or
 /// foreign pointer gives something else).
 fn pod_ref(uid: Option<String>, namespace: Option<String>, name: Option<String>) -> Option<PodRef> {
@@ -236,6 +365,7 @@ mod tests {
                 Some("web".into()),
             ],
             truncated: [false; 3],
+            derived: true,
         }
     }
 
@@ -247,6 +377,47 @@ mod tests {
         let mut garbage = record(GoFunction::KubeletSyncPod, false, [0; 9]);
         garbage.strings[0] = Some("\u{1}\u{2}junk".into());
         assert_eq!(decode(garbage).pod, None);
+    }
+
+    #[test]
+    fn derived_probes_are_stopped_at_their_first_hit_that_does_not_read_as_expected() {
+        let mut probation = Probation::default();
+        let good = decode(record(GoFunction::KubeletSyncPod, false, [0; 9]));
+        for _ in 0..PROBATION_HITS {
+            assert_eq!(probation.check(&good), Ok(true));
+        }
+        // Past probation, hits are no longer checked.
+        let mut unnamed = good.clone();
+        unnamed.pod = None;
+        assert_eq!(probation.check(&unnamed), Ok(true));
+
+        // Another function of the same process: its first hit reads a UID
+        // that is not one (the register held something else).
+        let mut garbage = record(GoFunction::SchedulerEnqueue, false, [0; 9]);
+        garbage.strings[0] = Some("\u{1}\u{2}junk".into());
+        let garbage = decode(garbage);
+        let stopped = probation.check(&garbage).unwrap_err();
+        assert_eq!(stopped.function, GoFunction::SchedulerEnqueue);
+        assert_eq!(stopped.tgid, 2);
+        // From then on its hits, good or not, are dropped; the other
+        // function goes on.
+        let enqueue = decode(record(GoFunction::SchedulerEnqueue, false, [0; 9]));
+        assert_eq!(probation.check(&enqueue), Ok(false));
+        assert_eq!(probation.check(&good), Ok(true));
+        // A new process of that pid starts over.
+        probation.on_exit(2);
+        assert_eq!(probation.check(&enqueue), Ok(true));
+
+        // Storage keys are paths; a verdict must be one.
+        let mut key = record(GoFunction::ApiserverStorageCreate, false, [0; 9]);
+        key.strings[0] = Some("/pods/default/web".into());
+        assert_eq!(Probation::default().check(&decode(key.clone())), Ok(true));
+        key.strings[0] = Some("pods".into());
+        assert!(Probation::default().check(&decode(key)).is_err());
+        let mut words = [0; 9];
+        words[0] = 7;
+        let verdict = decode(record(GoFunction::ApiserverAuthorize, true, words));
+        assert!(Probation::default().check(&verdict).is_err());
     }
 
     #[test]

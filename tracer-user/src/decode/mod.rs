@@ -145,6 +145,10 @@ pub struct Decoder {
     pub once: DecodedOnce,
     /// TLS 1.3 ciphertext decrypted with the secrets capture read.
     pub tls: TlsStreams,
+    /// First hits of function probes with derived offsets.
+    pub probation: functions::Probation,
+    /// Function probes to stop ([`CaptureControl::DisableFunction`]).
+    control: Vec<CaptureControl>,
 }
 
 impl Decoder {
@@ -159,7 +163,8 @@ impl Decoder {
 
     /// What capture is asked to do since the last call (see [`CaptureControl`]).
     pub fn take_control(&mut self) -> Vec<CaptureControl> {
-        let mut control = std::mem::take(&mut self.grpc.control);
+        let mut control = std::mem::take(&mut self.control);
+        control.append(&mut self.grpc.control);
         control.append(&mut self.tls.control);
         control
     }
@@ -188,6 +193,7 @@ impl Decoder {
             RawEvent::Fork(fork) => vec![Message::Fork(fork)],
             RawEvent::Exit(exit) => {
                 self.grpc.on_exit(exit.ids.tgid);
+                self.probation.on_exit(exit.ids.tgid);
                 self.wal.on_process_gone(exit.ids.tgid);
                 self.tls.on_process_gone(exit.ids.tgid);
                 vec![Message::Exit(exit)]
@@ -239,7 +245,30 @@ impl Decoder {
                 self.wal.on_head(&head);
                 Vec::new()
             }
-            RawEvent::GoFunc(call) => vec![Message::Func(Box::new(functions::decode(call)))],
+            RawEvent::GoFunc(call) => {
+                let derived = call.derived;
+                let message = functions::decode(call);
+                if derived {
+                    match self.probation.check(&message) {
+                        Ok(true) => {}
+                        Ok(false) => return Vec::new(),
+                        Err(disabled) => {
+                            tracing::warn!(
+                                tgid = disabled.tgid,
+                                function = ?disabled.function,
+                                why = disabled.why,
+                                "Kubernetes function probe stopped: its offsets were derived from the binary (a release outside the table) and a hit did not read as expected; its spans will be missing"
+                            );
+                            self.control.push(CaptureControl::DisableFunction {
+                                tgid: disabled.tgid,
+                                function: disabled.function,
+                            });
+                            return Vec::new();
+                        }
+                    }
+                }
+                vec![Message::Func(Box::new(message))]
+            }
             RawEvent::HpackEntry(entry) => {
                 self.tables.on_entry(entry);
                 Vec::new()

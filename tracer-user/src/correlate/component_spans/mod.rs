@@ -27,8 +27,8 @@ use std::collections::{HashMap, VecDeque};
 use tracer_common::gofunc::GoFunction;
 
 use super::{
-    pod::Pod,
-    span::{Span, SpanId, SpanKind, TraceId},
+    pod::{Pod, string_attribute},
+    span::{AttributeValue, Span, SpanId, SpanKind, TraceId},
 };
 use crate::{
     capture::clock::WallClock,
@@ -579,6 +579,16 @@ impl ComponentSpans {
 /// The span key of a call: function, process, goroutine and entry time —
 /// what every span of the call, and every span nested under it, derives
 /// its id from.
+/// `podtrace.k8s.offsets = derived` on the spans of a probe whose offsets
+/// were read from the binary (a release outside the table): the reader of
+/// the trace knows the values come from a layout not checked against that
+/// release's DWARF.
+fn derived_offsets(entry: &FuncMessage) -> Option<(String, AttributeValue)> {
+    entry
+        .derived
+        .then(|| string_attribute("podtrace.k8s.offsets", "derived"))
+}
+
 fn call_key(entry: &FuncMessage) -> String {
     format!(
         "{:?}/{}/{}/{}",

@@ -4,7 +4,7 @@
 
 use tracer_common::gofunc::GoFunction;
 
-use super::{ComponentSpans, MAX_SYNCS_PER_POD, call_key};
+use super::{ComponentSpans, MAX_SYNCS_PER_POD, call_key, derived_offsets};
 use crate::{
     correlate::{
         pod::{Pod, int_attribute, string_attribute},
@@ -82,9 +82,10 @@ impl ComponentSpans {
         ret: &FuncMessage,
         parent: SpanId,
         name: &str,
-        attributes: Vec<(String, AttributeValue)>,
+        mut attributes: Vec<(String, AttributeValue)>,
         status: SpanStatus,
     ) -> Span {
+        attributes.extend(derived_offsets(entry));
         Span {
             trace_id: pod.trace,
             span_id: SpanId::for_key(pod.trace, call_key(entry).as_bytes()),
@@ -108,8 +109,9 @@ impl ComponentSpans {
         entry: &FuncMessage,
         parent: SpanId,
         name: &str,
-        attributes: Vec<(String, AttributeValue)>,
+        mut attributes: Vec<(String, AttributeValue)>,
     ) -> Span {
+        attributes.extend(derived_offsets(entry));
         Span {
             trace_id: pod.trace,
             span_id: SpanId::for_key(pod.trace, format!("{name}/{}", call_key(entry)).as_bytes()),

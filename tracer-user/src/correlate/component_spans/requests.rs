@@ -7,7 +7,7 @@ use tracer_common::gofunc::GoFunction;
 
 use super::{
     CLIENT_WAIT_NS, ClientSide, ComponentSpans, MATCH_SLACK_NS, MAX_EXCHANGES, MAX_REQUESTS,
-    REQUEST_WAIT_NS, Request, RequestCall, UidLookup, WaitingServer, call_key,
+    REQUEST_WAIT_NS, Request, RequestCall, UidLookup, WaitingServer, call_key, derived_offsets,
 };
 use crate::{
     correlate::{
@@ -499,6 +499,7 @@ impl ComponentSpans {
         request_failed: bool,
     ) -> Span {
         let mut attributes = base.to_vec();
+        attributes.extend(derived_offsets(&call.entry));
         let name = match call.entry.function {
             GoFunction::ApiserverAuthenticate => {
                 if let Some(user) = &call.ret.text {

@@ -30,6 +30,7 @@ fn hit(function: GoFunction, point: Point, goid: u64, parent: u64, at_ms: u64) -
         failed: (point == Point::Return).then_some(false),
         decision: None,
         nodes: None,
+        derived: false,
     }
 }
 
