@@ -1079,8 +1079,51 @@ fn replayed_runs_of_each_kubernetes_release_nest_the_components_spans() {
         );
         assert_well_formed(&spans);
         for pod in &pods {
-            assert_component_tree(&Trace::new(&spans, &trace_of(pod)), pod, release);
+            let trace = Trace::new(&spans, &trace_of(pod));
+            assert_component_tree(&trace, pod, release);
+            assert_offsets_source(&trace, false);
             assert_deletion(&spans, pod, &pod.node);
         }
     }
+}
+
+/// v1.33.3 with its stripped kube-apiserver, recorded by an agent told to
+/// derive every Kubernetes offset from the binaries (`--kube-offsets
+/// derived`), as it does for a release outside the table: the same tree,
+/// every function span marked derived, no probe stopped on probation.
+#[test]
+fn a_replayed_run_with_offsets_derived_from_the_binaries_nests_the_same_spans() {
+    let pods = demo_pods("k8s-1.33-derived.pods.jsonl");
+    assert_eq!(pods.len(), 2, "{pods:#?}");
+    let (spans, _) = replay_with("k8s-1.33-derived.ptrace.gz", "vm", &["--quiet"]);
+    assert_well_formed(&spans);
+    for pod in &pods {
+        let trace = Trace::new(&spans, &trace_of(pod));
+        assert_component_tree(&trace, pod, "1.33");
+        assert_offsets_source(&trace, true);
+        assert_deletion(&spans, pod, &pod.node);
+    }
+}
+
+/// Whether the function probes' spans say their offsets were derived.
+fn assert_offsets_source(trace: &Trace<'_>, derived: bool) {
+    let mut checked = 0;
+    for name in [
+        "apiserver authentication",
+        "apiserver authorization",
+        "scheduler scheduling cycle",
+        "scheduler bind",
+        "kubelet pod sync",
+        "kubelet volume wait",
+    ] {
+        for span in trace.named(name) {
+            assert_eq!(
+                span.string("podtrace.k8s.offsets"),
+                derived.then_some("derived"),
+                "{name}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 6, "only {checked} function spans");
 }
