@@ -1064,16 +1064,24 @@ fn replayed_kubernetes_run_with_a_stripped_apiserver_and_plain_etcd_nests_the_sa
 }
 
 /// The other releases in the Kubernetes table, each recorded with its own
-/// stripped (`-s -w`) kube-apiserver on mTLS etcd and its unstripped
-/// scheduler and kubelet: every function probe reads its release's struct
-/// offsets and argument words, and the trees are the same as on 1.28.
+/// kube-apiserver, stripped (`-s -w`) and not, on mTLS etcd, and its
+/// unstripped scheduler and kubelet: every function probe reads its
+/// release's struct offsets and argument words, and the trees are the same
+/// as on 1.28.
 #[test]
 fn replayed_runs_of_each_kubernetes_release_nest_the_components_spans() {
-    for release in ["1.30", "1.31", "1.33"] {
-        let pods = demo_pods(&format!("k8s-{release}-stripped.pods.jsonl"));
-        assert_eq!(pods.len(), 2, "{release}: {pods:#?}");
+    for (release, apiserver) in [
+        ("1.30", "stripped"),
+        ("1.30", "unstripped"),
+        ("1.31", "stripped"),
+        ("1.31", "unstripped"),
+        ("1.33", "stripped"),
+        ("1.33", "unstripped"),
+    ] {
+        let pods = demo_pods(&format!("k8s-{release}-{apiserver}.pods.jsonl"));
+        assert_eq!(pods.len(), 2, "{release} {apiserver}: {pods:#?}");
         let (spans, _) = replay_with(
-            &format!("k8s-{release}-stripped.ptrace.gz"),
+            &format!("k8s-{release}-{apiserver}.ptrace.gz"),
             "vm",
             &["--quiet"],
         );
