@@ -7,6 +7,17 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::otlp_json::ExportedSpan;
 
+/// Spans the Kubernetes function probes make (one or more in every
+/// complete Pod trace): where offsets' provenance is checked.
+pub const FUNCTION_PROBE_SPANS: &[&str] = &[
+    "apiserver authentication",
+    "apiserver authorization",
+    "scheduler scheduling cycle",
+    "scheduler bind",
+    "kubelet pod sync",
+    "kubelet volume wait",
+];
+
 /// What is wrong with the traces `spans` form, one line per fault (empty
 /// when every trace is a well-formed tree).
 pub fn tree_violations(spans: &[ExportedSpan]) -> Vec<String> {

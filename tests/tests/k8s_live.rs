@@ -387,13 +387,7 @@ fn assert_control_plane_component_spans(trace: &Trace<'_>, pod: &DemoPod) {
     // The function probes' spans say when their offsets were derived from
     // the binary (`PODTRACE_TEST_KUBE_OFFSETS=derived`), and only then.
     let derived = std::env::var("PODTRACE_TEST_KUBE_OFFSETS").as_deref() == Ok("derived");
-    for name in [
-        "apiserver authentication",
-        "apiserver authorization",
-        "scheduler scheduling cycle",
-        "scheduler bind",
-        "kubelet pod sync",
-    ] {
+    for name in podtrace_tests::trees::FUNCTION_PROBE_SPANS {
         for span in trace.named(name, None) {
             assert_eq!(
                 span.string("podtrace.k8s.offsets") == Some("derived"),

@@ -1116,14 +1116,7 @@ fn a_replayed_run_with_offsets_derived_from_the_binaries_nests_the_same_spans() 
 /// Whether the function probes' spans say their offsets were derived.
 fn assert_offsets_source(trace: &Trace<'_>, derived: bool) {
     let mut checked = 0;
-    for name in [
-        "apiserver authentication",
-        "apiserver authorization",
-        "scheduler scheduling cycle",
-        "scheduler bind",
-        "kubelet pod sync",
-        "kubelet volume wait",
-    ] {
+    for name in podtrace_tests::trees::FUNCTION_PROBE_SPANS {
         for span in trace.named(name) {
             assert_eq!(
                 span.string("podtrace.k8s.offsets"),
