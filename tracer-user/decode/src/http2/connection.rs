@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 
 use super::frame::{self, CLIENT_PREFACE, Frame, FrameError};
-use super::hpack::{HeaderBlockDecoder, HeaderBlockError, HeaderList, TableCopy, TableLoadError};
+use super::hpack::{
+    self, HeaderBlockDecoder, HeaderBlockError, HeaderList, TableCopy, TableLoadError,
+};
 use crate::{Chunk, Decoded, Direction};
 
 /// Memory bounds for one connection.
@@ -258,6 +260,34 @@ struct PendingBlock {
     block: Vec<u8>,
 }
 
+/// A header block of the last chunk pushed, kept for [`ChunkBlocks`].
+#[derive(Debug)]
+struct ChunkBlock {
+    stream_id: u32,
+    /// A block after the stream's first (trailers).
+    trailer: bool,
+    block: Vec<u8>,
+}
+
+/// The header blocks of the last chunk pushed in one direction. When some
+/// of their fields were unresolved (a connection joined late) and the
+/// sender's table copy taken right after that chunk is loaded
+/// ([`TablePoint::AfterPushed`]), they are decoded again from the table as
+/// it was before them: the copy without the entries they inserted. Without
+/// that, a write's own header blocks got their fields from the HPACK
+/// probes alone, which a goroutine that moved threads between encoding and
+/// writing lost.
+#[derive(Debug, Default)]
+struct ChunkBlocks {
+    blocks: Vec<ChunkBlock>,
+    unresolved: bool,
+    /// More blocks than kept: no decoding again.
+    overflowed: bool,
+}
+
+/// Blocks of one chunk kept at most (a write of a burst of requests).
+const MAX_CHUNK_BLOCKS: usize = 64;
+
 #[derive(Debug)]
 struct DirectionState {
     direction: Direction,
@@ -265,9 +295,38 @@ struct DirectionState {
     sync: Sync,
     hpack: HeaderBlockDecoder,
     pending: Option<PendingBlock>,
+    chunk: ChunkBlocks,
 }
 
 impl DirectionState {
+    /// The last chunk's header blocks decoded again from the table as it
+    /// was before them (`after`, the sender's copy taken right after the
+    /// chunk, without the entries they inserted), when some of their fields
+    /// were unresolved: `(stream, trailer, fields)` each. Leaves the table
+    /// as `after` would be, to be replaced by it.
+    fn decode_chunk_again(&mut self, after: &TableCopy) -> Vec<(u32, bool, HeaderList)> {
+        let chunk = std::mem::take(&mut self.chunk);
+        if !chunk.unresolved || chunk.overflowed {
+            return Vec::new();
+        }
+        let inserted: Option<usize> = chunk
+            .blocks
+            .iter()
+            .map(|b| hpack::insertions(&b.block))
+            .sum();
+        let Some(before) = inserted.and_then(|inserted| after.without_newest(inserted)) else {
+            return Vec::new();
+        };
+        if self.hpack.load(&before).is_err() {
+            return Vec::new();
+        }
+        chunk
+            .blocks
+            .iter()
+            .map(|b| (b.stream_id, b.trailer, self.hpack.redecode(&b.block)))
+            .collect()
+    }
+
     fn new(direction: Direction) -> Self {
         Self {
             direction,
@@ -275,6 +334,7 @@ impl DirectionState {
             sync: Sync::Searching,
             hpack: HeaderBlockDecoder::default(),
             pending: None,
+            chunk: ChunkBlocks::default(),
         }
     }
 }
@@ -328,6 +388,7 @@ impl Http2Connection {
     /// [`Chunk`]), and what capture lost right after them.
     pub fn push_bytes(&mut self, direction: Direction, ts_ns: u64, bytes: &[u8], lost: Lost) {
         let state = self.state_mut(direction);
+        state.chunk = ChunkBlocks::default();
         // Frames are parsed where they are: from `bytes` itself when nothing
         // is left over from the chunk before (the usual case: a Go write or
         // read is whole frames), else from the buffer they are appended to.
@@ -476,7 +537,38 @@ impl Http2Connection {
                 return Err(TableLoadError::MidBlock);
             }
         }
-        state.hpack.load(copy)
+        let again = match point {
+            TablePoint::AfterPushed => state.decode_chunk_again(copy),
+            TablePoint::BeforeNext => Vec::new(),
+        };
+        state.hpack.load(copy)?;
+        for (stream_id, trailer, list) in again {
+            let exchange = match self.streams.get_mut(&stream_id) {
+                Some(exchange) => exchange,
+                None => match self
+                    .done
+                    .iter_mut()
+                    .rev()
+                    .find(|e| e.stream_id == stream_id)
+                {
+                    Some(exchange) => exchange,
+                    None => continue,
+                },
+            };
+            let half = exchange.half_mut(direction);
+            let slot = if trailer {
+                &mut half.trailers
+            } else {
+                &mut half.headers
+            };
+            if slot
+                .as_ref()
+                .is_some_and(|old| list.unresolved.len() < old.unresolved.len())
+            {
+                *slot = Some(list);
+            }
+        }
+        Ok(())
     }
 
     /// The streams whose `direction` half has sent anything (a header block
@@ -708,11 +800,24 @@ impl Http2Connection {
                 partial
             }
         };
+        let unresolved = !list.unresolved.is_empty();
         let half = self.stream(pending.stream_id).half_mut(direction);
-        if half.headers.is_none() && half.data_frames == 0 {
-            half.headers = Some(list);
-        } else {
+        let trailer = !(half.headers.is_none() && half.data_frames == 0);
+        if trailer {
             half.trailers = Some(list);
+        } else {
+            half.headers = Some(list);
+        }
+        let chunk = &mut self.state_mut(direction).chunk;
+        chunk.unresolved |= unresolved;
+        if chunk.blocks.len() < MAX_CHUNK_BLOCKS {
+            chunk.blocks.push(ChunkBlock {
+                stream_id: pending.stream_id,
+                trailer,
+                block: pending.block,
+            });
+        } else {
+            chunk.overflowed = true;
         }
         if pending.end_stream {
             self.end_half(direction, pending.stream_id);

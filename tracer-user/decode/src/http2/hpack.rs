@@ -68,6 +68,37 @@ pub struct TableEntry {
     pub size: usize,
 }
 
+impl TableCopy {
+    /// The table as it was `newest` insertions ago: without its `newest`
+    /// newest entries. `None` when it holds fewer (what they evicted is
+    /// gone from the copy).
+    pub fn without_newest(&self, newest: usize) -> Option<TableCopy> {
+        let keep = self.entries.len().checked_sub(newest)?;
+        Some(TableCopy {
+            max_size: self.max_size,
+            entries: self.entries.get(..keep)?.to_vec(),
+        })
+    }
+}
+
+/// How many entries decoding `block` inserts into the table (its literals
+/// with incremental indexing); `None` when it resizes the table or does not
+/// parse.
+pub fn insertions(block: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    let mut count = 0;
+    while at < block.len() {
+        let span = next_representation(block.get(at..)?)?;
+        match span.kind {
+            Representation::SizeUpdate => return None,
+            Representation::LiteralIncremental => count += 1,
+            _ => {}
+        }
+        at += span.len;
+    }
+    Some(count)
+}
+
 /// A [`TableCopy`] that cannot be loaded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TableLoadError {
@@ -360,6 +391,14 @@ impl HeaderBlockDecoder {
             at += span.len;
         }
         Ok(list)
+    }
+
+    /// Decodes `block` again (a block already counted by [`Self::decode`]):
+    /// the fields it yields, a failed block's partial ones.
+    pub fn redecode(&mut self, block: &[u8]) -> HeaderList {
+        let list = self.decode(block).unwrap_or_else(|error| error.partial);
+        self.blocks -= 1;
+        list
     }
 
     fn decode_one(&mut self, input: &[u8], list: &mut HeaderList) -> Result<(), DecoderError> {

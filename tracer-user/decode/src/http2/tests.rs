@@ -422,3 +422,76 @@ fn bytes_lost_past_a_data_payload_reset_the_table() {
         "its index names an entry of a forgotten table"
     );
 }
+
+#[test]
+fn a_senders_copy_taken_after_a_write_resolves_that_writes_own_blocks() {
+    // Joined late: the sender's table already held the three entries of
+    // `copied_table`. Its write refers to two of them and inserts
+    // `x-new: 1` (a literal with incremental indexing, new name).
+    let block = [
+        0x83, // :method POST
+        0xbe, // 62: content-type, the newest before the write
+        0xc0, // 64: :path, the oldest
+        0x40, 0x05, b'x', b'-', b'n', b'e', b'w', 0x01, b'1',
+    ];
+    assert_eq!(hpack::insertions(&block), Some(1));
+    let mut after = copied_table();
+    after.entries.push(TableEntry {
+        field: Some((b"x-new".to_vec(), b"1".to_vec())),
+        size: "x-new".len() + 1 + 32,
+    });
+
+    let mut connection = Http2Connection::default();
+    connection.push(&chunk(headers_frame(1, &[0x83])));
+    connection.push(&chunk(headers_frame(3, &block)));
+    // The copy the sender's write carried: its table with the write's
+    // insertion. That write's block is decoded again from the table before.
+    connection
+        .load_table(Direction::ClientToServer, TablePoint::AfterPushed, &after)
+        .expect("loads");
+    // The next block's 62 is the entry the write inserted.
+    connection.push(&chunk(headers_frame(5, &[0x83, 0xbe])));
+    let exchanges = connection.finish();
+    let by_id = |id: u32| {
+        exchanges
+            .iter()
+            .find(|e| e.stream_id == id)
+            .expect("stream")
+    };
+    let request = &by_id(3).request;
+    assert_eq!(by_id(3).path(), Some("/etcdserverpb.KV/Txn"));
+    assert_eq!(
+        request.header("content-type"),
+        Some(("application/grpc", HeaderSource::Wire))
+    );
+    assert!(
+        request
+            .headers
+            .as_ref()
+            .expect("decoded")
+            .unresolved
+            .is_empty()
+    );
+    assert_eq!(
+        by_id(5).request.header("x-new"),
+        Some(("1", HeaderSource::Wire))
+    );
+
+    // Without the copy the write's references stay unresolved.
+    let mut blind = Http2Connection::default();
+    blind.push(&chunk(headers_frame(1, &[0x83])));
+    blind.push(&chunk(headers_frame(3, &block)));
+    let exchanges = blind.finish();
+    let request = &exchanges
+        .iter()
+        .find(|e| e.stream_id == 3)
+        .expect("stream")
+        .request;
+    assert_eq!(
+        request.headers.as_ref().expect("decoded").unresolved.len(),
+        2
+    );
+
+    // A block that resizes the table cannot be placed: left as it was.
+    assert_eq!(hpack::insertions(&[0x3f, 0xe1, 0x1f, 0x83]), None);
+}
