@@ -258,8 +258,9 @@ pub fn refusal(probe: &KubeProbe, kube: &KubeOffsets) -> Option<String> {
         })
 }
 
-/// The [`KubeStructOffsets`] fields a read walks through (by their names in
-/// `tracer_gobin::KUBE_FIELDS`); the argument words are every read's.
+/// The [`KubeStructOffsets`] fields a read walks through, in order (by their
+/// names in `tracer_gobin::KUBE_FIELDS`): the one list both the spec's walk
+/// ([`path`]) and [`refusal`] read. The argument words are every read's.
 fn kube_fields(read: Read) -> &'static [&'static str] {
     const UID: &str = "pod_uid";
     const NAMESPACE: &str = "pod_namespace";
@@ -302,31 +303,31 @@ pub fn spec(
 }
 
 fn path(read: Read, go: &StructOffsets, kube: &KubeStructOffsets) -> GoStringPath {
-    let field = |field: PodField| match field {
-        Uid => kube.pod_uid,
-        Namespace => kube.pod_namespace,
-        Name => kube.pod_name,
-    };
     let word = |word: Word| word(&kube.args);
+    // The Kubernetes fields the read walks: the same list `refusal` checks.
+    let mut walk: Vec<u64> = kube_fields(read)
+        .iter()
+        .map(|name| kube.field(name).unwrap_or_default())
+        .collect();
     match read {
         GoString(at) => GoStringPath {
             kind: GO_STRING_IN_REGISTERS,
             word: word(at),
             ..GoStringPath::default()
         },
-        PodUid(at) => memory(word(at), &[kube.pod_uid]),
-        PodNamespace(at) => memory(word(at), &[kube.pod_namespace]),
-        PodName(at) => memory(word(at), &[kube.pod_name]),
-        FirstPodOf(at, pod) => memory(word(at), &[0, field(pod)]),
-        QueuedPod(at, pod) => memory(
-            word(at),
-            &[kube.queued_pod_info_pod_info, kube.pod_info_pod, field(pod)],
-        ),
+        PodUid(at) | PodNamespace(at) | PodName(at) | QueuedPod(at, _) => memory(word(at), &walk),
+        // The slice's first element, then the Pod's field.
+        FirstPodOf(at, _) => {
+            walk.insert(0, 0);
+            memory(word(at), &walk)
+        }
         // The interface's data word is the second.
-        AuthenticatedUser(at) => memory(
-            word(at),
-            &[kube.authn_response_user + 8, kube.user_info_name],
-        ),
+        AuthenticatedUser(at) => {
+            if let Some(user) = walk.first_mut() {
+                *user += 8;
+            }
+            memory(word(at), &walk)
+        }
         RequestRemoteAddr(at) => memory(word(at), &[go.http_request_remote_addr]),
         RequestPath(at) => memory(word(at), &[go.http_request_url, go.url_path]),
         FirstStringField(at) => memory(word(at), &[0]),
