@@ -265,15 +265,7 @@ impl Probation {
 /// path, names that are DNS names, an authorizer's verdict that is one.
 fn reads_as_expected(message: &FuncMessage) -> Result<(), &'static str> {
     use GoFunction as F;
-    let dns = |text: &Option<String>| {
-        text.as_deref().is_some_and(|text| {
-            !text.is_empty()
-                && text.len() <= 253
-                && text
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
-        })
-    };
+    let dns = |text: &Option<String>| text.as_deref().is_some_and(dns_name);
     let named_pod = |pod: &Option<PodRef>| {
         pod.as_ref()
             .is_some_and(|pod| pod.namespace.is_some() && pod.name.is_some())
@@ -319,20 +311,21 @@ fn reads_as_expected(message: &FuncMessage) -> Result<(), &'static str> {
 /// foreign pointer gives something else).
 fn pod_ref(uid: Option<String>, namespace: Option<String>, name: Option<String>) -> Option<PodRef> {
     let uid = uid.filter(|uid| looks_like_uid(uid))?;
-    let plausible = |value: Option<String>| {
-        value.filter(|value| {
-            !value.is_empty()
-                && value.len() <= 253
-                && value
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
-        })
-    };
     Some(PodRef {
         uid,
-        namespace: plausible(namespace),
-        name: plausible(name),
+        namespace: namespace.filter(|value| dns_name(value)),
+        name: name.filter(|value| dns_name(value)),
     })
+}
+
+/// Whether `text` can be a Kubernetes object or node name: a DNS subdomain's
+/// characters and length.
+fn dns_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 253
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
 }
 
 fn looks_like_uid(uid: &str) -> bool {
