@@ -467,14 +467,9 @@ impl Probes {
                 kube_source,
                 kube_refused,
             }) => {
-                match kube_source {
-                    Some(source) => {
-                        tracing::info!(%exe, attachments, tls = tls_index.is_some(), kube_functions, kube_offsets = %source, "Go probes attached");
-                    }
-                    None => {
-                        tracing::info!(%exe, attachments, tls = tls_index.is_some(), kube_functions, "Go probes attached");
-                    }
-                }
+                // `kube_offsets` is left out of the line when there is none.
+                let kube_offsets = kube_source.as_ref().map(tracing::field::display);
+                tracing::info!(%exe, attachments, tls = tls_index.is_some(), kube_functions, kube_offsets, "Go probes attached");
                 for (function, why) in kube_refused {
                     tracing::warn!(%exe, function, %why, "Kubernetes function not probed: its span will be missing");
                 }
