@@ -285,6 +285,16 @@ struct ChunkBlocks {
     overflowed: bool,
 }
 
+impl ChunkBlocks {
+    /// Forgets the blocks for the next chunk, keeping the list's memory:
+    /// this runs for every chunk pushed.
+    fn clear(&mut self) {
+        self.blocks.clear();
+        self.unresolved = false;
+        self.overflowed = false;
+    }
+}
+
 /// Blocks of one chunk kept at most (a write of a burst of requests).
 const MAX_CHUNK_BLOCKS: usize = 64;
 
@@ -388,7 +398,7 @@ impl Http2Connection {
     /// [`Chunk`]), and what capture lost right after them.
     pub fn push_bytes(&mut self, direction: Direction, ts_ns: u64, bytes: &[u8], lost: Lost) {
         let state = self.state_mut(direction);
-        state.chunk = ChunkBlocks::default();
+        state.chunk.clear();
         // Frames are parsed where they are: from `bytes` itself when nothing
         // is left over from the chunk before (the usual case: a Go write or
         // read is whole frames), else from the buffer they are appended to.
