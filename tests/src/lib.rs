@@ -14,6 +14,7 @@ pub mod agent;
 pub mod components;
 pub mod demo_pod;
 pub mod otlp_json;
+pub mod otlp_receiver;
 pub mod trees;
 
 use std::{

@@ -826,6 +826,33 @@ fn every_kustomization_builds_and_every_object_validates_against_its_type() {
     }
 }
 
+/// The base, its overlays and components hold only Kubernetes' own kinds:
+/// `kubectl apply -k` of an overlay must succeed on a cluster with no CRD
+/// installed (#18); what needs the Prometheus Operator is in `monitoring`.
+#[test]
+fn the_base_and_overlays_need_no_custom_resource_definition() {
+    let builds = KUSTOMIZATIONS
+        .iter()
+        .filter(|relative| **relative != "monitoring")
+        .map(|relative| (relative.to_string(), build(relative)))
+        .chain(COMPONENTS.iter().map(|component| {
+            (
+                format!("base + {component}"),
+                build_with_component(component),
+            )
+        }));
+    for (relative, build) in builds {
+        for (object, origin) in &build.objects {
+            let api_version = object["apiVersion"].as_str().unwrap_or_default();
+            let group = api_version.split_once('/').map_or("", |(group, _)| group);
+            assert!(
+                group.is_empty() || group.ends_with(".k8s.io") || group == "apps",
+                "{relative}: {origin}: {api_version} is not a Kubernetes API group"
+            );
+        }
+    }
+}
+
 #[test]
 fn every_manifest_file_is_applied_by_some_kustomization_and_validates_on_its_own() {
     let mut used = BTreeSet::new();
@@ -939,18 +966,22 @@ fn the_base_daemonset_runs_unprivileged_with_host_pid_its_capabilities_and_read_
         assert!(bounds.contains_key("cpu") && bounds.contains_key("memory"));
     }
 
-    let node_name = container
-        .env
-        .iter()
-        .flatten()
-        .find(|e| e.name == "NODE_NAME")
-        .expect("NODE_NAME");
-    let field = node_name
-        .value_from
-        .as_ref()
-        .and_then(|v| v.field_ref.as_ref())
-        .expect("NODE_NAME from the downward API");
-    assert_eq!(field.field_path, "spec.nodeName");
+    // The node's name, and the agent's own Pod (which it does not trace),
+    // from the downward API.
+    for (variable, path) in [("NODE_NAME", "spec.nodeName"), ("POD_UID", "metadata.uid")] {
+        let env = container
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == variable)
+            .expect(variable);
+        let field = env
+            .value_from
+            .as_ref()
+            .and_then(|v| v.field_ref.as_ref())
+            .unwrap_or_else(|| panic!("{variable} from the downward API"));
+        assert_eq!(field.field_path, path);
+    }
 
     let config_map = container
         .env_from
@@ -1128,9 +1159,11 @@ fn the_metrics_port_is_the_one_podtrace_listens_on_and_the_service_and_podmonito
     let service_port = &service_spec.ports.unwrap()[0];
     assert_eq!(service_port.port, i32::from(address.port()));
 
-    let Object::PodMonitor(monitor) =
-        validate(build.find("PodMonitor", "podtrace"), "base podmonitor.yaml")
-    else {
+    let monitoring = kustomize_build(&deploy_dir().join("monitoring"));
+    let Object::PodMonitor(monitor) = validate(
+        monitoring.find("PodMonitor", "podtrace"),
+        "monitoring podmonitor.yaml",
+    ) else {
         unreachable!()
     };
     for (key, value) in monitor.spec.selector.match_labels.clone().unwrap() {

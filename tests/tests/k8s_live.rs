@@ -32,6 +32,7 @@ use std::{
     io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    time::{Duration, Instant},
 };
 
 use podtrace_tests::{
@@ -39,6 +40,7 @@ use podtrace_tests::{
     demo_pod::DemoPod,
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
+    otlp_receiver::OtlpReceiver,
     trees::{assert_first_exec_under, assert_well_formed, outline},
 };
 use serde_json::Value;
@@ -142,7 +144,12 @@ struct Trace<'a> {
 
 impl<'a> Trace<'a> {
     fn of_pod(all: &'a [ExportedSpan], pod: &DemoPod) -> Self {
-        let trace_id = TraceId::for_pod(CLUSTER, &pod.uid).to_hex();
+        Self::of_pod_in(all, CLUSTER, pod)
+    }
+
+    /// The trace of `pod` made by agents of cluster id `cluster`.
+    fn of_pod_in(all: &'a [ExportedSpan], cluster: &str, pod: &DemoPod) -> Self {
+        let trace_id = TraceId::for_pod(cluster, &pod.uid).to_hex();
         Self {
             spans: all.iter().filter(|s| s.trace_id == trace_id).collect(),
         }
@@ -571,7 +578,7 @@ fn traced_demo(
 /// starts: the Pods the demo made before (`--existing-pods`) are then older
 /// than the agent by more than the 5 s it allows a Pod's creationTimestamp
 /// (whole seconds of the apiserver's clock) before its own start.
-const AFTER_CLUSTER_DELAY: std::time::Duration = std::time::Duration::from_secs(7);
+const AFTER_CLUSTER_DELAY: Duration = Duration::from_secs(7);
 
 /// When the agent starts.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -607,14 +614,14 @@ fn wait_for_function_probes(agent: &Agent) {
             .filter(|line| line.contains("kube_functions=") && !line.contains("kube_functions=0"))
             .count()
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while probed() < 4 {
         assert!(
-            std::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "the agent attached function probes to {} of the 4 components in 60 s",
             probed()
         );
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -904,4 +911,334 @@ fn an_agent_started_after_the_cluster_sees_both_sides_of_every_call() {
             );
         }
     }
+}
+
+/// The image `cargo xtask image` builds, as containerd knows it once
+/// imported; the test overlay points the DaemonSet at it.
+const DAEMONSET_IMAGE: &str = "podtrace.local/podtrace:k8s-live-test";
+/// The cluster id deploy/base's ConfigMap gives the agent, which the test
+/// overlay leaves as it is.
+const DEPLOY_CLUSTER_ID: &str = "default";
+/// How soon the DaemonSet's Pod must be gone once the DaemonSet is deleted
+/// (#18): the agent flushes its spans and exits within 2 s of SIGTERM.
+const DAEMONSET_GONE_WITHIN: Duration = Duration::from_secs(5);
+
+/// `kubectl` of the demo's cluster.
+fn kubectl(bin_dir: &Path, kubeconfig: &str) -> Command {
+    let mut command = Command::new(bin_dir.join("kubectl"));
+    command.arg(format!("--kubeconfig={kubeconfig}"));
+    command
+}
+
+/// Runs `command`, which must succeed; returns its stdout.
+fn succeed(command: &mut Command) -> String {
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{command:?} failed ({}): {}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The test overlay, to be written in directory `overlay`: deploy/base with
+/// only the image and the OTLP endpoint changed, as the README tells a user
+/// to change them.
+fn daemonset_overlay(overlay: &Path, endpoint: &str) -> String {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/base")
+        .canonicalize()
+        .unwrap();
+    // kustomize takes a base only by a path relative to the kustomization.
+    let up = overlay.canonicalize().unwrap().components().count() - 1;
+    let base = Path::new(&"../".repeat(up)).join(base.strip_prefix("/").unwrap());
+    let (name, tag) = DAEMONSET_IMAGE.split_once(':').unwrap();
+    format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - {base}
+images:
+  - name: ghcr.io/podtrace/podtrace
+    newName: {name}
+    newTag: {tag}
+patches:
+  - target:
+      version: v1
+      kind: ConfigMap
+      name: podtrace
+    patch: |-
+      - op: replace
+        path: /data/OTEL_EXPORTER_OTLP_ENDPOINT
+        value: {endpoint}
+",
+        base = base.display()
+    )
+}
+
+/// Deletes the DaemonSet if the test ends before it did: its agent would
+/// otherwise outlive the cluster in its container.
+struct DaemonSetGuard<'a> {
+    bin_dir: &'a Path,
+    kubeconfig: &'a str,
+    deleted: bool,
+}
+
+impl Drop for DaemonSetGuard<'_> {
+    fn drop(&mut self) {
+        if !self.deleted {
+            let _ = kubectl(self.bin_dir, self.kubeconfig)
+                .args(["delete", "-n", "podtrace", "daemonset", "podtrace"])
+                .args(["--cascade=foreground", "--timeout=60s"])
+                .status();
+        }
+    }
+}
+
+/// Stops `podtrace-demo` with SIGINT, on which it cleans up, if the test
+/// ends before it let the demo finish.
+struct DemoGuard(std::process::Child);
+
+impl Drop for DemoGuard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            // SAFETY: kill(2) on the child's pid, not reaped yet.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// The DaemonSet's agent's log lines so far.
+fn daemonset_log(bin_dir: &Path, kubeconfig: &str) -> String {
+    let output = kubectl(bin_dir, kubeconfig)
+        .args(["logs", "-n", "podtrace", "daemonset/podtrace"])
+        .output()
+        .unwrap();
+    if !output.status.success() {
+        return format!(
+            "(kubectl logs failed: {})",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The agent as shipped (#18): the image `cargo xtask image` builds,
+/// imported into the test cluster's containerd, and deploy/base's DaemonSet
+/// applied through an overlay that changes only the image and the OTLP
+/// endpoint (this test's receiver), once the cluster runs, as on a real
+/// cluster. Its agent runs unprivileged with the capabilities the manifest
+/// lists; the Pods created then each get their complete trace at the
+/// receiver; deleting the DaemonSet stops the agent, and its Pod is gone
+/// within [`DAEMONSET_GONE_WITHIN`].
+#[test]
+#[ignore = "needs PODTRACE_K8S_BIN, a directory of Kubernetes binaries (none ship with podtrace); cargo xtask test runs it when set"]
+fn the_daemonset_from_deploy_traces_pods_and_goes_within_seconds() {
+    const TEST: &str = "the_daemonset_from_deploy_traces_pods_and_goes_within_seconds";
+    let Some(bin_dir) = k8s_bin(TEST) else {
+        return;
+    };
+    if !live_test_can_run(TEST) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("podtrace.oci.tar");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    succeed(
+        Command::new(cargo)
+            .args(["xtask", "image", "--out"])
+            .arg(&image)
+            .args(["--name", DAEMONSET_IMAGE])
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")),
+    );
+
+    let (go, hold, info) = (
+        dir.path().join("go"),
+        dir.path().join("hold"),
+        dir.path().join("cluster.json"),
+    );
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
+        .arg("--k8s-bin")
+        .arg(&bin_dir)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--wait-for")
+        .arg(&go)
+        .arg("--hold")
+        .arg(&hold)
+        .arg("--cluster-info")
+        .arg(&info)
+        .arg("--daemon-sets")
+        .args(["--scenario", "running", "--pods", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(demo.stdout.take().unwrap()).lines();
+    let mut demo = DemoGuard(demo);
+    assert!(
+        lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|line| line == "ready"),
+        "podtrace-demo never said ready"
+    );
+    let info: Value = serde_json::from_slice(&std::fs::read(&info).unwrap()).unwrap();
+    let kubeconfig = info["kubeconfig"].as_str().unwrap();
+    // The Pod reaches this host at the gateway of the Pod subnet (the
+    // host's end of each Pod's point-to-point link).
+    let subnet: std::net::Ipv4Addr = info["pod_subnet"]
+        .as_str()
+        .and_then(|subnet| subnet.split('/').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let gateway = std::net::Ipv4Addr::from(u32::from(subnet) + 1);
+    let receiver = OtlpReceiver::start(
+        std::net::Ipv4Addr::UNSPECIFIED.into(),
+        &dir.path().join("received.jsonl"),
+    )
+    .unwrap();
+
+    succeed(
+        Command::new("/usr/bin/ctr")
+            .arg("--address")
+            .arg(info["containerd_socket"].as_str().unwrap())
+            .args(["--namespace", "k8s.io", "images", "import"])
+            .arg(&image),
+    );
+    let overlay = dir.path().join("overlay");
+    std::fs::create_dir(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        daemonset_overlay(&overlay, &format!("http://{gateway}:{}", receiver.port())),
+    )
+    .unwrap();
+    // Every shipped overlay applies unchanged on this release (the API
+    // server's strict decoding of every field, admission included). A dry
+    // run creates no namespace: the one the objects go in is made first.
+    succeed(kubectl(&bin_dir, kubeconfig).args(["create", "namespace", "podtrace"]));
+    let overlays = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/overlays");
+    for entry in std::fs::read_dir(&overlays).unwrap() {
+        let path = entry.unwrap().path();
+        succeed(
+            kubectl(&bin_dir, kubeconfig)
+                .args(["apply", "--dry-run=server", "-k"])
+                .arg(&path),
+        );
+        eprintln!("k8s_live: {} applies (server dry run)", path.display());
+    }
+    let mut guard = DaemonSetGuard {
+        bin_dir: &bin_dir,
+        kubeconfig,
+        deleted: false,
+    };
+    succeed(
+        kubectl(&bin_dir, kubeconfig)
+            .arg("apply")
+            .arg("-k")
+            .arg(&overlay),
+    );
+    succeed(kubectl(&bin_dir, kubeconfig).args([
+        "rollout",
+        "status",
+        "-n",
+        "podtrace",
+        "daemonset/podtrace",
+        "--timeout=180s",
+    ]));
+    // Its probes on the four components, as the other tests wait for their
+    // agent's.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = daemonset_log(&bin_dir, kubeconfig);
+        let probed = log
+            .lines()
+            .filter(|line| {
+                line.contains("Go probes attached")
+                    && line.contains("kube_functions=")
+                    && !line.contains("kube_functions=0")
+            })
+            .count();
+        if probed >= 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the DaemonSet's agent attached function probes to {probed} of the 4 components in 60 s:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    std::fs::write(&go, b"").unwrap();
+    let pods: Vec<DemoPod> = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .take_while(|line| line != "done")
+        .filter_map(|line| DemoPod::parse(&line))
+        .collect();
+    assert_eq!(pods.len(), 3, "{pods:#?}");
+    // Each Pod's trace is exported once its creation has settled.
+    let roots: Vec<String> = pods
+        .iter()
+        .map(|pod| format!("pod.create {}/{}", pod.namespace, pod.name))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !roots
+        .iter()
+        .all(|root| receiver.spans().unwrap().iter().any(|s| &s.name == root))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "not every root reached the receiver in 90 s:\n{}",
+            daemonset_log(&bin_dir, kubeconfig)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    let log = daemonset_log(&bin_dir, kubeconfig);
+    let started = Instant::now();
+    succeed(kubectl(&bin_dir, kubeconfig).args([
+        "delete",
+        "-n",
+        "podtrace",
+        "daemonset",
+        "podtrace",
+        "--wait=false",
+    ]));
+    guard.deleted = true;
+    loop {
+        let left = succeed(
+            kubectl(&bin_dir, kubeconfig).args(["get", "pods", "-n", "podtrace", "-o", "name"]),
+        );
+        if left.trim().is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < DAEMONSET_GONE_WITHIN,
+            "the DaemonSet's Pod is still there {:?} after the DaemonSet was deleted: {left}",
+            started.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "k8s_live: the DaemonSet's Pod was gone {:?} after the DaemonSet was deleted",
+        started.elapsed()
+    );
+
+    let all = receiver.spans().unwrap();
+    assert_well_formed(&all);
+    for pod in &pods {
+        assert_eq!(pod.outcome, "Running");
+        assert_running_pod_trace(&Trace::of_pod_in(&all, DEPLOY_CLUSTER_ID, pod), pod);
+    }
+    // Nothing lost on the way.
+    assert!(!log.contains("kernel side lost data"), "{log}");
+
+    std::fs::write(&hold, b"").unwrap();
+    let status = demo.0.wait().unwrap();
+    assert!(status.success(), "podtrace-demo: {status}");
 }

@@ -85,6 +85,11 @@ struct ExportArgs {
     /// This node's name (default: the host name).
     #[arg(long, env = "NODE_NAME")]
     node_name: Option<String>,
+    /// The UID of the Pod this agent runs in (the DaemonSet sets it from
+    /// the downward API), which it does not trace: it starts after its Pod
+    /// was created and is stopped before its Pod's teardown.
+    #[arg(long, env = "POD_UID", value_name = "UID")]
+    pod_uid: Option<String>,
     /// Append spans to this OTLP-JSON file (one ExportTraceServiceRequest per
     /// line). Without --otlp-endpoint, spans go to ./podtrace-traces.otlp.jsonl.
     #[arg(long, env = "PODTRACE_OUT", value_name = "FILE")]
@@ -152,6 +157,7 @@ impl ExportArgs {
                 cluster_id: self.cluster_id,
                 node_name,
                 trace_timeout_ns: self.trace_timeout * 1_000_000_000,
+                own_pod_uid: self.pod_uid.filter(|uid| !uid.is_empty()),
             },
             out,
             otlp,

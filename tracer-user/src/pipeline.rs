@@ -405,6 +405,12 @@ impl Stages {
                     "spans after a Pod's creation and before its teardown (status polls, resyncs): not exported"
                 );
             }
+            if correlator.assembly.own_pod_spans > 0 {
+                tracing::info!(
+                    spans = correlator.assembly.own_pod_spans,
+                    "spans of the Pod this agent runs in: not exported"
+                );
+            }
             if correlator.assembly.released_at_bound > 0 {
                 tracing::warn!(
                     pods = correlator.assembly.released_at_bound,

@@ -164,6 +164,22 @@ struct Args {
     /// Pods (so that a tracer can attach first).
     #[arg(long, value_name = "FILE")]
     wait_for: Option<PathBuf>,
+    /// With --k8s-bin: once the scenarios are done, print `done` and wait
+    /// until this file exists before deleting the Pods and stopping (so that
+    /// a test can use the running cluster: look at an agent it deployed in
+    /// it, delete that agent).
+    #[arg(long, value_name = "FILE", requires = "k8s_bin")]
+    hold: Option<PathBuf>,
+    /// With --k8s-bin: also run the DaemonSet controller and the garbage
+    /// collector (for a DaemonSet applied to the cluster, whose Pods go with
+    /// it when it is deleted).
+    #[arg(long, requires = "k8s_bin")]
+    daemon_sets: bool,
+    /// With --k8s-bin: before printing `ready`, write to this file, as JSON,
+    /// what a client of the cluster needs: `kubeconfig` (the admin's),
+    /// `containerd_socket` and `pod_subnet`.
+    #[arg(long, value_name = "FILE", requires = "k8s_bin")]
+    cluster_info: Option<PathBuf>,
     /// While the Pods are created, this many closed-loop writers of lease
     /// and event keys (`etcd-load`, a Go client on TLS as kube-apiserver's
     /// storage is) keep etcd busy, as a control plane's other traffic does.
@@ -498,7 +514,7 @@ async fn drive(
     );
     emit("ready")?;
     if let Some(file) = &args.wait_for {
-        wait_for_file(file, shutdown).await?;
+        wait_for_file(file, "creating Pods", shutdown).await?;
     }
 
     let load = match args.etcd_load {
@@ -601,9 +617,9 @@ async fn sandboxes_stopped(containerd: &Containerd, timeout: Duration) -> anyhow
     }
 }
 
-async fn wait_for_file(file: &Path, shutdown: &Shutdown) -> anyhow::Result<()> {
+async fn wait_for_file(file: &Path, before: &str, shutdown: &Shutdown) -> anyhow::Result<()> {
     say!(
-        "podtrace-demo: waiting for {} to exist before creating Pods",
+        "podtrace-demo: waiting for {} to exist before {before}",
         file.display()
     );
     let started = Instant::now();
@@ -924,6 +940,7 @@ fn run_kubernetes(
             bin_dir: bin_dir.to_owned(),
             apiserver: args.apiserver.clone(),
             node_name: node.to_owned(),
+            daemon_sets: args.daemon_sets,
         },
         &args.state_dir,
         &etcd,
@@ -1488,9 +1505,18 @@ fn drive_kubernetes(
             .run(Scenario::Existing, 0)
             .context("creating the Pods that exist before `ready`")?;
     }
+    if let Some(file) = &args.cluster_info {
+        let info = serde_json::json!({
+            "kubeconfig": cluster.plane.admin_kubeconfig(),
+            "containerd_socket": containerd.socket(),
+            "pod_subnet": containerd.pod_subnet(),
+        });
+        std::fs::write(file, info.to_string())
+            .with_context(|| format!("writing {}", file.display()))?;
+    }
     emit("ready")?;
     if let Some(file) = &args.wait_for {
-        runtime.block_on(wait_for_file(file, shutdown))?;
+        runtime.block_on(wait_for_file(file, "creating Pods", shutdown))?;
     }
     for (index, &scenario) in scenarios.iter().enumerate() {
         shutdown.check()?;
@@ -1523,6 +1549,14 @@ fn drive_kubernetes(
                 () = shutdown.token.cancelled() => {}
             }
         });
+    }
+    if let Some(file) = &args.hold {
+        emit("done")?;
+        runtime.block_on(wait_for_file(
+            file,
+            "deleting the Pods and stopping",
+            shutdown,
+        ))?;
     }
     Ok(())
 }

@@ -26,13 +26,16 @@
 //! Service's names and ClusterIP); client certificates for the admin
 //! (`system:masters`), the scheduler (`system:kube-scheduler`), the kubelet
 //! (`system:node:NODE` in `system:nodes`, authorized by the Node authorizer)
-//! and the apiserver's kubelet client; a service-account signing key;
+//! and the apiserver's kubelet client; the kubelet's serving certificate
+//! (NODE, 127.0.0.1: `kubectl logs` goes through it); a service-account
+//! signing key;
 //! kubeconfigs; a KubeletConfiguration (cgroupfs driver under containerd's
 //! cgroup root, swap allowed, containerd's socket, x509 authentication and
 //! AlwaysAllow authorization of the kubelet's own API on loopback, eviction
 //! and image GC thresholds low enough for a busy disk, no iptables chains).
 //! kube-controller-manager runs only the Deployment and ReplicaSet
-//! controllers, as the admin (per-controller service-account credentials
+//! controllers (and, when asked, the DaemonSet controller and the garbage
+//! collector), as the admin (per-controller service-account credentials
 //! would add the token machinery, which the traced path does not need): the
 //! `default` ServiceAccount is created here, the node's `not-ready` taint is
 //! removed here once it is Ready, and Pods must not mount a service-account
@@ -103,6 +106,10 @@ pub struct ControlPlaneOptions {
     pub apiserver: Option<PathBuf>,
     /// The node's name (the kubelet's `--hostname-override`).
     pub node_name: String,
+    /// Also run kube-controller-manager's DaemonSet controller, and the
+    /// garbage collector that deletes a deleted DaemonSet's Pods (it watches
+    /// every resource: off unless a DaemonSet is to be applied).
+    pub daemon_sets: bool,
 }
 
 /// A Pod created through the apiserver.
@@ -195,6 +202,10 @@ struct ClusterPki {
     admin: (PathBuf, PathBuf),
     scheduler: (PathBuf, PathBuf),
     kubelet: (PathBuf, PathBuf),
+    /// The kubelet's serving certificate, which kube-apiserver verifies
+    /// (`--kubelet-certificate-authority`) when it reaches the kubelet for a
+    /// Pod's logs: one the kubelet made itself would not verify.
+    kubelet_serving: (PathBuf, PathBuf),
     service_account_key: PathBuf,
     service_account_public_key: PathBuf,
 }
@@ -399,7 +410,11 @@ impl ControlPlane {
                 "--authorization-kubeconfig={}",
                 admin_kubeconfig.display()
             ))
-            .arg("--controllers=deployment,replicaset")
+            .arg(if options.daemon_sets {
+                "--controllers=deployment,replicaset,daemonset,garbagecollector"
+            } else {
+                "--controllers=deployment,replicaset"
+            })
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={}", free_loopback_port()?))
             .arg(format!(
@@ -1183,6 +1198,8 @@ fn kubelet_config(
         "address": "127.0.0.1",
         "port": port,
         "readOnlyPort": 0,
+        "tlsCertFile": pki.kubelet_serving.0,
+        "tlsPrivateKeyFile": pki.kubelet_serving.1,
         "healthzBindAddress": "127.0.0.1",
         "healthzPort": healthz_port,
         "authentication": {
@@ -1274,6 +1291,15 @@ impl ClusterPki {
                 "kubelet",
                 &format!("system:node:{node_name}"),
                 Some("system:nodes"),
+            )?,
+            kubelet_serving: issue(
+                dir,
+                "kubelet-serving",
+                &issuer,
+                &format!("system:node:{node_name}"),
+                Some("system:nodes"),
+                &[node_name, "127.0.0.1", "localhost"],
+                true,
             )?,
             service_account_key,
             service_account_public_key,

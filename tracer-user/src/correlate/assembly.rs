@@ -190,6 +190,10 @@ pub struct Assembly {
     pub after_creation: u64,
     /// Pods whose held spans went out unsettled at a bound.
     pub released_at_bound: u64,
+    /// The Pod the agent runs in ([`Assembly::without_pod`]).
+    own_pod: Option<String>,
+    /// Its spans, not exported.
+    pub own_pod_spans: u64,
 }
 
 impl Assembly {
@@ -205,7 +209,18 @@ impl Assembly {
             now_ns: 0,
             after_creation: 0,
             released_at_bound: 0,
+            own_pod: None,
+            own_pod_spans: 0,
         }
+    }
+
+    /// Exports nothing of the Pod with UID `uid`: the agent's own. Its
+    /// agent starts after its creation and is stopped before its teardown,
+    /// so it would see pieces of both — the kubelet reporting it Running,
+    /// the DELETE — under roots no agent emits, on every agent start.
+    pub fn without_pod(mut self, uid: Option<String>) -> Self {
+        self.own_pod = uid;
+        self
     }
 
     fn node_span(&self, trace: TraceId) -> SpanId {
@@ -224,6 +239,10 @@ impl Assembly {
                 out.push(span);
                 continue;
             };
+            if self.own_pod.as_ref() == Some(&uid) {
+                self.own_pod_spans += 1;
+                continue;
+            }
             if span.trace_id != TraceId::for_pod(&self.cluster_id, &uid) {
                 out.push(span);
                 continue;
@@ -1002,6 +1021,31 @@ mod tests {
         // Without the root here, the node span holds the rest.
         let node = named(&out, "node node-a");
         assert_eq!((node.start_unix_ns, node.end_unix_ns), (at(20), at(92)));
+    }
+
+    #[test]
+    fn the_agents_own_pod_is_not_exported_and_other_pods_are() {
+        // The kubelet reporting the agent's Pod Running, its DELETE: pieces
+        // whose roots no agent emits.
+        let patch = span(
+            "patch",
+            Some(root_id()),
+            "PATCH /api/v1/namespaces/{namespace}/pods/{name}/status",
+            (10, 12),
+            &[("k8s.pod.phase", "Running")],
+        );
+        let delete = cri("stop", "StopPodSandbox", (30, 40));
+        let mut own = assembly().without_pod(Some(UID.to_owned()));
+        let mut out = own.admit(vec![patch.clone(), delete.clone()], at(40));
+        out.extend(own.finish());
+        assert!(out.is_empty(), "{out:#?}");
+        assert_eq!(own.own_pod_spans, 2);
+
+        let mut other = assembly().without_pod(Some("another-uid".to_owned()));
+        let mut out = other.admit(vec![patch, delete], at(40));
+        out.extend(other.finish());
+        assert!(!out.is_empty());
+        assert_eq!(other.own_pod_spans, 0);
     }
 
     #[test]

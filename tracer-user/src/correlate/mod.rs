@@ -56,6 +56,9 @@ pub struct TraceConfig {
     /// A Pod not reported Running this long after its create is exported
     /// as an incomplete trace.
     pub trace_timeout_ns: u64,
+    /// The UID of the Pod this agent runs in, whose spans are not exported
+    /// (see [`Assembly::own_pod_spans`]).
+    pub own_pod_uid: Option<String>,
 }
 
 impl Default for TraceConfig {
@@ -64,6 +67,7 @@ impl Default for TraceConfig {
             cluster_id: String::new(),
             node_name: String::new(),
             trace_timeout_ns: control_spans::DEFAULT_TRACE_TIMEOUT_NS,
+            own_pod_uid: None,
         }
     }
 }
@@ -110,7 +114,8 @@ impl Correlator {
                 traces.cluster_id.clone(),
                 traces.node_name.clone(),
                 traces.trace_timeout_ns,
-            ),
+            )
+            .without_pod(traces.own_pod_uid),
             node_spans: NodeSpans::new(clock, traces.cluster_id, traces.node_name),
             clock,
             next_tick_ns: 0,
