@@ -7,7 +7,10 @@
 //! runc spans nested by cause; an incomplete trace, saying where it is
 //! stuck, for a Pod that is never scheduled and for one whose image is never
 //! pulled; a failed trace rooted at the create request for a Pod that
-//! admission rejected.
+//! admission rejected. And podtrace as shipped: its image imported into the
+//! cluster's containerd and deploy/'s DaemonSet applied to the running
+//! cluster, exporting to an OTLP receiver in the test, and gone within
+//! seconds of the DaemonSet's deletion.
 //!
 //! Gated by `PODTRACE_K8S_BIN`, a directory holding kube-apiserver,
 //! kube-scheduler, kubelet and kubectl (v1.28 tried): the test is
