@@ -60,6 +60,20 @@ pub fn podtrace_binary() -> PathBuf {
     path
 }
 
+/// Runs `command`, which must succeed; returns its stdout (lossy UTF-8).
+pub fn succeed(command: &mut std::process::Command) -> String {
+    let output = command.output().unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    assert!(
+        output.status.success(),
+        "{command:?} failed ({}): {}{}",
+        output.status,
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    text(&output.stdout)
+}
+
 /// A copy of `source` named `name` in `dir`, executable.
 pub fn copy_executable(source: &Path, dir: &Path, name: &str) -> PathBuf {
     let target = dir.join(name);

@@ -27,7 +27,7 @@ use std::{
 
 use podtrace_tests::{
     components::{Containerd, ContainerdOptions, leftovers},
-    live_test_can_run,
+    live_test_can_run, succeed,
 };
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
@@ -176,18 +176,6 @@ fn ctr(containerd: &Containerd) -> Command {
         .arg(containerd.socket())
         .args(["--namespace", NAMESPACE]);
     command
-}
-
-fn succeed(command: &mut Command) -> String {
-    let output = command.output().unwrap();
-    assert!(
-        output.status.success(),
-        "{command:?} failed ({}): {}{}",
-        output.status,
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-    text(&output.stdout)
 }
 
 /// Runs `args` in a privileged container of the image (host network; no

@@ -44,6 +44,7 @@ use podtrace_tests::{
     live_test_can_run,
     otlp_json::{ExportedSpan, read_spans},
     otlp_receiver::OtlpReceiver,
+    succeed,
     trees::{assert_first_exec_under, assert_well_formed, outline},
 };
 use serde_json::Value;
@@ -931,19 +932,6 @@ fn kubectl(bin_dir: &Path, kubeconfig: &str) -> Command {
     let mut command = Command::new(bin_dir.join("kubectl"));
     command.arg(format!("--kubeconfig={kubeconfig}"));
     command
-}
-
-/// Runs `command`, which must succeed; returns its stdout.
-fn succeed(command: &mut Command) -> String {
-    let output = command.output().unwrap();
-    assert!(
-        output.status.success(),
-        "{command:?} failed ({}): {}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// The test overlay, to be written in directory `overlay`: deploy/base with
