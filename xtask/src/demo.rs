@@ -38,6 +38,11 @@ pub(crate) struct DemoArgs {
     /// Serve etcd without TLS (default: mTLS with etcd authentication).
     #[arg(long)]
     plain_etcd: bool,
+    /// Run etcd as this many members of one cluster: each Pod write then
+    /// has a WAL append + fdatasync span per member, named by member and
+    /// role (leader, follower).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
+    etcd_members: u32,
     /// Keep the components and the agent running this many seconds after
     /// the Pods are created (look at the metrics, run `podtrace explain`).
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
@@ -199,6 +204,7 @@ fn run_driver(
     command
         .args(["--pods", &args.pods.to_string(), "--node-name", node])
         .args(["--linger", &args.linger.to_string()])
+        .args(["--etcd-members", &args.etcd_members.to_string()])
         .stdout(Stdio::piped());
     if args.plain_etcd {
         command.arg("--plain-etcd");

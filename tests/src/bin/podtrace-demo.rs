@@ -170,6 +170,12 @@ struct Args {
     /// it, delete that agent).
     #[arg(long, value_name = "FILE", requires = "k8s_bin")]
     hold: Option<PathBuf>,
+    /// Run etcd as this many members of one cluster (on this host, each its
+    /// own process, data directory and peer port, talking TLS to each other
+    /// unless --plain-etcd), as a control plane of that many nodes does;
+    /// the Pods' writes go through the first.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
+    etcd_members: u32,
     /// With --k8s-bin: also run the DaemonSet controller and the garbage
     /// collector (for a DaemonSet applied to the cluster, whose Pods go with
     /// it when it is deleted).
@@ -426,23 +432,26 @@ fn run(args: &Args, runtime: &tokio::runtime::Runtime, shutdown: &Shutdown) -> a
     // Started on this thread, which outlives them (their processes die with
     // the thread that started them).
     let secure = !args.plain_etcd;
-    let etcd = Etcd::prepare_in(
+    let members = Etcd::prepare_cluster_in(
         EtcdOptions {
             tls: secure,
             auth: secure,
         },
         &args.state_dir,
+        args.etcd_members as usize,
     )
     .context("preparing etcd")?;
     // Before etcd and containerd start, so that a tracer that saw it start
-    // has attached by its first call.
-    let apiserver = ApiserverRole::start(&relay, etcd.endpoint(), etcd.pki())
+    // has attached by its first call. It talks to the first member, as an
+    // apiserver's client talks to the one it picked.
+    let apiserver = ApiserverRole::start(&relay, members[0].endpoint(), members[0].pki())
         .context("starting demo-apiserver")?;
     say!(
         "podtrace-demo: demo-apiserver (pid {}) started; it connects to etcd at its first call",
         apiserver.relay_pid()
     );
-    let etcd = etcd.start().context("starting etcd")?;
+    let members = Etcd::start_prepared_cluster(members).context("starting etcd")?;
+    let etcd = &members[0];
     shutdown.check()?;
     let containerd = Containerd::start_in(
         ContainerdOptions {
@@ -457,7 +466,7 @@ fn run(args: &Args, runtime: &tokio::runtime::Runtime, shutdown: &Shutdown) -> a
     // client before etcd too.
     drop(containerd);
     drop(apiserver);
-    drop(etcd);
+    drop(members);
     result
 }
 
@@ -918,14 +927,16 @@ fn run_kubernetes(
         args.namespace
     );
     let started = Instant::now();
-    let etcd = Etcd::start_in(
+    let members = Etcd::start_cluster_in(
         EtcdOptions {
             tls: secure,
             auth: secure,
         },
         &args.state_dir,
+        args.etcd_members as usize,
     )
     .context("starting etcd")?;
+    let etcd = &members[0];
     shutdown.check()?;
     let containerd = Containerd::start_in(
         ContainerdOptions {
@@ -976,7 +987,7 @@ fn run_kubernetes(
     }
     drop(plane);
     drop(containerd);
-    drop(etcd);
+    drop(members);
     result?;
     cleanup
 }

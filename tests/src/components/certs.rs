@@ -26,7 +26,7 @@ pub struct CertFiles {
 }
 
 /// The generated CA, server and client certificates.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Pki {
     ca_cert: PathBuf,
     server: CertFiles,

@@ -172,6 +172,16 @@ impl Etcd {
     /// certificates and chooses its ports, without starting it, so that a
     /// client can be set up with its endpoint and certificates first.
     pub fn prepare_in(options: EtcdOptions, parent: &Path) -> anyhow::Result<PreparedEtcd> {
+        Self::prepare_sharing(options, parent, None)
+    }
+
+    /// [`Etcd::prepare_in`], with the certificates of `shared` (another
+    /// member's) rather than new ones when given.
+    fn prepare_sharing(
+        options: EtcdOptions,
+        parent: &Path,
+        shared: Option<&Pki>,
+    ) -> anyhow::Result<PreparedEtcd> {
         let dir = tempfile::Builder::new()
             .prefix("podtrace-etcd-")
             .tempdir_in(parent)
@@ -181,10 +191,10 @@ impl Etcd {
                     parent.display()
                 )
             })?;
-        let pki = if options.tls {
-            Some(Pki::generate(&dir.path().join("pki"), &CLIENT_NAMES)?)
-        } else {
-            None
+        let pki = match (options.tls, shared) {
+            (false, _) => None,
+            (true, Some(shared)) => Some(shared.clone()),
+            (true, None) => Some(Pki::generate(&dir.path().join("pki"), &CLIENT_NAMES)?),
         };
         let scheme = if options.tls { "https" } else { "http" };
         let endpoint = format!("{scheme}://127.0.0.1:{}", free_loopback_port()?);
@@ -202,34 +212,81 @@ impl Etcd {
     }
 
     /// Starts `size` members of one cluster, plaintext and without
-    /// authentication, named `podtrace-0`, `podtrace-1`…, each its own
-    /// process and directory, and waits until each is healthy. As with
-    /// [`Etcd::start`], call it from a thread that outlives the members.
+    /// authentication, in the system's temporary directory: see
+    /// [`Etcd::start_cluster_in`].
     pub fn start_cluster(size: usize) -> anyhow::Result<Vec<Self>> {
-        let parent = std::env::temp_dir();
-        let mut prepared = (0..size)
-            .map(|_| Self::prepare_in(EtcdOptions::default(), &parent))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        for (index, member) in prepared.iter_mut().enumerate() {
-            member.name = format!("{MEMBER_NAME}-{index}");
+        Self::start_cluster_in(EtcdOptions::default(), &std::env::temp_dir(), size)
+    }
+
+    /// Starts `size` members of one cluster, named `podtrace-0`,
+    /// `podtrace-1`… (one alone is `podtrace`, as [`Etcd::start`] names it), each its own process and directory in `parent`, and
+    /// waits until each is healthy: see [`Etcd::prepare_cluster_in`] and
+    /// [`Etcd::start_prepared_cluster`]. As with [`Etcd::start`], call it
+    /// from a thread that outlives the members.
+    pub fn start_cluster_in(
+        options: EtcdOptions,
+        parent: &Path,
+        size: usize,
+    ) -> anyhow::Result<Vec<Self>> {
+        Self::start_prepared_cluster(Self::prepare_cluster_in(options, parent, size)?)
+    }
+
+    /// The members of a cluster of `size`, prepared as [`Etcd::prepare_in`]
+    /// prepares one. With `tls` they share one CA and one server
+    /// certificate (every member listens on loopback, which it names), which
+    /// they also present to each other as peers.
+    pub fn prepare_cluster_in(
+        options: EtcdOptions,
+        parent: &Path,
+        size: usize,
+    ) -> anyhow::Result<Vec<PreparedEtcd>> {
+        let first = Self::prepare_sharing(options, parent, None)?;
+        let shared = first.pki.clone();
+        let mut prepared = vec![first];
+        for _ in 1..size {
+            prepared.push(Self::prepare_sharing(options, parent, shared.as_ref())?);
+        }
+        if size > 1 {
+            for (index, member) in prepared.iter_mut().enumerate() {
+                member.name = format!("{MEMBER_NAME}-{index}");
+            }
         }
         let initial_cluster = prepared
             .iter()
             .map(|member| format!("{}={}", member.name, member.peer_url))
             .collect::<Vec<_>>()
             .join(",");
+        for member in &mut prepared {
+            member.initial_cluster.clone_from(&initial_cluster);
+        }
+        Ok(prepared)
+    }
+
+    /// Starts the members [`Etcd::prepare_cluster_in`] prepared and waits
+    /// until each is healthy. With `auth`, authentication is enabled once,
+    /// through the first member, whose `root` password every member's
+    /// [`Etcd::etcdctl`] then uses.
+    pub fn start_prepared_cluster(prepared: Vec<PreparedEtcd>) -> anyhow::Result<Vec<Self>> {
         let started = Instant::now();
         // All of them before waiting: a member is healthy only once a
         // quorum of the cluster runs.
         let mut members = prepared
             .into_iter()
-            .map(|mut member| {
-                member.initial_cluster = initial_cluster.clone();
-                member.spawn()
-            })
+            .map(PreparedEtcd::spawn)
             .collect::<anyhow::Result<Vec<_>>>()?;
         for member in &mut members {
-            member.ready(started)?;
+            member.wait_healthy()?;
+        }
+        if let Some((first, others)) = members.split_first_mut() {
+            if first.options.auth {
+                first.enable_auth()?;
+                for member in others {
+                    member.root_password.clone_from(&first.root_password);
+                }
+            }
+        }
+        for member in &members {
+            member.note_ready(started);
         }
         Ok(members)
     }
@@ -246,6 +303,12 @@ impl Etcd {
         if self.options.auth {
             self.enable_auth()?;
         }
+        self.note_ready(started);
+        Ok(())
+    }
+
+    /// Says that this member is ready, `started` ago.
+    fn note_ready(&self, started: Instant) {
         note(format_args!(
             "etcd {} (pid {}) serving {} (tls: {}, auth: {}), ready after {:?}",
             self.name,
@@ -255,7 +318,6 @@ impl Etcd {
             self.options.auth,
             started.elapsed()
         ));
-        Ok(())
     }
 
     fn wait_healthy(&mut self) -> anyhow::Result<()> {
