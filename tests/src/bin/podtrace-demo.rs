@@ -461,7 +461,7 @@ fn run(args: &Args, runtime: &tokio::runtime::Runtime, shutdown: &Shutdown) -> a
     )
     .context("starting containerd")?;
     shutdown.check()?;
-    let result = runtime.block_on(drive(args, &node, &apiserver, &etcd, &containerd, shutdown));
+    let result = runtime.block_on(drive(args, &node, &apiserver, etcd, &containerd, shutdown));
     // containerd before etcd, as a node goes before its control plane; etcd's
     // client before etcd too.
     drop(containerd);
@@ -954,7 +954,7 @@ fn run_kubernetes(
             daemon_sets: args.daemon_sets,
         },
         &args.state_dir,
-        &etcd,
+        etcd,
         &containerd,
     )
     .context("starting the control plane")?;
