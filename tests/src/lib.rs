@@ -74,6 +74,18 @@ pub fn succeed(command: &mut std::process::Command) -> String {
     text(&output.stdout)
 }
 
+/// `cargo xtask ARGS` in the workspace, run as a user runs it, which must
+/// succeed; returns its stdout.
+pub fn xtask(args: &[&std::ffi::OsStr]) -> String {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    succeed(
+        std::process::Command::new(cargo)
+            .arg("xtask")
+            .args(args)
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")),
+    )
+}
+
 /// A copy of `source` named `name` in `dir`, executable.
 pub fn copy_executable(source: &Path, dir: &Path, name: &str) -> PathBuf {
     let target = dir.join(name);

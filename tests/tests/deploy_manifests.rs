@@ -792,9 +792,10 @@ fn build(relative: &str) -> Build {
 // ---------------------------------------------------------------------------
 // Manifests
 
-#[test]
-fn every_kustomization_builds_and_every_object_validates_against_its_type() {
-    let builds = KUSTOMIZATIONS
+/// Every kustomization an operator applies, and the base with each
+/// component, built and named.
+fn every_build() -> impl Iterator<Item = (String, Build)> {
+    KUSTOMIZATIONS
         .iter()
         .map(|relative| (relative.to_string(), build(relative)))
         .chain(COMPONENTS.iter().map(|component| {
@@ -802,8 +803,12 @@ fn every_kustomization_builds_and_every_object_validates_against_its_type() {
                 format!("base + {component}"),
                 build_with_component(component),
             )
-        }));
-    for (relative, build) in builds {
+        }))
+}
+
+#[test]
+fn every_kustomization_builds_and_every_object_validates_against_its_type() {
+    for (relative, build) in every_build() {
         assert!(!build.objects.is_empty(), "{relative}: builds nothing");
         let mut names = BTreeSet::new();
         for (object, origin) in &build.objects {
@@ -831,17 +836,7 @@ fn every_kustomization_builds_and_every_object_validates_against_its_type() {
 /// installed (#18); what needs the Prometheus Operator is in `monitoring`.
 #[test]
 fn the_base_and_overlays_need_no_custom_resource_definition() {
-    let builds = KUSTOMIZATIONS
-        .iter()
-        .filter(|relative| **relative != "monitoring")
-        .map(|relative| (relative.to_string(), build(relative)))
-        .chain(COMPONENTS.iter().map(|component| {
-            (
-                format!("base + {component}"),
-                build_with_component(component),
-            )
-        }));
-    for (relative, build) in builds {
+    for (relative, build) in every_build().filter(|(relative, _)| relative != "monitoring") {
         for (object, origin) in &build.objects {
             let api_version = object["apiVersion"].as_str().unwrap_or_default();
             let group = api_version.split_once('/').map_or("", |(group, _)| group);

@@ -16,7 +16,6 @@
 
 use std::{
     collections::BTreeSet,
-    ffi::OsStr,
     fs,
     io::Read as _,
     os::unix::fs::PermissionsExt as _,
@@ -27,7 +26,7 @@ use std::{
 
 use podtrace_tests::{
     components::{Containerd, ContainerdOptions, leftovers},
-    live_test_can_run, succeed,
+    live_test_can_run, succeed, xtask,
 };
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
@@ -37,34 +36,8 @@ const IMAGE: &str = "podtrace.local/podtrace:live-test";
 const NAMESPACE: &str = "podtrace-image-test";
 const BINARY: &str = "usr/local/bin/podtrace";
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `cargo xtask ARGS`, which must succeed; returns its stdout.
-fn xtask(args: &[&OsStr]) -> String {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(cargo)
-        .arg("xtask")
-        .args(args)
-        .current_dir(workspace_root())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "cargo xtask {args:?} failed ({}):\n{}\n{}",
-        output.status,
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-    text(&output.stdout)
 }
 
 /// The files of a tar, by path (directories end with `/`), with their mode

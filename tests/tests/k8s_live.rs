@@ -46,6 +46,7 @@ use podtrace_tests::{
     otlp_receiver::OtlpReceiver,
     succeed,
     trees::{assert_first_exec_under, assert_well_formed, outline},
+    xtask,
 };
 use serde_json::Value;
 use tracer_user::correlate::span::{SpanId, TraceId};
@@ -610,22 +611,28 @@ fn scenario_args(scenarios: &[&str]) -> Vec<String> {
 /// the function spans of a component that started just before it, which is
 /// what a component's first moments after a restart cost, not what this
 /// test is about.
-fn wait_for_function_probes(agent: &Agent) {
-    let probed = || {
-        agent
-            .logged("Go probes attached")
-            .iter()
-            .filter(|line| line.contains("kube_functions=") && !line.contains("kube_functions=0"))
-            .count()
-    };
+/// `log` gives the agent's log so far (its own process's, or the
+/// DaemonSet's through `kubectl logs`), read every `every`.
+fn wait_for_function_probes(log: impl Fn() -> String, every: Duration) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while probed() < 4 {
+    loop {
+        let log = log();
+        let probed = log
+            .lines()
+            .filter(|line| {
+                line.contains("Go probes attached")
+                    && line.contains("kube_functions=")
+                    && !line.contains("kube_functions=0")
+            })
+            .count();
+        if probed >= 4 {
+            return;
+        }
         assert!(
             Instant::now() < deadline,
-            "the agent attached function probes to {} of the 4 components in 60 s",
-            probed()
+            "the agent attached function probes to {probed} of the 4 components in 60 s:\n{log}"
         );
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(every);
     }
 }
 
@@ -651,7 +658,11 @@ fn traced_demo_with(
             std::thread::sleep(AFTER_CLUSTER_DELAY);
             Agent::start(&agent_args, &out)
         });
-        wait_for_function_probes(early.as_ref().or(late.as_ref()).expect("an agent"));
+        let agent = early.as_ref().or(late.as_ref()).expect("an agent");
+        wait_for_function_probes(
+            || agent.logged("Go probes attached").join("\n"),
+            Duration::from_millis(100),
+        );
         late
     });
     let stopped = early.or(late).expect("an agent started").stop_with_log();
@@ -1037,14 +1048,13 @@ fn the_daemonset_from_deploy_traces_pods_and_goes_within_seconds() {
     }
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("podtrace.oci.tar");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    succeed(
-        Command::new(cargo)
-            .args(["xtask", "image", "--out"])
-            .arg(&image)
-            .args(["--name", DAEMONSET_IMAGE])
-            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")),
-    );
+    xtask(&[
+        "image".as_ref(),
+        "--out".as_ref(),
+        image.as_os_str(),
+        "--name".as_ref(),
+        DAEMONSET_IMAGE.as_ref(),
+    ]);
 
     let (go, hold, info) = (
         dir.path().join("go"),
@@ -1142,27 +1152,11 @@ fn the_daemonset_from_deploy_traces_pods_and_goes_within_seconds() {
         "--timeout=180s",
     ]));
     // Its probes on the four components, as the other tests wait for their
-    // agent's.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let log = daemonset_log(&bin_dir, kubeconfig);
-        let probed = log
-            .lines()
-            .filter(|line| {
-                line.contains("Go probes attached")
-                    && line.contains("kube_functions=")
-                    && !line.contains("kube_functions=0")
-            })
-            .count();
-        if probed >= 4 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the DaemonSet's agent attached function probes to {probed} of the 4 components in 60 s:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    // agent's (a kubectl run a look: less often).
+    wait_for_function_probes(
+        || daemonset_log(&bin_dir, kubeconfig),
+        Duration::from_millis(500),
+    );
 
     std::fs::write(&go, b"").unwrap();
     let pods: Vec<DemoPod> = lines

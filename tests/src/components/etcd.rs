@@ -219,8 +219,9 @@ impl Etcd {
     }
 
     /// Starts `size` members of one cluster, named `podtrace-0`,
-    /// `podtrace-1`… (one alone is `podtrace`, as [`Etcd::start`] names it), each its own process and directory in `parent`, and
-    /// waits until each is healthy: see [`Etcd::prepare_cluster_in`] and
+    /// `podtrace-1`… (one alone is `podtrace`, as [`Etcd::start`] names
+    /// it), each its own process and directory in `parent`, and waits until
+    /// each is healthy: see [`Etcd::prepare_cluster_in`] and
     /// [`Etcd::start_prepared_cluster`]. As with [`Etcd::start`], call it
     /// from a thread that outlives the members.
     pub fn start_cluster_in(
@@ -262,8 +263,8 @@ impl Etcd {
         Ok(prepared)
     }
 
-    /// Starts the members [`Etcd::prepare_cluster_in`] prepared and waits
-    /// until each is healthy. With `auth`, authentication is enabled once,
+    /// Starts the members [`Etcd::prepare_cluster_in`] prepared (or the one
+    /// [`Etcd::prepare_in`] prepared) and waits until each is healthy. With `auth`, authentication is enabled once,
     /// through the first member, whose `root` password every member's
     /// [`Etcd::etcdctl`] then uses.
     pub fn start_prepared_cluster(prepared: Vec<PreparedEtcd>) -> anyhow::Result<Vec<Self>> {
@@ -294,17 +295,6 @@ impl Etcd {
     /// The member name (`--name`).
     pub fn member_name(&self) -> &str {
         &self.name
-    }
-
-    /// Waits until this member is healthy and, with `auth`, authentication
-    /// is enabled.
-    fn ready(&mut self, started: Instant) -> anyhow::Result<()> {
-        self.wait_healthy()?;
-        if self.options.auth {
-            self.enable_auth()?;
-        }
-        self.note_ready(started);
-        Ok(())
     }
 
     /// Says that this member is ready, `started` ago.
@@ -574,10 +564,8 @@ impl PreparedEtcd {
     /// authentication is enabled). As with [`Etcd::start`], call it from a
     /// thread that outlives the returned value.
     pub fn start(self) -> anyhow::Result<Etcd> {
-        let started = Instant::now();
-        let mut etcd = self.spawn()?;
-        etcd.ready(started)?;
-        Ok(etcd)
+        let mut members = Etcd::start_prepared_cluster(vec![self])?;
+        Ok(members.remove(0))
     }
 
     /// Starts the process, without waiting for it.
