@@ -399,6 +399,12 @@ impl Stages {
                     "kubelet calls and API requests about Pods created before podtrace started (resyncs, status updates, deletions): not traced"
                 );
             }
+            if correlator.control_spans.replication.uncommitted > 0 {
+                tracing::info!(
+                    entries = correlator.control_spans.replication.uncommitted,
+                    "Pod entries sent to etcd followers whose commit was not seen (the leader's fdatasync or enough followers' answers not decoded): no commit span"
+                );
+            }
             if correlator.assembly.after_creation > 0 {
                 tracing::info!(
                     spans = correlator.assembly.after_creation,

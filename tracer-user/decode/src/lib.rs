@@ -42,6 +42,7 @@ pub mod identity;
 pub mod kube;
 pub mod pb;
 mod pb_fields;
+pub mod raft;
 pub mod rest;
 pub mod tls;
 pub mod wal;

@@ -34,14 +34,17 @@ use tracer_decode::{
     identity::{PodClue, PodIdentity},
 };
 
+use tracer_decode::wal::RaftRole;
+
 use super::{
     pod::{Pod, int_attribute, string_attribute},
+    replication::{Replicated, Replication},
     span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, hex},
 };
 use crate::{
     capture::{ConnKey, FsyncRecord, clock::WallClock},
     decode::{
-        EtcdMessage, WalMessage, follow_window::FollowWindow, grpc_calls::Side,
+        EtcdMessage, RaftPeerMessage, WalMessage, follow_window::FollowWindow, grpc_calls::Side,
         wal_writes::WalPodEntry,
     },
 };
@@ -54,6 +57,8 @@ const MAX_WAITING: usize = 4096;
 const MAX_SEEN: usize = 16_384;
 /// Bound on WAL segments with unsynced writes.
 const MAX_WAL_FILES: usize = 64;
+/// Bound on etcd members named by Raft id.
+const MAX_MEMBER_NAMES: usize = 64;
 /// Bound on Pod entries in one unsynced WAL batch.
 const MAX_BATCH_ENTRIES: usize = 4096;
 /// Pods named in a WAL span's batch attribute.
@@ -111,6 +116,23 @@ struct Root {
     pull_policies: Option<String>,
 }
 
+/// A span of a Raft entry ([`ControlSpans::draft_entry_spans`]).
+struct EntrySpan {
+    key: String,
+    name: String,
+    start_ns: u64,
+    end_ns: u64,
+    attributes: Vec<(String, AttributeValue)>,
+    status: SpanStatus,
+}
+
+/// Key of the span of the leader's replication of entry `index` to
+/// `follower`: the same on every node, so that the follower's node's agent
+/// can hang the follower's WAL span from it.
+fn replicate_key(follower: u64, index: u64) -> String {
+    format!("etcd/replicate/{follower:x}/{index}")
+}
+
 /// A root to emit once the client span of the write that ends it is seen.
 #[derive(Clone, Debug)]
 struct ClosingRoot {
@@ -151,6 +173,10 @@ pub struct ControlSpans {
     /// etcd members' names (`--name`), by tgid: which member a WAL span's
     /// write was (several members can share a host, each its own process).
     members: HashMap<u32, String>,
+    /// Their names by Raft id, once a WAL segment head and a name met.
+    member_names: HashMap<u64, String>,
+    /// Pod entries on their way between etcd members.
+    pub replication: Replication,
     /// Span keys drafted recently, with their spans' end (unix ns).
     seen: HashMap<String, u64>,
     seen_order: VecDeque<String>,
@@ -190,6 +216,8 @@ impl ControlSpans {
             roots: HashMap::new(),
             batches: HashMap::new(),
             members: HashMap::new(),
+            member_names: HashMap::new(),
+            replication: Replication::default(),
             seen: HashMap::new(),
             seen_order: VecDeque::new(),
             waiting: Vec::new(),
@@ -429,8 +457,199 @@ impl ControlSpans {
                 self.end_if_reported(&call.clues, pod, call.fingerprint);
             }
         }
+        if call.side == Side::Server && failed.is_none() {
+            let applied =
+                self.replication
+                    .answered_request(&call.fingerprint, end, call.conn.tgid);
+            self.draft_replicated(applied);
+        }
         finished.extend(self.release(false));
         finished
+    }
+
+    /// A Raft message between etcd members: replication, commit and apply
+    /// spans as what they wait for comes in.
+    pub fn on_raft(&mut self, message: &RaftPeerMessage) -> Vec<Span> {
+        self.advance(message.ts_ns);
+        let events = self.replication.on_message(message);
+        self.draft_replicated(events);
+        self.release(false)
+    }
+
+    /// Drafts the spans of what happened to Pod entries between members.
+    fn draft_replicated(&mut self, events: Vec<Replicated>) {
+        for event in events {
+            match event {
+                Replicated::Arrived { entry, follower } => {
+                    // The follower's WAL span hangs from the leader's
+                    // replication span, drafted here or by the leader's
+                    // node's agent.
+                    self.expect(replicate_key(follower, entry.index));
+                }
+                Replicated::Sent {
+                    entry,
+                    leader,
+                    follower,
+                    sent_ns,
+                    acked_ns,
+                    in_quorum,
+                } => {
+                    let mut attributes = self.member_attributes(leader, RaftRole::Leader);
+                    attributes.extend([
+                        string_attribute("podtrace.etcd.raft.follower.name", &self.member_label(follower)),
+                        string_attribute("podtrace.etcd.raft.follower.id", &format!("{follower:x}")),
+                        (
+                            "podtrace.etcd.raft.in_quorum".to_owned(),
+                            AttributeValue::Bool(in_quorum),
+                        ),
+                    ]);
+                    let status = match acked_ns {
+                        Some(_) => SpanStatus::Unset,
+                        None => SpanStatus::Error(format!(
+                            "no answer from the follower decoded within {} s",
+                            WAIT_NS / 1_000_000_000
+                        )),
+                    };
+                    let name = format!("etcd raft replicate → {}", self.member_label(follower));
+                    self.draft_entry_spans(
+                        &entry,
+                        EntrySpan {
+                            key: replicate_key(follower, entry.index),
+                            name,
+                            start_ns: sent_ns,
+                            end_ns: acked_ns.unwrap_or(sent_ns),
+                            attributes,
+                            status,
+                        },
+                    );
+                }
+                Replicated::Committed {
+                    entry,
+                    leader,
+                    proposed_ns,
+                    commit_ns,
+                    members,
+                    quorum,
+                    waited_for,
+                    not_waited_for,
+                } => {
+                    let names = |ids: &[u64]| {
+                        ids.iter()
+                            .map(|id| self.member_label(*id))
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    };
+                    let mut attributes = self.member_attributes(leader, RaftRole::Leader);
+                    attributes.extend([
+                        int_attribute("podtrace.etcd.raft.members", members as i64),
+                        int_attribute("podtrace.etcd.raft.quorum", quorum as i64),
+                        string_attribute("podtrace.etcd.raft.waited_for", &names(&waited_for)),
+                        string_attribute(
+                            "podtrace.etcd.raft.waited_longest_for",
+                            &names(&waited_for[waited_for.len().saturating_sub(1)..]),
+                        ),
+                        string_attribute(
+                            "podtrace.etcd.raft.not_waited_for",
+                            &names(&not_waited_for),
+                        ),
+                    ]);
+                    self.draft_entry_spans(
+                        &entry,
+                        EntrySpan {
+                            key: format!("etcd/commit/{}", entry.index),
+                            name: "etcd raft commit".to_owned(),
+                            start_ns: proposed_ns,
+                            end_ns: commit_ns,
+                            attributes,
+                            status: SpanStatus::Unset,
+                        },
+                    );
+                }
+                Replicated::Applied {
+                    entry,
+                    commit_ns,
+                    answered_ns,
+                    server_tgid,
+                } => {
+                    let mut attributes = vec![string_attribute("db.system.name", "etcd")];
+                    if let Some(name) = self.members.get(&server_tgid) {
+                        attributes.push(string_attribute("podtrace.etcd.member.name", name));
+                    }
+                    self.draft_entry_spans(
+                        &entry,
+                        EntrySpan {
+                            key: format!("etcd/apply/{}", entry.index),
+                            name: "etcd apply".to_owned(),
+                            start_ns: commit_ns,
+                            end_ns: answered_ns,
+                            attributes,
+                            status: SpanStatus::Unset,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// Drafts a span of a Pod entry in each of its Pods' traces, under the
+    /// server span of its request.
+    fn draft_entry_spans(&mut self, entry: &WalPodEntry, span: EntrySpan) {
+        let fingerprint = hex(&entry.fingerprint);
+        for pod in self.learn(&entry.clues, &entry.fingerprint) {
+            let mut attributes = vec![
+                int_attribute("podtrace.etcd.raft.index", entry.index as i64),
+                int_attribute("podtrace.etcd.raft.term", entry.term as i64),
+            ];
+            attributes.extend(span.attributes.iter().cloned());
+            self.wait(Draft {
+                pod,
+                key: span.key.clone(),
+                parent: Some(format!("etcd/server/{fingerprint}")),
+                name: span.name.clone(),
+                kind: SpanKind::Internal,
+                start_unix_ns: self.clock.unix_ns(span.start_ns),
+                end_unix_ns: self.clock.unix_ns(span.end_ns.max(span.start_ns)),
+                attributes,
+                status: span.status.clone(),
+                deadline_ns: span.end_ns.max(self.now_ns) + WAIT_NS,
+            });
+        }
+    }
+
+    /// Attributes naming etcd member `id` in `role`.
+    fn member_attributes(&self, id: u64, role: RaftRole) -> Vec<(String, AttributeValue)> {
+        let mut attributes = vec![
+            string_attribute("db.system.name", "etcd"),
+            string_attribute("podtrace.etcd.member.id", &format!("{id:x}")),
+            string_attribute("podtrace.etcd.member.role", role.as_str()),
+        ];
+        if let Some(name) = self.member_names.get(&id) {
+            attributes.push(string_attribute("podtrace.etcd.member.name", name));
+        }
+        attributes
+    }
+
+    /// A member's name where known, else its id in hex (as etcd prints it).
+    fn member_label(&self, id: u64) -> String {
+        self.member_names
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| format!("{id:x}"))
+    }
+
+    /// Notes that a span with `key` exists (made by this agent later, or by
+    /// another node's), so its children hang from it.
+    fn expect(&mut self, key: String) {
+        if self.seen.contains_key(&key) {
+            return;
+        }
+        if self.seen_order.len() >= MAX_SEEN {
+            if let Some(oldest) = self.seen_order.pop_front() {
+                self.seen.remove(&oldest);
+            }
+        }
+        self.seen.insert(key.clone(), 0);
+        self.seen_order.push_back(key);
     }
 
     /// Ends the Pod's creation trace if the object a write stored reports it
@@ -679,6 +898,11 @@ impl ControlSpans {
         let Some(batch) = self.batches.remove(&sync.conn) else {
             return Vec::new();
         };
+        if let (Some(id), Some(name)) = (batch.member_id, self.members.get(&sync.ids.tgid)) {
+            if self.member_names.len() < MAX_MEMBER_NAMES || self.member_names.contains_key(&id) {
+                self.member_names.insert(id, name.clone());
+            }
+        }
         // Each entry's Pods, learnt once: the batch attribute needs them all
         // before any entry's span is drafted.
         let entries: Vec<(&WalPodEntry, Vec<PodName>)> = batch
@@ -738,13 +962,21 @@ impl ControlSpans {
                 if let Some(role) = entry.role {
                     attributes.push(string_attribute("podtrace.etcd.member.role", role.as_str()));
                 }
+                // A follower's append is part of its leader's replication
+                // to it, when that was decoded (here or on the leader's node).
+                let replicated = match (entry.role, batch.member_id) {
+                    (Some(RaftRole::Follower), Some(id)) => {
+                        Some(replicate_key(id, entry.index)).filter(|k| self.seen.contains_key(k))
+                    }
+                    _ => None,
+                };
                 self.wait(Draft {
                     pod,
                     key: format!(
                         "etcd/wal/{}/{}/{}",
                         sync.conn.conn_id, entry.index, fingerprint
                     ),
-                    parent: Some(format!("etcd/server/{fingerprint}")),
+                    parent: Some(replicated.unwrap_or_else(|| format!("etcd/server/{fingerprint}"))),
                     name: "etcd WAL append + fdatasync".to_owned(),
                     kind: SpanKind::Internal,
                     start_unix_ns: self.clock.unix_ns(batch.first_write_ns),
@@ -754,6 +986,10 @@ impl ControlSpans {
                     deadline_ns: sync.ids.ts_ns + WAIT_NS,
                 });
             }
+            if entry.role == Some(RaftRole::Leader) && sync.ret >= 0 {
+                let committed = self.replication.leader_synced(entry, sync.ids.ts_ns);
+                self.draft_replicated(committed);
+            }
         }
         self.release(false)
     }
@@ -762,6 +998,10 @@ impl ControlSpans {
     /// whose wait is over go out, traces past their timeout as incomplete.
     pub fn tick(&mut self, now_ns: u64) -> Vec<Span> {
         self.advance(now_ns);
+        let unanswered = self
+            .replication
+            .expire(self.now_ns.saturating_sub(WAIT_NS));
+        self.draft_replicated(unanswered);
         let mut spans = self.release(false);
         let timeout = self.window.trace_timeout_ns();
         let expired: Vec<String> = self
@@ -1483,5 +1723,124 @@ mod tests {
         out.extend(control.finish());
         assert_eq!(out.len(), 1, "the Running write's WAL span only: {out:#?}");
         assert_eq!(control.not_followed, 1);
+    }
+
+    /// A Pod entry's WAL write and sync by member `tgid` (Raft id `id`) in `role`.
+    fn member_wal_spans(
+        control: &mut ControlSpans,
+        tgid: u32,
+        id: u64,
+        role: RaftRole,
+        at_ms: (u64, u64),
+    ) -> Vec<Span> {
+        let conn = ConnKey {
+            tgid,
+            conn_id: u64::from(tgid),
+        };
+        let mut write = wal_write(&[("web", "uid-1", 1)], at_ms.0);
+        write.conn = conn;
+        write.member = Some(MemberIds {
+            member_id: id,
+            cluster_id: 1,
+        });
+        write.pod_entries[0].role = Some(role);
+        let mut out = control.on_wal(&write);
+        let mut sync = fsync(at_ms.1);
+        (sync.conn, sync.ids.tgid) = (conn, tgid);
+        out.extend(control.on_fsync(&sync));
+        out
+    }
+
+    fn raft(
+        kind: tracer_decode::raft::MessageKind,
+        at_tgid: u32,
+        sent: bool,
+        (from, to): (u64, u64),
+        at_ms: u64,
+    ) -> RaftPeerMessage {
+        let is_app = kind == tracer_decode::raft::MessageKind::App;
+        RaftPeerMessage {
+            conn: ConnKey {
+                tgid: at_tgid,
+                conn_id: 50,
+            },
+            sent,
+            ts_ns: at_ms * MS,
+            kind,
+            from,
+            to,
+            index: if is_app { 9 } else { 10 },
+            reject: false,
+            pod_entries: if is_app {
+                wal_write(&[("web", "uid-1", 1)], at_ms).pod_entries
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    #[test]
+    fn a_three_member_write_shows_replication_commit_and_apply_under_the_server_span() {
+        use tracer_decode::raft::MessageKind::{App, AppResp};
+        const FOLLOWER: u32 = ETCD + 1;
+        const LEADER_ID: u64 = 0xa;
+        const FAST_ID: u64 = 0xb;
+        const SLOW_ID: u64 = 0xc;
+        let mut control = spans();
+        control.etcd_member(ETCD, Some("etcd-0".to_owned()));
+        control.etcd_member(FOLLOWER, Some("etcd-1".to_owned()));
+        let mut out = Vec::new();
+        // The leader appends to both followers, then saves its own entry.
+        for follower in [FAST_ID, SLOW_ID] {
+            out.extend(control.on_raft(&raft(App, ETCD, true, (LEADER_ID, follower), 11)));
+        }
+        out.extend(control.on_raft(&raft(App, FOLLOWER, false, (LEADER_ID, FAST_ID), 11)));
+        out.extend(member_wal_spans(&mut control, ETCD, LEADER_ID, RaftRole::Leader, (11, 13)));
+        out.extend(member_wal_spans(&mut control, FOLLOWER, FAST_ID, RaftRole::Follower, (12, 14)));
+        // The fast follower's answer commits it; etcd answers; the slow one's comes late.
+        out.extend(control.on_raft(&raft(AppResp, ETCD, false, (FAST_ID, LEADER_ID), 15)));
+        let created = clues("web", Some("uid-1"), None, "Pending");
+        out.extend(control.on_etcd(&call(Side::Server, WriteKind::Create, created, 1, 10, 16)));
+        out.extend(control.on_raft(&raft(AppResp, ETCD, false, (SLOW_ID, LEADER_ID), 40)));
+        out.extend(control.finish());
+
+        let trace = TraceId::for_pod("test", "uid-1");
+        let id = |key: &str| SpanId::for_key(trace, key.as_bytes());
+        let server = named(&out, "etcdserverpb.KV/Txn", SpanKind::Server);
+        let fast = named(&out, "etcd raft replicate → etcd-1", SpanKind::Internal);
+        assert_eq!(fast.parent_span_id, Some(server.span_id));
+        assert_eq!(fast.span_id, id("etcd/replicate/b/10"));
+        assert_eq!((fast.start_unix_ns, fast.end_unix_ns), (11 * MS, 15 * MS));
+        assert_eq!(attribute(fast, "podtrace.etcd.raft.in_quorum"), &AttributeValue::Bool(true));
+        assert_eq!(
+            attribute(fast, "podtrace.etcd.member.name"),
+            &AttributeValue::String("etcd-0".into())
+        );
+        // The slow follower's name is unknown here (no WAL of it seen): its id.
+        let slow = named(&out, "etcd raft replicate → c", SpanKind::Internal);
+        assert_eq!((slow.start_unix_ns, slow.end_unix_ns), (11 * MS, 40 * MS));
+        assert_eq!(attribute(slow, "podtrace.etcd.raft.in_quorum"), &AttributeValue::Bool(false));
+
+        let wal: Vec<&Span> = out.iter().filter(|s| s.name == WAL_SPAN).collect();
+        let role = |span: &Span| attribute(span, "podtrace.etcd.member.role").clone();
+        let leader_wal = wal.iter().find(|s| role(s) == AttributeValue::String("leader".into()));
+        let follower_wal = wal.iter().find(|s| role(s) == AttributeValue::String("follower".into()));
+        assert_eq!(leader_wal.and_then(|s| s.parent_span_id), Some(server.span_id), "{out:#?}");
+        assert_eq!(follower_wal.and_then(|s| s.parent_span_id), Some(fast.span_id), "{out:#?}");
+
+        let commit = named(&out, "etcd raft commit", SpanKind::Internal);
+        assert_eq!(commit.parent_span_id, Some(server.span_id));
+        assert_eq!((commit.start_unix_ns, commit.end_unix_ns), (11 * MS, 15 * MS));
+        for (key, value) in [
+            ("podtrace.etcd.raft.waited_for", "etcd-0,etcd-1"),
+            ("podtrace.etcd.raft.waited_longest_for", "etcd-1"),
+            ("podtrace.etcd.raft.not_waited_for", "c"),
+        ] {
+            assert_eq!(attribute(commit, key), &AttributeValue::String(value.into()), "{key}");
+        }
+        assert_eq!(attribute(commit, "podtrace.etcd.raft.quorum"), &AttributeValue::Int(2));
+        let apply = named(&out, "etcd apply", SpanKind::Internal);
+        assert_eq!(apply.parent_span_id, Some(server.span_id));
+        assert_eq!((apply.start_unix_ns, apply.end_unix_ns), (15 * MS, 16 * MS));
     }
 }

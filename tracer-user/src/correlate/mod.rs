@@ -16,6 +16,7 @@ pub mod control_spans;
 pub mod node_spans;
 pub mod pod;
 pub mod process_table;
+pub mod replication;
 pub mod span;
 
 pub use assembly::Assembly;
@@ -262,6 +263,10 @@ impl Correlator {
                 let finished = self.control_spans.on_wal(&write);
                 self.assembled(finished)
             }
+            Message::Raft(message) => {
+                let finished = self.control_spans.on_raft(&message);
+                self.assembled(finished)
+            }
             Message::Func(call) => {
                 let finished = self.component_spans.on_func(*call);
                 self.adopted(finished)
@@ -283,7 +288,9 @@ impl Correlator {
             self.control_spans.unattributed
                 + self.node_spans.unattributed
                 + self.component_spans.unattributed,
-            self.control_spans.dropped + self.component_spans.dropped,
+            self.control_spans.dropped
+                + self.control_spans.replication.dropped
+                + self.component_spans.dropped,
         )
     }
 

@@ -45,6 +45,7 @@ use super::{
     HeaderMessage, Message, TableCopyMessage,
     decoded_once::DecodedOnce,
     headers::starts_block,
+    raft_peers,
     tls_streams::{starts_tls_handshake, starts_tls_record},
 };
 use crate::capture::{CaptureControl, ConnKey, ConnRecord, DataRecord, HpackControl};
@@ -785,7 +786,14 @@ impl GrpcDecoder {
                 truncated: data.truncated,
             });
             let exchanges = http1.take_exchanges();
-            return http1_messages(data.conn, connection.side, exchanges);
+            let raft = http1.take_raft_messages();
+            let mut messages = http1_messages(data.conn, connection.side, exchanges);
+            messages.extend(
+                raft_peers::messages(data, raft, once)
+                    .into_iter()
+                    .map(Message::Raft),
+            );
+            return messages;
         }
         // A cut syscall's record says how much it moved: what was lost
         // can be placed (a part of one DATA payload costs that body only).

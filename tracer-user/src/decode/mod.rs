@@ -3,8 +3,9 @@
 //! Pure and deterministic: no kernel, no tokio. In: [`RawEvent`]s. Out:
 //! [`Message`]s: process events (argv with secrets redacted), connection and
 //! file events, HTTP/2 header fields tied to their connection ([`headers`]),
-//! finished CRI calls and etcd writes ([`grpc_calls`]) and the Raft entries
-//! of WAL writes ([`wal_writes`]), decoded with `tracer-decode`, and what
+//! finished CRI calls and etcd writes ([`grpc_calls`]), the Raft entries
+//! of WAL writes ([`wal_writes`]) and of etcd members' messages
+//! ([`raft_peers`]), decoded with `tracer-decode`, and what
 //! Kubernetes components' probed functions did ([`functions`]).
 
 pub mod decoded_once;
@@ -13,6 +14,7 @@ pub mod functions;
 pub mod grpc_calls;
 pub mod headers;
 pub mod process;
+pub mod raft_peers;
 pub mod table_copies;
 pub mod tls_streams;
 pub mod wal_writes;
@@ -22,6 +24,7 @@ pub use follow_window::FollowWindow;
 pub use functions::FuncMessage;
 pub use grpc_calls::{CriMessage, EtcdMessage, GrpcDecoder, MUTE_AFTER_REQUESTS, RestMessage};
 pub use headers::{HeaderAttributor, HeaderMessage};
+pub use raft_peers::RaftPeerMessage;
 pub use table_copies::{TableAssembler, TableCopyMessage};
 pub use tls_streams::TlsStreams;
 pub use wal_writes::{WalDecoder, WalMessage};
@@ -62,6 +65,8 @@ pub enum Message {
     Rest(Box<RestMessage>),
     /// A write to an etcd WAL segment.
     Wal(WalMessage),
+    /// A Raft message between etcd members that matters to a Pod's trace.
+    Raft(RaftPeerMessage),
     /// A Kubernetes component entered or left a probed function.
     Func(Box<FuncMessage>),
 }
@@ -79,6 +84,7 @@ impl Message {
             Self::Fsync(sync) => Some(sync.ids.ts_ns),
             Self::FileOpen(open) => Some(open.ids.ts_ns),
             Self::Wal(write) => Some(write.start_ts_ns),
+            Self::Raft(message) => Some(message.ts_ns),
             Self::Cri(call) => call.end_ts_ns,
             Self::Etcd(call) => call.end_ts_ns,
             Self::Rest(call) => call.end_ts_ns,

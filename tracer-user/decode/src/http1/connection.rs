@@ -6,7 +6,7 @@
 //! direction). Out: [`Exchange`]s in request order, each once both its
 //! request and its response have ended, the rest at
 //! [`Http1Connection::finish`]; [`WatchUpdate`]s as a watch response's body
-//! arrives. Problems are [`Http1Error`]s collected on the connection; none
+//! arrives, and [`RaftUpdate`]s as an etcd peer stream's does. Problems are [`Http1Error`]s collected on the connection; none
 //! stops decoding except a protocol switch, which is the end of HTTP/1.1.
 
 use std::collections::VecDeque;
@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use super::framing::{
     self, Framing, FramingError, HeadError, Headers, RequestHead, ResponseHead, StartLine,
 };
+use crate::raft::{PeerStream, RaftMessage, RaftStreamDecoder, RaftStreamError};
 use crate::rest::RestRequest;
 use crate::watch::{WatchDecoder, WatchError, WatchEvent, WatchFormat};
 use crate::{Chunk, Decoded, Direction};
@@ -29,9 +30,10 @@ pub struct Limits {
     /// Exchanges waiting for their response (pipelining); past it the
     /// oldest is handed out incomplete.
     pub max_pending_exchanges: usize,
-    /// Watch events kept until [`Http1Connection::take_watch_events`];
-    /// later ones are only counted.
-    pub max_watch_events: usize,
+    /// Watch events and Raft messages each kept until taken
+    /// ([`Http1Connection::take_watch_events`],
+    /// [`Http1Connection::take_raft_messages`]); later ones are only counted.
+    pub max_stream_events: usize,
     /// Problems kept in [`Http1Connection::errors`]; later ones are only counted.
     pub max_errors: usize,
 }
@@ -45,7 +47,7 @@ impl Default for Limits {
             // Same as HTTP/2: a Pod body is far smaller.
             max_body_bytes: 2 << 20,
             max_pending_exchanges: 64,
-            max_watch_events: 4096,
+            max_stream_events: 4096,
             max_errors: 64,
         }
     }
@@ -89,6 +91,12 @@ pub enum Http1Error {
     /// A watch response body event that did not decode.
     #[error("exchange {exchange_id}: {error}")]
     Watch { exchange_id: u64, error: WatchError },
+    /// An etcd peer stream's body did not decode.
+    #[error("exchange {exchange_id}: {error}")]
+    Raft {
+        exchange_id: u64,
+        error: RaftStreamError,
+    },
 }
 
 impl Http1Error {
@@ -98,6 +106,10 @@ impl Http1Error {
         match self {
             Http1Error::Head { error, .. } => error.can_continue(),
             Http1Error::Watch { error, .. } => error.can_continue(),
+            Http1Error::Raft { error, .. } => matches!(
+                error,
+                RaftStreamError::TooLarge { .. } | RaftStreamError::BadMessage { .. }
+            ),
             // Only bytes between messages were skipped.
             Http1Error::Resynchronised { .. } => true,
             Http1Error::Framing { .. }
@@ -117,7 +129,8 @@ pub struct Half {
     /// How the body is delimited.
     pub framing: Framing,
     /// The body (de-chunked), up to [`Limits::max_body_bytes`]. Empty for
-    /// watch responses, whose body goes to the watch decoder instead.
+    /// watch responses and etcd peer streams, whose bodies go to their
+    /// decoders instead.
     pub body: Vec<u8>,
     /// Body bytes seen, kept or not.
     pub body_len: u64,
@@ -175,6 +188,10 @@ pub struct Response {
     /// [`WatchDecoder`] in this format (events via
     /// [`Http1Connection::take_watch_events`]).
     pub watch: Option<WatchFormat>,
+    /// Set for an etcd peer stream (`GET /raft/stream/…` answered 200): its
+    /// body was handed to a [`RaftStreamDecoder`] (messages via
+    /// [`Http1Connection::take_raft_messages`]).
+    pub raft: Option<PeerStream>,
 }
 
 /// The connection stopped being HTTP/1.1 after this exchange.
@@ -263,6 +280,48 @@ pub struct WatchUpdate {
     pub event: WatchEvent,
 }
 
+/// A Raft message of an etcd peer stream, as its body arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftUpdate {
+    /// The [`Exchange::id`] of the stream.
+    pub exchange_id: u64,
+    /// The stream.
+    pub stream: PeerStream,
+    /// Time of the chunk that completed the message.
+    pub ts_ns: u64,
+    /// The message.
+    pub message: RaftMessage,
+}
+
+/// The decoder a response body is handed to as it arrives, rather than
+/// kept: it may last as long as the connection.
+#[derive(Debug)]
+enum BodyStream {
+    Watch(WatchDecoder),
+    Raft(RaftStreamDecoder),
+}
+
+/// What a [`BodyStream`] made of body bytes.
+enum Streamed {
+    Watch(Vec<WatchEvent>, Vec<WatchError>),
+    Raft(PeerStream, Vec<RaftMessage>, Vec<RaftStreamError>),
+}
+
+impl BodyStream {
+    fn push(&mut self, bytes: &[u8], truncated: bool) -> Streamed {
+        match self {
+            BodyStream::Watch(decoder) => {
+                let (events, errors) = decoder.push(bytes, truncated);
+                Streamed::Watch(events, errors)
+            }
+            BodyStream::Raft(decoder) => {
+                let (messages, errors) = decoder.push(bytes, truncated);
+                Streamed::Raft(decoder.stream(), messages, errors)
+            }
+        }
+    }
+}
+
 /// An exchange still waiting for one of its sides.
 #[derive(Debug)]
 struct InFlight {
@@ -271,7 +330,7 @@ struct InFlight {
     request_done: bool,
     /// The response ended or was lost.
     response_done: bool,
-    watch: Option<WatchDecoder>,
+    stream: Option<BodyStream>,
 }
 
 impl InFlight {
@@ -280,7 +339,7 @@ impl InFlight {
             exchange: Exchange::new(id),
             request_done: false,
             response_done: false,
-            watch: None,
+            stream: None,
         }
     }
 
@@ -354,7 +413,8 @@ struct Book {
     errors: Vec<Http1Error>,
     errors_dropped: usize,
     watch_events: Vec<WatchUpdate>,
-    watch_events_dropped: usize,
+    raft_messages: Vec<RaftUpdate>,
+    stream_events_dropped: usize,
     switched: bool,
     bytes_after_switch: usize,
 }
@@ -388,7 +448,8 @@ impl Http1Connection {
                 errors: Vec::new(),
                 errors_dropped: 0,
                 watch_events: Vec::new(),
-                watch_events_dropped: 0,
+                raft_messages: Vec::new(),
+                stream_events_dropped: 0,
                 switched: false,
                 bytes_after_switch: 0,
             },
@@ -422,6 +483,12 @@ impl Http1Connection {
         std::mem::take(&mut self.book.watch_events)
     }
 
+    /// Raft messages of etcd peer streams decoded since the last call, in
+    /// arrival order.
+    pub fn take_raft_messages(&mut self) -> Vec<RaftUpdate> {
+        std::mem::take(&mut self.book.raft_messages)
+    }
+
     /// Ends the connection: a body delimited by the close ends here; then
     /// the remaining finished exchanges and every unfinished one, in order.
     pub fn finish(mut self) -> Vec<Exchange> {
@@ -444,10 +511,10 @@ impl Http1Connection {
         self.book.errors_dropped
     }
 
-    /// Watch events decoded but not kept because of
-    /// [`Limits::max_watch_events`].
-    pub fn watch_events_dropped(&self) -> usize {
-        self.book.watch_events_dropped
+    /// Watch events and Raft messages decoded but not kept because of
+    /// [`Limits::max_stream_events`].
+    pub fn stream_events_dropped(&self) -> usize {
+        self.book.stream_events_dropped
     }
 
     /// Whether the connection switched protocols ([`Exchange::upgrade`]).
@@ -741,15 +808,19 @@ impl Book {
                     });
                 }
                 let watch = watch_format(&flight.exchange, &head);
-                if let Some(format) = watch {
-                    flight.watch = Some(WatchDecoder::new(format));
-                }
+                let raft = peer_stream(&flight.exchange, &head);
+                flight.stream = match (watch, raft) {
+                    (Some(format), _) => Some(BodyStream::Watch(WatchDecoder::new(format))),
+                    (_, Some(stream)) => Some(BodyStream::Raft(RaftStreamDecoder::new(stream))),
+                    _ => None,
+                };
                 flight.exchange.response = Some(Response {
                     status: head.status,
                     reason: head.reason,
                     minor_version: head.minor_version,
                     half: Half::new(head.headers, Framing::Empty, ts_ns),
                     watch,
+                    raft,
                 });
                 parser.current = Some(flight.exchange.id);
                 framing
@@ -792,8 +863,8 @@ impl Book {
             return;
         };
         let id = flight.exchange.id;
-        let watched = flight
-            .watch
+        let streamed = flight
+            .stream
             .as_mut()
             .map(|decoder| decoder.push(bytes, false));
         let Some(half) = flight.half_mut(direction) else {
@@ -801,37 +872,54 @@ impl Book {
         };
         half.last_ts_ns = ts_ns;
         half.body_len += bytes.len() as u64;
-        if watched.is_none() {
+        if streamed.is_none() {
             let kept = bytes
                 .len()
                 .min(max_body_bytes.saturating_sub(half.body.len()));
             half.body.extend_from_slice(&bytes[..kept]);
         }
-        if let Some((events, errors)) = watched {
-            self.watched(id, ts_ns, events, errors);
+        if let Some(streamed) = streamed {
+            self.streamed(id, ts_ns, streamed);
         }
     }
 
-    fn watched(
-        &mut self,
-        exchange_id: u64,
-        ts_ns: u64,
-        events: Vec<WatchEvent>,
-        errors: Vec<WatchError>,
-    ) {
-        for event in events {
-            if self.watch_events.len() < self.limits.max_watch_events {
-                self.watch_events.push(WatchUpdate {
-                    exchange_id,
-                    ts_ns,
-                    event,
-                });
-            } else {
-                self.watch_events_dropped += 1;
+    /// Queues what a body stream decoded (bounded) and records its problems.
+    fn streamed(&mut self, exchange_id: u64, ts_ns: u64, streamed: Streamed) {
+        let max = self.limits.max_stream_events;
+        match streamed {
+            Streamed::Watch(events, errors) => {
+                for event in events {
+                    if self.watch_events.len() < max {
+                        self.watch_events.push(WatchUpdate {
+                            exchange_id,
+                            ts_ns,
+                            event,
+                        });
+                    } else {
+                        self.stream_events_dropped += 1;
+                    }
+                }
+                for error in errors {
+                    self.record(Http1Error::Watch { exchange_id, error });
+                }
             }
-        }
-        for error in errors {
-            self.record(Http1Error::Watch { exchange_id, error });
+            Streamed::Raft(stream, messages, errors) => {
+                for message in messages {
+                    if self.raft_messages.len() < max {
+                        self.raft_messages.push(RaftUpdate {
+                            exchange_id,
+                            stream,
+                            ts_ns,
+                            message,
+                        });
+                    } else {
+                        self.stream_events_dropped += 1;
+                    }
+                }
+                for error in errors {
+                    self.record(Http1Error::Raft { exchange_id, error });
+                }
+            }
         }
     }
 
@@ -914,13 +1002,15 @@ impl Book {
             State::UntilClose => {
                 // The body still ends at the close: nothing after it can be
                 // misread, so keep counting it, marked lossy.
-                if let Some(flight) = self.find(parser.current) {
-                    if let Some(decoder) = flight.watch.as_mut() {
-                        let _ = decoder.push(&[], true);
-                    }
+                let id = parser.current;
+                if let Some(flight) = self.find(id) {
+                    let streamed = flight.stream.as_mut().map(|s| s.push(&[], true));
                     if let Some(half) = flight.half_mut(direction) {
                         half.lossy = true;
                         half.last_ts_ns = ts_ns;
+                    }
+                    if let (Some(id), Some(streamed)) = (id, streamed) {
+                        self.streamed(id, ts_ns, streamed);
                     }
                 }
                 return;
@@ -936,11 +1026,12 @@ impl Book {
             | State::ChunkEnd
             | State::Trailers => {
                 let id = parser.current;
-                if let Some(decoder) = self.find(id).and_then(|f| f.watch.as_mut()) {
-                    let (events, errors) = decoder.push(&[], true);
-                    if let Some(id) = id {
-                        self.watched(id, ts_ns, events, errors);
-                    }
+                let streamed = self
+                    .find(id)
+                    .and_then(|f| f.stream.as_mut())
+                    .map(|s| s.push(&[], true));
+                if let (Some(id), Some(streamed)) = (id, streamed) {
+                    self.streamed(id, ts_ns, streamed);
                 }
                 self.cut_message(parser);
             }
@@ -981,6 +1072,20 @@ fn watch_format(exchange: &Exchange, head: &ResponseHead) -> Option<WatchFormat>
         return None;
     }
     WatchFormat::from_content_type(head.headers.get("content-type")?)
+}
+
+/// The etcd peer stream a response opens, if its request was a stream's
+/// and it succeeded.
+fn peer_stream(exchange: &Exchange, head: &ResponseHead) -> Option<PeerStream> {
+    let request = exchange.request.as_ref()?;
+    if head.status != 200 {
+        return None;
+    }
+    PeerStream::from_request(
+        &request.method,
+        &request.target,
+        request.half.headers.get("x-raft-to"),
+    )
 }
 
 /// Method and target of a complete request line at the start of `partial`.

@@ -5,7 +5,8 @@
 //! line, a status line, their header fields (credentials dropped), bodies
 //! (de-chunked, bounded) and timestamps, paired in order as HTTP/1.1
 //! pipelining requires — through [`Http1Connection`], plus the events of
-//! Kubernetes watch responses as they arrive ([`WatchUpdate`]).
+//! Kubernetes watch responses as they arrive ([`WatchUpdate`]), and the Raft
+//! messages of etcd's peer streams ([`RaftUpdate`]).
 //! [`framing`] is the head and body-length layer (on `httparse`). Limits:
 //! see `README.md` here.
 
@@ -13,7 +14,8 @@ mod connection;
 pub mod framing;
 
 pub use connection::{
-    Exchange, Half, Http1Connection, Http1Error, Limits, Request, Response, Upgrade, WatchUpdate,
+    Exchange, Half, Http1Connection, Http1Error, Limits, RaftUpdate, Request, Response, Upgrade,
+    WatchUpdate,
 };
 pub use framing::{Framing, Headers};
 

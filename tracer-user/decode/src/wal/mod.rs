@@ -203,32 +203,36 @@ impl WalKvEntry {
             .r#type
             .is_none_or(|t| t == raftpb::EntryType::EntryNormal as i32);
         let data = entry.data.unwrap_or_default();
-        let request = if normal && !data.is_empty() {
-            InternalKvRequestBytes::decode(data.as_slice())
-                .ok()
-                .and_then(|kv| {
-                    let InternalKvRequestBytes {
-                        range,
-                        put,
-                        delete_range,
-                        txn,
-                        compaction,
-                    } = kv;
-                    put.map(|bytes| ("Put", bytes))
-                        .or_else(|| txn.map(|bytes| ("Txn", bytes)))
-                        .or_else(|| delete_range.map(|bytes| ("DeleteRange", bytes)))
-                        .or_else(|| range.map(|bytes| ("Range", bytes)))
-                        .or_else(|| compaction.map(|bytes| ("Compact", bytes)))
-                })
-        } else {
-            None
-        };
+        let request = if normal { kv_request(&data) } else { None };
         Ok(WalKvEntry {
             term: entry.term.unwrap_or_default(),
             index: entry.index.unwrap_or_default(),
             request,
         })
     }
+}
+
+/// The KV request of a normal entry's data (an `InternalRaftRequest`): its
+/// method (`Put`, `Txn`, …, as [`KvRequest::decode`] takes it) and message
+/// bytes; `None` for other requests (leases, auth, cluster), empty entries
+/// and data that does not decode. The same entry's data is in the WAL and in
+/// the leader's appends to its followers ([`crate::raft`]).
+pub fn kv_request(data: &[u8]) -> Option<(&'static str, Vec<u8>)> {
+    if data.is_empty() {
+        return None;
+    }
+    let InternalKvRequestBytes {
+        range,
+        put,
+        delete_range,
+        txn,
+        compaction,
+    } = InternalKvRequestBytes::decode(data).ok()?;
+    put.map(|bytes| ("Put", bytes))
+        .or_else(|| txn.map(|bytes| ("Txn", bytes)))
+        .or_else(|| delete_range.map(|bytes| ("DeleteRange", bytes)))
+        .or_else(|| range.map(|bytes| ("Range", bytes)))
+        .or_else(|| compaction.map(|bytes| ("Compact", bytes)))
 }
 
 /// Which member writes a WAL: `etcdserverpb.Metadata`, the record after the
