@@ -458,9 +458,9 @@ impl ControlSpans {
             }
         }
         if call.side == Side::Server && failed.is_none() {
-            let applied =
-                self.replication
-                    .answered_request(&call.fingerprint, end, call.conn.tgid);
+            let applied = self
+                .replication
+                .answered_request(&call.fingerprint, end, call.conn.tgid);
             self.draft_replicated(applied);
         }
         finished.extend(self.release(false));
@@ -496,8 +496,14 @@ impl ControlSpans {
                 } => {
                     let mut attributes = self.member_attributes(leader, RaftRole::Leader);
                     attributes.extend([
-                        string_attribute("podtrace.etcd.raft.follower.name", &self.member_label(follower)),
-                        string_attribute("podtrace.etcd.raft.follower.id", &format!("{follower:x}")),
+                        string_attribute(
+                            "podtrace.etcd.raft.follower.name",
+                            &self.member_label(follower),
+                        ),
+                        string_attribute(
+                            "podtrace.etcd.raft.follower.id",
+                            &format!("{follower:x}"),
+                        ),
                         (
                             "podtrace.etcd.raft.in_quorum".to_owned(),
                             AttributeValue::Bool(in_quorum),
@@ -976,7 +982,9 @@ impl ControlSpans {
                         "etcd/wal/{}/{}/{}",
                         sync.conn.conn_id, entry.index, fingerprint
                     ),
-                    parent: Some(replicated.unwrap_or_else(|| format!("etcd/server/{fingerprint}"))),
+                    parent: Some(
+                        replicated.unwrap_or_else(|| format!("etcd/server/{fingerprint}")),
+                    ),
                     name: "etcd WAL append + fdatasync".to_owned(),
                     kind: SpanKind::Internal,
                     start_unix_ns: self.clock.unix_ns(batch.first_write_ns),
@@ -998,9 +1006,7 @@ impl ControlSpans {
     /// whose wait is over go out, traces past their timeout as incomplete.
     pub fn tick(&mut self, now_ns: u64) -> Vec<Span> {
         self.advance(now_ns);
-        let unanswered = self
-            .replication
-            .expire(self.now_ns.saturating_sub(WAIT_NS));
+        let unanswered = self.replication.expire(self.now_ns.saturating_sub(WAIT_NS));
         self.draft_replicated(unanswered);
         let mut spans = self.release(false);
         let timeout = self.window.trace_timeout_ns();
@@ -1795,8 +1801,20 @@ mod tests {
             out.extend(control.on_raft(&raft(App, ETCD, true, (LEADER_ID, follower), 11)));
         }
         out.extend(control.on_raft(&raft(App, FOLLOWER, false, (LEADER_ID, FAST_ID), 11)));
-        out.extend(member_wal_spans(&mut control, ETCD, LEADER_ID, RaftRole::Leader, (11, 13)));
-        out.extend(member_wal_spans(&mut control, FOLLOWER, FAST_ID, RaftRole::Follower, (12, 14)));
+        out.extend(member_wal_spans(
+            &mut control,
+            ETCD,
+            LEADER_ID,
+            RaftRole::Leader,
+            (11, 13),
+        ));
+        out.extend(member_wal_spans(
+            &mut control,
+            FOLLOWER,
+            FAST_ID,
+            RaftRole::Follower,
+            (12, 14),
+        ));
         // The fast follower's answer commits it; etcd answers; the slow one's comes late.
         out.extend(control.on_raft(&raft(AppResp, ETCD, false, (FAST_ID, LEADER_ID), 15)));
         let created = clues("web", Some("uid-1"), None, "Pending");
@@ -1811,7 +1829,10 @@ mod tests {
         assert_eq!(fast.parent_span_id, Some(server.span_id));
         assert_eq!(fast.span_id, id("etcd/replicate/b/10"));
         assert_eq!((fast.start_unix_ns, fast.end_unix_ns), (11 * MS, 15 * MS));
-        assert_eq!(attribute(fast, "podtrace.etcd.raft.in_quorum"), &AttributeValue::Bool(true));
+        assert_eq!(
+            attribute(fast, "podtrace.etcd.raft.in_quorum"),
+            &AttributeValue::Bool(true)
+        );
         assert_eq!(
             attribute(fast, "podtrace.etcd.member.name"),
             &AttributeValue::String("etcd-0".into())
@@ -1819,26 +1840,51 @@ mod tests {
         // The slow follower's name is unknown here (no WAL of it seen): its id.
         let slow = named(&out, "etcd raft replicate → c", SpanKind::Internal);
         assert_eq!((slow.start_unix_ns, slow.end_unix_ns), (11 * MS, 40 * MS));
-        assert_eq!(attribute(slow, "podtrace.etcd.raft.in_quorum"), &AttributeValue::Bool(false));
+        assert_eq!(
+            attribute(slow, "podtrace.etcd.raft.in_quorum"),
+            &AttributeValue::Bool(false)
+        );
 
         let wal: Vec<&Span> = out.iter().filter(|s| s.name == WAL_SPAN).collect();
         let role = |span: &Span| attribute(span, "podtrace.etcd.member.role").clone();
-        let leader_wal = wal.iter().find(|s| role(s) == AttributeValue::String("leader".into()));
-        let follower_wal = wal.iter().find(|s| role(s) == AttributeValue::String("follower".into()));
-        assert_eq!(leader_wal.and_then(|s| s.parent_span_id), Some(server.span_id), "{out:#?}");
-        assert_eq!(follower_wal.and_then(|s| s.parent_span_id), Some(fast.span_id), "{out:#?}");
+        let leader_wal = wal
+            .iter()
+            .find(|s| role(s) == AttributeValue::String("leader".into()));
+        let follower_wal = wal
+            .iter()
+            .find(|s| role(s) == AttributeValue::String("follower".into()));
+        assert_eq!(
+            leader_wal.and_then(|s| s.parent_span_id),
+            Some(server.span_id),
+            "{out:#?}"
+        );
+        assert_eq!(
+            follower_wal.and_then(|s| s.parent_span_id),
+            Some(fast.span_id),
+            "{out:#?}"
+        );
 
         let commit = named(&out, "etcd raft commit", SpanKind::Internal);
         assert_eq!(commit.parent_span_id, Some(server.span_id));
-        assert_eq!((commit.start_unix_ns, commit.end_unix_ns), (11 * MS, 15 * MS));
+        assert_eq!(
+            (commit.start_unix_ns, commit.end_unix_ns),
+            (11 * MS, 15 * MS)
+        );
         for (key, value) in [
             ("podtrace.etcd.raft.waited_for", "etcd-0,etcd-1"),
             ("podtrace.etcd.raft.waited_longest_for", "etcd-1"),
             ("podtrace.etcd.raft.not_waited_for", "c"),
         ] {
-            assert_eq!(attribute(commit, key), &AttributeValue::String(value.into()), "{key}");
+            assert_eq!(
+                attribute(commit, key),
+                &AttributeValue::String(value.into()),
+                "{key}"
+            );
         }
-        assert_eq!(attribute(commit, "podtrace.etcd.raft.quorum"), &AttributeValue::Int(2));
+        assert_eq!(
+            attribute(commit, "podtrace.etcd.raft.quorum"),
+            &AttributeValue::Int(2)
+        );
         let apply = named(&out, "etcd apply", SpanKind::Internal);
         assert_eq!(apply.parent_span_id, Some(server.span_id));
         assert_eq!((apply.start_unix_ns, apply.end_unix_ns), (15 * MS, 16 * MS));

@@ -153,8 +153,7 @@ impl Replication {
                 commit_ns: None,
                 answered: None,
             });
-            self.by_fingerprint
-                .insert(entry.fingerprint, entry.index);
+            self.by_fingerprint.insert(entry.fingerprint, entry.index);
             // A resend (after a rejection or a lost stream) keeps the first.
             if !tracked.sends.iter().any(|(f, ..)| *f == follower) {
                 tracked.sends.push((follower, message.ts_ns, None));
@@ -377,9 +376,19 @@ mod tests {
         }
     }
 
-    fn message(kind: MessageKind, sent: bool, from: u64, to: u64, index: u64, at: u64) -> RaftPeerMessage {
+    fn message(
+        kind: MessageKind,
+        sent: bool,
+        from: u64,
+        to: u64,
+        index: u64,
+        at: u64,
+    ) -> RaftPeerMessage {
         RaftPeerMessage {
-            conn: ConnKey { tgid: 1, conn_id: 1 },
+            conn: ConnKey {
+                tgid: 1,
+                conn_id: 1,
+            },
             sent,
             ts_ns: at,
             kind,
@@ -406,7 +415,14 @@ mod tests {
     }
 
     fn answer(replication: &mut Replication, follower: u64, at: u64) -> Vec<Replicated> {
-        replication.on_message(&message(MessageKind::AppResp, false, follower, LEADER, 10, at))
+        replication.on_message(&message(
+            MessageKind::AppResp,
+            false,
+            follower,
+            LEADER,
+            10,
+            at,
+        ))
     }
 
     #[test]
@@ -417,24 +433,53 @@ mod tests {
         assert_eq!(fast.len(), 2, "{fast:#?}");
         assert!(matches!(
             fast[0],
-            Replicated::Sent { follower: FAST, sent_ns: 100, acked_ns: Some(130), in_quorum: true, .. }
+            Replicated::Sent {
+                follower: FAST,
+                sent_ns: 100,
+                acked_ns: Some(130),
+                in_quorum: true,
+                ..
+            }
         ));
-        let Replicated::Committed { commit_ns, members, quorum, waited_for, not_waited_for, proposed_ns, .. } =
-            &fast[1]
+        let Replicated::Committed {
+            commit_ns,
+            members,
+            quorum,
+            waited_for,
+            not_waited_for,
+            proposed_ns,
+            ..
+        } = &fast[1]
         else {
             panic!("{fast:#?}");
         };
-        assert_eq!((*proposed_ns, *commit_ns, *members, *quorum), (100, 130, 3, 2));
-        assert_eq!((waited_for.as_slice(), not_waited_for.as_slice()), (&[LEADER, FAST][..], &[SLOW][..]));
+        assert_eq!(
+            (*proposed_ns, *commit_ns, *members, *quorum),
+            (100, 130, 3, 2)
+        );
+        assert_eq!(
+            (waited_for.as_slice(), not_waited_for.as_slice()),
+            (&[LEADER, FAST][..], &[SLOW][..])
+        );
         let applied = replication.answered_request(&[10; 16], 140, 7);
         assert!(matches!(
             applied[..],
-            [Replicated::Applied { commit_ns: 130, answered_ns: 140, server_tgid: 7, .. }]
+            [Replicated::Applied {
+                commit_ns: 130,
+                answered_ns: 140,
+                server_tgid: 7,
+                ..
+            }]
         ));
         let slow = answer(&mut replication, SLOW, 400);
         assert!(matches!(
             slow[..],
-            [Replicated::Sent { follower: SLOW, acked_ns: Some(400), in_quorum: false, .. }]
+            [Replicated::Sent {
+                follower: SLOW,
+                acked_ns: Some(400),
+                in_quorum: false,
+                ..
+            }]
         ));
         // Every follower answered and the entry was applied: forgotten.
         assert!(replication.entries.is_empty() && replication.by_fingerprint.is_empty());
@@ -447,8 +492,18 @@ mod tests {
         assert_eq!(answer(&mut replication, FAST, 110).len(), 1);
         assert_eq!(replication.answered_request(&[10; 16], 200, 7), []);
         let synced = replication.leader_synced(&entry(10), 150);
-        let [Replicated::Committed { commit_ns: 150, waited_for, .. }, Replicated::Applied { commit_ns: 150, answered_ns: 200, .. }] =
-            &synced[..]
+        let [
+            Replicated::Committed {
+                commit_ns: 150,
+                waited_for,
+                ..
+            },
+            Replicated::Applied {
+                commit_ns: 150,
+                answered_ns: 200,
+                ..
+            },
+        ] = &synced[..]
         else {
             panic!("{synced:#?}");
         };
@@ -463,7 +518,10 @@ mod tests {
             replication.on_message(&message(MessageKind::App, true, LEADER, follower, 9, 100));
         }
         let fast = answer(&mut replication, FAST, 130);
-        assert!(matches!(fast[1], Replicated::Committed { commit_ns: 130, .. }), "{fast:#?}");
+        assert!(
+            matches!(fast[1], Replicated::Committed { commit_ns: 130, .. }),
+            "{fast:#?}"
+        );
     }
 
     #[test]
@@ -475,7 +533,12 @@ mod tests {
         let expired = replication.expire(101);
         assert!(matches!(
             expired[..],
-            [Replicated::Sent { follower: SLOW, acked_ns: None, in_quorum: false, .. }]
+            [Replicated::Sent {
+                follower: SLOW,
+                acked_ns: None,
+                in_quorum: false,
+                ..
+            }]
         ));
         assert_eq!(replication.expire(10_000), []);
         assert_eq!(replication.uncommitted, 0);
@@ -484,8 +547,12 @@ mod tests {
     #[test]
     fn what_a_follower_receives_and_refusals_make_no_answer() {
         let mut replication = appended();
-        let arrived = replication.on_message(&message(MessageKind::App, false, LEADER, FAST, 9, 105));
-        assert!(matches!(arrived[..], [Replicated::Arrived { follower: FAST, .. }]));
+        let arrived =
+            replication.on_message(&message(MessageKind::App, false, LEADER, FAST, 9, 105));
+        assert!(matches!(
+            arrived[..],
+            [Replicated::Arrived { follower: FAST, .. }]
+        ));
         let mut refused = message(MessageKind::AppResp, false, FAST, LEADER, 10, 130);
         refused.reject = true;
         assert_eq!(replication.on_message(&refused), []);

@@ -9,7 +9,8 @@
 //!
 //! Which member wrote an entry, and in which role, comes from the member's
 //! records: the metadata record at the head of a segment (read from the
-//! file by capture, a [`WalHeadRecord`]) gives its id; the `HardState`
+//! file by capture, a [`WalHeadRecord`], or from the member's own write of
+//! a segment it created) gives its id; the `HardState`
 //! saved after a write's entries gives the term and the member's vote, and
 //! so whether it led that term ([`HardState::role`]).
 
@@ -101,6 +102,19 @@ impl WalDecoder {
         let reader = self.readers.entry(data.conn).or_default();
         let (records, errors) = reader.push(&data.data, data.truncated);
         self.bad_records += errors.len() as u64;
+        // A segment's head as the member writes it: the segment head read at
+        // the file's open finds nothing yet when the member created the file.
+        for record in records.iter().filter(|r| r.kind == RecordKind::Metadata) {
+            match MemberIds::decode(record) {
+                Ok(Some(ids)) => {
+                    if let Some(member) = self.member(data.conn.tgid) {
+                        member.ids = Some(ids);
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => self.bad_records += 1,
+            }
+        }
         let member = self.member(data.conn.tgid).and_then(|m| m.ids);
         let member_id = member.map(|m| m.member_id);
         let mut message = WalMessage {

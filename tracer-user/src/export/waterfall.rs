@@ -19,6 +19,8 @@ const MAX_TRACES: usize = 1024;
 const MAX_SPANS_PER_TRACE: usize = 256;
 /// Width of the timeline in characters.
 const BAR_WIDTH: usize = 40;
+/// Narrowest label column: the bars of most traces line up across traces.
+const MIN_LABEL_WIDTH: usize = 52;
 
 /// Spans of unfinished traces.
 #[derive(Debug, Default)]
@@ -78,8 +80,8 @@ fn completes_trace(span: &Span, trace: &[Span]) -> bool {
 }
 
 /// A span's line label: a short name (`CRI RunPodSandbox`, `etcd Txn`),
-/// which side of a call it is, and for etcd writes what the write did to
-/// the Pod.
+/// which side of a call it is, for etcd writes what the write did to the
+/// Pod, and for etcd's own work (WAL, Raft, apply) the member and its role.
 pub fn label(span: &Span) -> String {
     let attribute = |key: &str| span.string_attribute(key);
     let name = match (attribute("rpc.service"), attribute("rpc.method")) {
@@ -97,7 +99,18 @@ pub fn label(span: &Span) -> String {
         SpanKind::Internal => "",
     };
     let change = attribute("podtrace.k8s.pod.change").map(|change| format!(": {change}"));
-    format!("{name}{side}{}", change.unwrap_or_default())
+    // Which etcd member did it, where several take part in a write.
+    let member = match (
+        span.kind,
+        attribute("podtrace.etcd.member.name").or(attribute("podtrace.etcd.member.id")),
+    ) {
+        (SpanKind::Internal, Some(member)) => match attribute("podtrace.etcd.member.role") {
+            Some(role) => format!(" on {member} ({role})"),
+            None => format!(" on {member}"),
+        },
+        _ => String::new(),
+    };
+    format!("{name}{side}{}{member}", change.unwrap_or_default())
 }
 
 /// The waterfall of one trace's spans.
@@ -142,6 +155,7 @@ pub fn render(spans: &[Span]) -> String {
         .collect();
     roots.sort_by_key(|span| span.start_unix_ns);
     let mut stack: Vec<(&Span, usize)> = roots.into_iter().rev().map(|span| (span, 0)).collect();
+    let mut rows: Vec<(String, String, f64, String)> = Vec::new();
     while let Some((span, depth)) = stack.pop() {
         let offset = ((span.start_unix_ns.saturating_sub(start)) as u128 * BAR_WIDTH as u128
             / u128::from(total)) as usize;
@@ -162,10 +176,8 @@ pub fn render(spans: &[Span]) -> String {
             SpanStatus::Unset => String::new(),
         };
         let label = format!("{}{}", "  ".repeat(depth), label(span));
-        lines.push(format!(
-            "  {label:<52} |{bar}| {:>9.3} ms{error}",
-            span.end_unix_ns.saturating_sub(span.start_unix_ns) as f64 / 1e6
-        ));
+        let duration_ms = span.end_unix_ns.saturating_sub(span.start_unix_ns) as f64 / 1e6;
+        rows.push((label, bar, duration_ms, error));
         let mut children: Vec<&Span> = spans
             .iter()
             .filter(|child| child.parent_span_id == Some(span.span_id))
@@ -173,6 +185,16 @@ pub fn render(spans: &[Span]) -> String {
         children.sort_by_key(|child| std::cmp::Reverse(child.start_unix_ns));
         stack.extend(children.into_iter().map(|child| (child, depth + 1)));
     }
+    // The bars start in one column, past the longest label.
+    let width = rows
+        .iter()
+        .map(|(label, ..)| label.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(MIN_LABEL_WIDTH);
+    lines.extend(rows.into_iter().map(|(label, bar, duration_ms, error)| {
+        format!("  {label:<width$} |{bar}| {duration_ms:>9.3} ms{error}")
+    }));
     lines.extend(facts(spans).into_iter().map(|fact| format!("  {fact}")));
     lines.join("\n")
 }

@@ -1,8 +1,8 @@
 //! etcd's peer protocol (rafthttp): the Raft messages members send each other
 //! on their long-lived stream connections.
 //!
-//! Each member (the dialer) opens `GET /raft/stream/<type>/<its id>` on every
-//! peer; the dialled member (the writer, `X-Raft-To`) answers 200 and writes
+//! Each member (the dialer) opens `GET /raft/stream/{msgapp,message}/<its
+//! id>` on every peer; the dialled member (the writer, `X-Raft-To`) answers 200 and writes
 //! its messages for the dialer into the response body for as long as the
 //! connection lasts. So the leader's appends to a follower travel on the
 //! connection the follower dialled, and the follower's answers on the one the
@@ -10,7 +10,7 @@
 //! `server/etcdserver/api/rafthttp/{stream,msg_codec,msgappv2_codec}.go`):
 //! - `message`: each `raftpb.Message` as a big-endian u64 length and the
 //!   message (answers, heartbeats, forwarded proposals, votes);
-//! - `msgappv2` (the leader's appends): a type byte, then for 0 nothing (a
+//! - `msgapp`, framed as etcd's "MsgApp v2" (the leader's appends): a type byte, then for 0 nothing (a
 //!   link heartbeat), for 2 a `MsgApp` as a u64 length and the message, for
 //!   1 an *AppEntries*: a `MsgApp` whose index and term follow from the
 //!   previous one on the stream, sent as a u64 count of entries, each entry
@@ -35,7 +35,8 @@ const LENGTH_BYTES: usize = 8;
 /// Which stream a connection carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamKind {
-    /// `msgappv2`: the writer's appends to the dialer.
+    /// `msgapp` (etcd's stream type "MsgApp v2"): the writer's appends to
+    /// the dialer.
     MsgAppV2,
     /// `message`: every other message.
     Message,
@@ -55,7 +56,7 @@ pub struct PeerStream {
 
 impl PeerStream {
     /// The stream a request opens, from its target
-    /// (`/raft/stream/msgappv2/8e9e05c52164694d`) and its `X-Raft-To`
+    /// (`/raft/stream/msgapp/8e9e05c52164694d`) and its `X-Raft-To`
     /// header; `None` for any other request. Member ids are in hex, as
     /// etcd prints them.
     pub fn from_request(method: &str, target: &str, raft_to: Option<&str>) -> Option<PeerStream> {
@@ -64,7 +65,9 @@ impl PeerStream {
         }
         let (kind, dialer) = target.strip_prefix("/raft/stream/")?.split_once('/')?;
         let kind = match kind {
-            "msgappv2" => StreamKind::MsgAppV2,
+            // The path etcd 3 serves its "MsgApp v2" stream at (the v1
+            // stream of etcd 2.0 is gone since 2.1).
+            "msgapp" => StreamKind::MsgAppV2,
             "message" => StreamKind::Message,
             _ => return None,
         };
@@ -182,7 +185,11 @@ impl RaftMessage {
             index: message.index.unwrap_or_default(),
             commit: message.commit.unwrap_or_default(),
             reject: message.reject.unwrap_or_default(),
-            entries: message.entries.into_iter().map(RaftEntry::from_pb).collect(),
+            entries: message
+                .entries
+                .into_iter()
+                .map(RaftEntry::from_pb)
+                .collect(),
         }
     }
 }
@@ -190,8 +197,8 @@ impl RaftMessage {
 /// Why stream bytes did not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RaftStreamError {
-    /// A `msgappv2` type byte etcd never writes: the framing is lost.
-    #[error("msgappv2 frame type {kind} is not one etcd writes")]
+    /// A `msgapp` stream type byte etcd never writes: the framing is lost.
+    #[error("msgapp stream frame type {kind} is not one etcd writes")]
     BadFrameType { kind: u8 },
     /// A message or entry over [`MAX_MESSAGE_BYTES`]: skipped.
     #[error("frame of {len_bytes} bytes is over the {MAX_MESSAGE_BYTES}-byte bound")]
@@ -216,7 +223,7 @@ pub struct RaftStreamDecoder {
     lost: bool,
     skipped_bytes: u64,
     messages: u64,
-    /// `msgappv2`: term and last index of the previous append, which an
+    /// `msgapp` stream: term and last index of the previous append, which an
     /// AppEntries frame continues.
     term: u64,
     index: u64,
@@ -259,7 +266,11 @@ impl RaftStreamDecoder {
 
     /// Adds body bytes; returns the messages they completed and the
     /// problems met. `truncated` means body bytes after these are missing.
-    pub fn push(&mut self, bytes: &[u8], truncated: bool) -> (Vec<RaftMessage>, Vec<RaftStreamError>) {
+    pub fn push(
+        &mut self,
+        bytes: &[u8],
+        truncated: bool,
+    ) -> (Vec<RaftMessage>, Vec<RaftStreamError>) {
         let (mut messages, mut errors) = (Vec::new(), Vec::new());
         if self.lost {
             self.skipped_bytes += bytes.len() as u64;
@@ -387,7 +398,9 @@ impl RaftStreamDecoder {
             };
             if len > MAX_MESSAGE_BYTES {
                 // Its place in the frame is lost with it: so is the framing.
-                return Err(FrameError::Lost(RaftStreamError::TooLarge { len_bytes: len }));
+                return Err(FrameError::Lost(RaftStreamError::TooLarge {
+                    len_bytes: len,
+                }));
             }
             at += LENGTH_BYTES;
             let Some(bytes) = buf.get(at..at + len as usize) else {
@@ -440,7 +453,10 @@ enum Frame {
         appended: Option<(u64, u64)>,
     },
     /// A message over the bound: its `header` bytes, then `len_bytes` to skip.
-    Oversized { len_bytes: u64, header: usize },
+    Oversized {
+        len_bytes: u64,
+        header: usize,
+    },
 }
 
 enum FrameError {

@@ -36,14 +36,14 @@ fn message_frame(message: &raftpb::Message) -> Vec<u8> {
     frame
 }
 
-/// A `msgappv2` MsgApp frame (type 2).
+/// A `msgapp` stream MsgApp frame (type 2).
 fn msgapp_frame(message: &raftpb::Message) -> Vec<u8> {
     let mut frame = vec![2];
     frame.extend(message_frame(message));
     frame
 }
 
-/// A `msgappv2` AppEntries frame (type 1).
+/// A `msgapp` stream AppEntries frame (type 1).
 fn app_entries_frame(entries: &[raftpb::Entry], commit: u64) -> Vec<u8> {
     let mut frame = vec![1];
     frame.extend((entries.len() as u64).to_be_bytes());
@@ -83,7 +83,7 @@ fn decode_both_ways(kind: StreamKind, body: &[u8]) -> Vec<RaftMessage> {
 
 #[test]
 fn a_stream_request_names_its_kind_and_both_members() {
-    let target = format!("/raft/stream/msgappv2/{FOLLOWER:x}");
+    let target = format!("/raft/stream/msgapp/{FOLLOWER:x}");
     assert_eq!(
         PeerStream::from_request("GET", &target, Some(&format!("{LEADER:x}"))),
         Some(stream(StreamKind::MsgAppV2))
@@ -96,7 +96,7 @@ fn a_stream_request_names_its_kind_and_both_members() {
     for (method, target) in [
         ("POST", "/raft/stream/message/1"),
         ("GET", "/raft"),
-        ("GET", "/raft/stream/msgapp/1"),
+        ("GET", "/raft/stream/msgappv2/1"),
         ("GET", "/raft/stream/message/not-hex"),
         ("GET", "/v2/members"),
     ] {
@@ -110,7 +110,11 @@ fn message_frames_give_answers_and_proposals_in_any_pieces() {
     (answer.from, answer.to) = (Some(FOLLOWER), Some(LEADER));
     let mut refused = answer.clone();
     refused.reject = Some(true);
-    let proposal = message(raftpb::MessageType::MsgProp, 0, vec![entry(0, 0, b"request")]);
+    let proposal = message(
+        raftpb::MessageType::MsgProp,
+        0,
+        vec![entry(0, 0, b"request")],
+    );
     let mut body = message_frame(&answer);
     body.extend(message_frame(&refused));
     body.extend(message_frame(&proposal));
@@ -149,10 +153,19 @@ fn app_entries_continue_the_previous_append_on_the_stream() {
         );
     }
     let indexes = |m: &RaftMessage| m.entries.iter().map(|e| e.index).collect::<Vec<_>>();
-    assert_eq!((messages[0].index, indexes(&messages[0])), (9, vec![10, 11]));
+    assert_eq!(
+        (messages[0].index, indexes(&messages[0])),
+        (9, vec![10, 11])
+    );
     assert_eq!((messages[1].index, indexes(&messages[1])), (11, vec![12]));
-    assert_eq!((messages[1].commit, messages[1].entries[0].data.as_slice()), (11, &b"twelve"[..]));
-    assert_eq!((messages[2].index, indexes(&messages[2])), (12, vec![13, 14]));
+    assert_eq!(
+        (messages[1].commit, messages[1].entries[0].data.as_slice()),
+        (11, &b"twelve"[..])
+    );
+    assert_eq!(
+        (messages[2].index, indexes(&messages[2])),
+        (12, vec![13, 14])
+    );
     assert_eq!(messages[2].commit, 12);
 }
 
@@ -172,7 +185,10 @@ fn a_message_over_the_bound_is_skipped_and_the_next_decoded() {
     let mut decoder = RaftStreamDecoder::new(stream(StreamKind::Message));
     let len = MAX_MESSAGE_BYTES + 1;
     let (messages, errors) = decoder.push(&len.to_be_bytes(), false);
-    assert_eq!((messages, errors), (vec![], vec![RaftStreamError::TooLarge { len_bytes: len }]));
+    assert_eq!(
+        (messages, errors),
+        (vec![], vec![RaftStreamError::TooLarge { len_bytes: len }])
+    );
     // The oversized body arrives in pieces, then a heartbeat.
     let piece = vec![0u8; 1 << 20];
     for _ in 0..10 {
@@ -197,18 +213,27 @@ fn garbage_costs_its_frame_and_an_unknown_type_byte_or_a_loss_stops_the_stream()
     let mut decoder = RaftStreamDecoder::new(stream(StreamKind::Message));
     let (messages, errors) = decoder.push(&body, false);
     assert_eq!(messages.len(), 1);
-    assert!(matches!(errors[..], [RaftStreamError::BadMessage { .. }]), "{errors:?}");
+    assert!(
+        matches!(errors[..], [RaftStreamError::BadMessage { .. }]),
+        "{errors:?}"
+    );
 
     let mut decoder = RaftStreamDecoder::new(stream(StreamKind::MsgAppV2));
     let (messages, errors) = decoder.push(&[7, 0, 0], false);
-    assert_eq!((messages, errors), (vec![], vec![RaftStreamError::BadFrameType { kind: 7 }]));
+    assert_eq!(
+        (messages, errors),
+        (vec![], vec![RaftStreamError::BadFrameType { kind: 7 }])
+    );
     let (messages, errors) = decoder.push(&message_frame(&heartbeat), false);
     assert_eq!((messages.len(), errors.len()), (0, 0));
 
     let mut decoder = RaftStreamDecoder::new(stream(StreamKind::Message));
     let frame = message_frame(&heartbeat);
     let (messages, errors) = decoder.push(&frame[..4], true);
-    assert_eq!((messages, errors), (vec![], vec![RaftStreamError::BytesLost]));
+    assert_eq!(
+        (messages, errors),
+        (vec![], vec![RaftStreamError::BytesLost])
+    );
     assert_eq!(decoder.push(&frame, false), (vec![], vec![]));
     assert_eq!(decoder.skipped_bytes(), 4 + frame.len() as u64);
 }

@@ -253,24 +253,31 @@ impl MemberIds {
         let mut at = 0;
         while let Decoded::Message { msg, consumed } = parse_record(&head[at..])? {
             at += consumed;
-            if msg.kind != RecordKind::Metadata {
-                continue;
+            if msg.kind == RecordKind::Metadata {
+                return MemberIds::decode(&msg);
             }
-            let metadata = etcdserverpb::Metadata::decode(msg.data.as_slice()).map_err(|e| {
-                WalError::BadRecord {
-                    len_bytes: msg.data.len(),
-                    reason: format!("metadata: {e}"),
-                }
-            })?;
-            return Ok(metadata
-                .node_id
-                .filter(|&id| id != 0)
-                .map(|member_id| MemberIds {
-                    member_id,
-                    cluster_id: metadata.cluster_id.unwrap_or_default(),
-                }));
         }
         Ok(None)
+    }
+
+    /// The member a metadata record names (`None` for member id 0, which
+    /// etcd never gives a member). A new segment's head is written after
+    /// the file is created, so a member's own write of it may be the first
+    /// place its id is seen.
+    pub fn decode(record: &WalRecord) -> Result<Option<MemberIds>, WalError> {
+        let metadata = etcdserverpb::Metadata::decode(record.data.as_slice()).map_err(|e| {
+            WalError::BadRecord {
+                len_bytes: record.data.len(),
+                reason: format!("metadata: {e}"),
+            }
+        })?;
+        Ok(metadata
+            .node_id
+            .filter(|&id| id != 0)
+            .map(|member_id| MemberIds {
+                member_id,
+                cluster_id: metadata.cluster_id.unwrap_or_default(),
+            }))
     }
 }
 
