@@ -1128,3 +1128,288 @@ fn assert_offsets_source(trace: &Trace<'_>, derived: bool) {
     }
     assert!(checked >= 6, "only {checked} function spans");
 }
+
+/// Recorded by one agent following a 3-member etcd (`podtrace-demo
+/// --etcd-members 3`, all on this machine, TLS between members): each Pod
+/// write, for each of the three writes of each Pod.
+const THREE_MEMBERS: &str = "etcd-3-members.ptrace.gz";
+
+/// The spans of one etcd write across members, found by its Raft index.
+struct ReplicatedWrite<'a> {
+    server: &'a ExportedSpan,
+    leader: String,
+    /// (replicate span, the follower's WAL span under it)
+    replicated: Vec<(&'a ExportedSpan, &'a ExportedSpan)>,
+    commit: &'a ExportedSpan,
+    apply: &'a ExportedSpan,
+}
+
+const WAL_SPAN: &str = "etcd WAL append + fdatasync";
+
+/// Every write of the trace, each with its leader's WAL span, a replicate
+/// span per follower holding that follower's WAL span, and the commit and
+/// apply, each naming its member and role.
+fn replicated_writes<'a>(trace: &Trace<'a>) -> Vec<ReplicatedWrite<'a>> {
+    let string = |span: &ExportedSpan, key: &str| span.string(key).map(str::to_owned);
+    let index = |span: &ExportedSpan| span.attributes.get("podtrace.etcd.raft.index").cloned();
+    let servers: Vec<&ExportedSpan> = trace
+        .named("etcdserverpb.KV/Txn")
+        .into_iter()
+        .filter(|s| s.kind == SPAN_KIND_SERVER)
+        .collect();
+    assert_eq!(servers.len(), 3, "{}", outline(&trace.spans));
+    servers
+        .into_iter()
+        .map(|server| {
+            let under = |name: &str| -> Vec<&'a ExportedSpan> {
+                trace
+                    .named(name)
+                    .into_iter()
+                    .filter(|s| s.parent_span_id.as_deref() == Some(server.span_id.as_str()))
+                    .collect()
+            };
+            let leader_wal: Vec<_> = under(WAL_SPAN)
+                .into_iter()
+                .filter(|s| s.string("podtrace.etcd.member.role") == Some("leader"))
+                .collect();
+            assert_eq!(leader_wal.len(), 1, "{}", outline(&trace.spans));
+            let leader = string(leader_wal[0], "podtrace.etcd.member.name").expect("leader named");
+            let entry = index(leader_wal[0]).expect("a Raft index");
+            let of_entry = |name: &str| -> Vec<&'a ExportedSpan> {
+                trace
+                    .spans
+                    .iter()
+                    .copied()
+                    .filter(|s| s.name.starts_with(name) && index(s).as_ref() == Some(&entry))
+                    .collect()
+            };
+            // A follower that answered after etcd did hangs from the root.
+            let replicated: Vec<_> = of_entry("etcd raft replicate → ")
+                .into_iter()
+                .map(|replicate| {
+                    assert_eq!(
+                        string(replicate, "podtrace.etcd.member.name"),
+                        Some(leader.clone())
+                    );
+                    assert_eq!(
+                        string(replicate, "podtrace.etcd.member.role").as_deref(),
+                        Some("leader")
+                    );
+                    // Named by the follower's name where this agent saw the
+                    // follower's WAL, else by its id (a follower on another node).
+                    let follower = string(replicate, "podtrace.etcd.raft.follower.name").unwrap();
+                    assert_eq!(replicate.name, format!("etcd raft replicate → {follower}"));
+                    let follower_id = string(replicate, "podtrace.etcd.raft.follower.id");
+                    let wal: Vec<_> = trace
+                        .named(WAL_SPAN)
+                        .into_iter()
+                        .filter(|s| s.parent_span_id.as_deref() == Some(replicate.span_id.as_str()))
+                        .collect();
+                    assert_eq!(wal.len(), 1, "{}", outline(&trace.spans));
+                    assert_eq!(string(wal[0], "podtrace.etcd.member.id"), follower_id);
+                    let name = string(wal[0], "podtrace.etcd.member.name");
+                    assert!(
+                        name.as_ref() == Some(&follower) || follower_id.as_ref() == Some(&follower),
+                        "{follower} for {name:?}"
+                    );
+                    assert_eq!(
+                        string(wal[0], "podtrace.etcd.member.role").as_deref(),
+                        Some("follower")
+                    );
+                    (replicate, wal[0])
+                })
+                .collect();
+            let commit = under("etcd raft commit");
+            let apply = under("etcd apply");
+            assert_eq!(
+                (commit.len(), apply.len()),
+                (1, 1),
+                "{}",
+                outline(&trace.spans)
+            );
+            ReplicatedWrite {
+                server,
+                leader,
+                replicated,
+                commit: commit[0],
+                apply: apply[0],
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_replayed_three_member_etcd_shows_each_write_replicated_committed_and_applied() {
+    let pods = demo_pods("etcd-3-members.pods.jsonl");
+    let (spans, stdout) = replay(THREE_MEMBERS, "vm");
+    assert_well_formed(&spans);
+    for pod in &pods {
+        let trace = Trace::new(&spans, &trace_of(pod));
+        assert_control_plane(&trace, pod);
+        for write in replicated_writes(&trace) {
+            // Two followers, each replicated to once.
+            let mut followers: Vec<String> = write
+                .replicated
+                .iter()
+                .map(|(r, _)| {
+                    r.string("podtrace.etcd.raft.follower.name")
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect();
+            followers.sort();
+            followers.dedup();
+            assert_eq!(followers.len(), 2, "{}", outline(&trace.spans));
+            assert!(!followers.contains(&write.leader));
+            // One agent saw every member: each is named.
+            for (replicate, wal) in &write.replicated {
+                assert_eq!(
+                    replicate.string("podtrace.etcd.raft.follower.name"),
+                    wal.string("podtrace.etcd.member.name")
+                );
+            }
+            // The quorum of three is the leader and the first follower to answer.
+            let in_quorum: Vec<_> = write
+                .replicated
+                .iter()
+                .filter(|(r, _)| r.attributes["podtrace.etcd.raft.in_quorum"] == Value::Bool(true))
+                .collect();
+            assert_eq!(in_quorum.len(), 1, "{}", outline(&trace.spans));
+            let (first, _) = in_quorum[0];
+            let commit = write.commit;
+            // OTLP-JSON carries 64-bit integers as strings.
+            assert_eq!(
+                commit.attributes["podtrace.etcd.raft.members"],
+                Value::from("3")
+            );
+            assert_eq!(
+                commit.attributes["podtrace.etcd.raft.quorum"],
+                Value::from("2")
+            );
+            let waited = commit.string("podtrace.etcd.raft.waited_for").unwrap();
+            let quorum_follower = first.string("podtrace.etcd.raft.follower.name").unwrap();
+            assert!(
+                waited.contains(&write.leader) && waited.contains(quorum_follower),
+                "{waited}"
+            );
+            let other = followers.iter().find(|f| *f != quorum_follower).unwrap();
+            assert_eq!(
+                commit.string("podtrace.etcd.raft.not_waited_for"),
+                Some(other.as_str())
+            );
+            // Committed when the quorum's answer came (or the leader's sync,
+            // if later), then applied until etcd answered.
+            assert!(
+                commit.end_unix_ns >= first.end_unix_ns,
+                "{commit:#?} {first:#?}"
+            );
+            assert_eq!(write.apply.start_unix_ns, commit.end_unix_ns);
+            assert!(write.apply.end_unix_ns <= write.server.end_unix_ns);
+        }
+        // The waterfall names each member's part.
+        assert!(stdout.contains("etcd raft commit on "), "{stdout}");
+    }
+}
+
+/// The processes (tgids) of the etcd member named `name` in a recording.
+fn etcd_member_tgids(recording: &Path, name: &str) -> HashSet<u32> {
+    use tracer_user::capture::{RawEvent, recording::RecordingReader, wire::parse_record};
+    let mut reader = RecordingReader::open(recording).unwrap();
+    let flag = format!("--name={name}");
+    let mut tgids = HashSet::new();
+    while let Some(record) = reader.next_record().unwrap() {
+        if let Ok(RawEvent::Exec(exec)) = parse_record(&record) {
+            if exec.comm == "etcd" && exec.argv.contains(&flag) {
+                tgids.insert(exec.ids.tgid);
+            }
+        }
+    }
+    tgids
+}
+
+/// The recording as two nodes' agents would have made it: the records of
+/// processes `apart` in the second file, every other in the first.
+fn split_recording(recording: &Path, apart: &HashSet<u32>, dir: &Path) -> (PathBuf, PathBuf) {
+    use tracer_user::capture::{
+        recording::{RecordingReader, RecordingWriter},
+        wire::parse_record,
+    };
+    let mut reader = RecordingReader::open(recording).unwrap();
+    let paths = (dir.join("rest.ptrace"), dir.join("apart.ptrace"));
+    let mut rest = RecordingWriter::create(&paths.0, &reader.header).unwrap();
+    let mut alone = RecordingWriter::create(&paths.1, &reader.header).unwrap();
+    while let Some(record) = reader.next_record().unwrap() {
+        let tgid = parse_record(&record).map(|event| event.ids().tgid);
+        if tgid.is_ok_and(|tgid| apart.contains(&tgid)) {
+            alone.write_record(&record).unwrap();
+        } else {
+            rest.write_record(&record).unwrap();
+        }
+    }
+    rest.finish().unwrap();
+    alone.finish().unwrap();
+    paths
+}
+
+/// The same run as if one follower ran on a node of its own, under its own
+/// agent: the follower's WAL spans that agent exports hang from the
+/// replicate spans the leader's node's agent exports, by their ids alone.
+#[test]
+fn a_follower_on_another_node_hangs_its_wal_spans_from_the_leaders_replication() {
+    let pods = demo_pods("etcd-3-members.pods.jsonl");
+    let (whole, _) = replay(THREE_MEMBERS, "vm");
+    // A follower that is not the member the demo's apiserver talks to.
+    let answering: HashSet<&str> = whole
+        .iter()
+        .filter(|s| s.name == "etcd apply")
+        .filter_map(|s| s.string("podtrace.etcd.member.name"))
+        .collect();
+    let (follower, follower_id) = whole
+        .iter()
+        .filter(|s| s.name == WAL_SPAN && s.string("podtrace.etcd.member.role") == Some("follower"))
+        .filter_map(|s| {
+            Some((
+                s.string("podtrace.etcd.member.name")?.to_owned(),
+                s.string("podtrace.etcd.member.id")?.to_owned(),
+            ))
+        })
+        .find(|(name, _)| !answering.contains(name.as_str()))
+        .expect("a follower that answers no client");
+    let recording = fixture(THREE_MEMBERS);
+    let tgids = etcd_member_tgids(&recording, &follower);
+    assert_eq!(tgids.len(), 1, "{follower}");
+    let dir = tempfile::tempdir().unwrap();
+    let (rest, apart) = split_recording(&recording, &tgids, dir.path());
+    let (leader_node, _) = replay(rest.to_str().unwrap(), "cp-1");
+    let (follower_node, _) = replay(apart.to_str().unwrap(), "cp-2");
+    // The follower's node made only the follower's spans.
+    assert!(
+        follower_node.iter().all(|s| s.name == WAL_SPAN
+            && s.string("podtrace.etcd.member.name") == Some(follower.as_str())),
+        "{}",
+        outline(&follower_node.iter().collect::<Vec<_>>())
+    );
+    assert!(
+        leader_node.iter().all(|s| s.name != WAL_SPAN
+            || s.string("podtrace.etcd.member.name") != Some(follower.as_str()))
+    );
+    let union: Vec<ExportedSpan> = leader_node.iter().chain(&follower_node).cloned().collect();
+    assert_well_formed(&union);
+    for pod in &pods {
+        let trace = Trace::new(&union, &trace_of(pod));
+        let writes = replicated_writes(&trace);
+        for write in &writes {
+            let (replicate, wal) = write
+                .replicated
+                .iter()
+                .find(|(r, _)| {
+                    r.string("podtrace.etcd.raft.follower.id") == Some(follower_id.as_str())
+                })
+                .unwrap_or_else(|| {
+                    panic!("no replication to {follower}: {}", outline(&trace.spans))
+                });
+            assert_eq!(replicate.resource_node.as_deref(), Some("cp-1"));
+            assert_eq!(wal.resource_node.as_deref(), Some("cp-2"));
+        }
+    }
+}
