@@ -15,7 +15,7 @@
 use std::{
     collections::HashSet,
     io::{BufRead as _, BufReader},
-    process::{Command, Stdio},
+    process::{Child, ChildStdout, Command, Stdio},
     sync::{Mutex, MutexGuard, PoisonError},
     thread,
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -537,6 +537,26 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
     }
 }
 
+/// Starts `podtrace-demo` (`command`) and reads its stdout until it says
+/// `ready`; returns it with the rest of its stdout.
+fn demo_until_ready(command: &mut Command) -> (Child, BufReader<ChildStdout>) {
+    let mut demo = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(demo.stdout.take().unwrap());
+    let mut line = String::new();
+    while line.trim() != "ready" {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "demo ended before ready"
+        );
+    }
+    (demo, stdout)
+}
+
 /// podtrace starts after the demo's etcd and CRI connections are open (as
 /// after an agent restart on a real node): the calls on them are still
 /// decoded — /proc tells which end each process is, Go's HPACK probes give
@@ -552,24 +572,13 @@ fn podtrace_started_after_the_connections_are_open_still_traces_every_pod() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("traces.jsonl");
     let go = dir.path().join("go");
-    let mut demo = Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
-        .args(["--pods", "2", "--node-name", NODE, "--state-dir"])
-        .arg(dir.path().join("state"))
-        .arg("--wait-for")
-        .arg(&go)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(demo.stdout.take().unwrap());
-    let mut line = String::new();
-    while line.trim() != "ready" {
-        line.clear();
-        assert!(
-            stdout.read_line(&mut line).unwrap() > 0,
-            "demo ended before ready"
-        );
-    }
+    let (mut demo, stdout) = demo_until_ready(
+        Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
+            .args(["--pods", "2", "--node-name", NODE, "--state-dir"])
+            .arg(dir.path().join("state"))
+            .arg("--wait-for")
+            .arg(&go),
+    );
     let agent = Agent::start(&AGENT_ARGS, &out);
     std::fs::write(&go, b"").unwrap();
     let pods: Vec<Value> = stdout
@@ -626,5 +635,166 @@ fn podtrace_started_after_the_connections_are_open_still_traces_every_pod() {
             "\n{}",
             outline(&spans)
         );
+    }
+}
+
+/// A slow disk: an ext4 filesystem on a loop device whose writes the
+/// kernel's block throttling holds to `iops` a second (cgroup v1 `blkio`
+/// rule on the root group: every writer to that device, the journal's
+/// thread included). A WAL there takes a write or two per fdatasync, each
+/// waiting its turn. (netem, to slow a member's link instead, is not built
+/// into this machine kind's kernel: `CONFIG_NET_SCH_NETEM` is not set.)
+/// Unmounted and detached on drop.
+struct SlowDisk {
+    mount: std::path::PathBuf,
+    device: String,
+    major_minor: String,
+}
+
+const THROTTLE: &str = "/sys/fs/cgroup/blkio/blkio.throttle.write_iops_device";
+
+impl SlowDisk {
+    fn mount(dir: &std::path::Path, iops: u32) -> Self {
+        let run = |program: &str, args: &[&str]| -> String {
+            let output = Command::new(program).args(args).output().unwrap();
+            assert!(
+                output.status.success(),
+                "{program} {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8_lossy(&output.stdout).trim().to_owned()
+        };
+        // Room for etcd's two preallocated 64 MiB segments; sparse.
+        let image = dir.join("slow-disk.img");
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(512 << 20)
+            .unwrap();
+        let image = image.to_str().unwrap();
+        let device = run("losetup", &["--find", "--show", image]);
+        let mount = dir.join("slow-disk");
+        std::fs::create_dir_all(&mount).unwrap();
+        // From here on, dropped as soon as a step fails.
+        let mut disk = Self {
+            mount: mount.clone(),
+            device: device.clone(),
+            major_minor: String::new(),
+        };
+        run("mkfs.ext4", &["-q", &device]);
+        run("mount", &[&device, mount.to_str().unwrap()]);
+        use std::os::unix::fs::MetadataExt as _;
+        let rdev = std::fs::metadata(&device).unwrap().rdev();
+        let major_minor = format!("{}:{}", libc::major(rdev), libc::minor(rdev));
+        std::fs::write(THROTTLE, format!("{major_minor} {iops}")).unwrap();
+        disk.major_minor = major_minor;
+        disk
+    }
+}
+
+impl Drop for SlowDisk {
+    fn drop(&mut self) {
+        if !self.major_minor.is_empty() {
+            let _ = std::fs::write(THROTTLE, format!("{} 0", self.major_minor));
+        }
+        let _ = Command::new("umount").arg(&self.mount).status();
+        let _ = Command::new("losetup").args(["-d", &self.device]).status();
+    }
+}
+
+/// Three etcd members, one of which keeps its WAL on a slow disk: every
+/// Pod write's trace names that follower as the slow one (its replication
+/// span is the longer), and its commit span says the quorum did not wait
+/// for it.
+#[test]
+fn a_slow_etcd_follower_is_named_slow_and_the_commit_does_not_wait_for_it() {
+    const TEST: &str = "a_slow_etcd_follower_is_named_slow_and_the_commit_does_not_wait_for_it";
+    if !live_test_can_run(TEST) {
+        return;
+    }
+    let _live = one_live_test_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let (out, go, info) = (
+        dir.path().join("traces.jsonl"),
+        dir.path().join("go"),
+        dir.path().join("cluster.json"),
+    );
+    let disk = SlowDisk::mount(dir.path(), 10);
+    // First: the members' peer streams open in its sight.
+    let agent = Agent::start(&AGENT_ARGS, &out);
+    // The last member's WAL on the slow disk; the first leads.
+    let (mut demo, stdout) = demo_until_ready(
+        Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
+            .args(["--pods", "3", "--etcd-members", "3", "--node-name", NODE])
+            .arg("--etcd-leader-first")
+            .arg("--etcd-wal-dir")
+            .arg(disk.mount.join("wal"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--wait-for")
+            .arg(&go)
+            .arg("--cluster-info")
+            .arg(&info),
+    );
+    let info: Value = serde_json::from_slice(&std::fs::read(&info).unwrap()).unwrap();
+    let members = info["etcd_members"].as_array().unwrap();
+    assert_eq!(members.len(), 3, "{info}");
+    assert_eq!(members[0]["leader"], true, "{info}");
+    let slow_name = members[2]["name"].as_str().unwrap().to_owned();
+    std::fs::write(&go, b"").unwrap();
+    let pods: Vec<DemoPod> = stdout
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| DemoPod::parse(&line))
+        .collect();
+    assert!(demo.wait().unwrap().success());
+    drop(disk);
+    agent.stop();
+    assert_eq!(pods.len(), 3);
+    let all = read_spans(&out).unwrap();
+    assert_well_formed(&all);
+    for pod in &pods {
+        let trace_id = TraceId::for_pod(CLUSTER, &pod.uid).to_hex();
+        let spans: Vec<&ExportedSpan> = all.iter().filter(|s| s.trace_id == trace_id).collect();
+        let commits: Vec<&&ExportedSpan> = spans
+            .iter()
+            .filter(|s| s.name == "etcd raft commit")
+            .collect();
+        assert_eq!(commits.len(), 3, "a commit per write:\n{}", outline(&spans));
+        for commit in commits {
+            let index = &commit.attributes["podtrace.etcd.raft.index"];
+            let replicated = |slow: bool| -> &ExportedSpan {
+                let found: Vec<&&ExportedSpan> = spans
+                    .iter()
+                    .filter(|s| {
+                        s.name.starts_with("etcd raft replicate → ")
+                            && &s.attributes["podtrace.etcd.raft.index"] == index
+                            && (s.string("podtrace.etcd.raft.follower.name")
+                                == Some(slow_name.as_str()))
+                                == slow
+                    })
+                    .collect();
+                assert_eq!(found.len(), 1, "index {index}:\n{}", outline(&spans));
+                found[0]
+            };
+            let (slow_span, fast_span) = (replicated(true), replicated(false));
+            let duration = |s: &ExportedSpan| s.end_unix_ns - s.start_unix_ns;
+            assert!(
+                duration(slow_span) > duration(fast_span),
+                "{slow_name} is not the slow one at index {index}: {slow_span:#?}\n{fast_span:#?}\n{commit:#?}\n{}",
+                outline(&spans)
+            );
+            assert_eq!(
+                slow_span.attributes["podtrace.etcd.raft.in_quorum"],
+                Value::Bool(false)
+            );
+            assert_eq!(
+                commit.string("podtrace.etcd.raft.not_waited_for"),
+                Some(slow_name.as_str()),
+                "{commit:#?}"
+            );
+            let waited = commit.string("podtrace.etcd.raft.waited_for").unwrap();
+            assert!(!waited.split(',').any(|m| m == slow_name), "{waited}");
+        }
     }
 }

@@ -176,15 +176,25 @@ struct Args {
     /// the Pods' writes go through the first.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
     etcd_members: u32,
+    /// With --etcd-members: the last member keeps its WAL in this directory
+    /// (etcd's `--wal-dir`: a slower disk, to see a slow follower).
+    #[arg(long, value_name = "DIR", conflicts_with = "k8s_bin")]
+    etcd_wal_dir: Option<PathBuf>,
+    /// With --etcd-members: once the cluster is up, make the first member
+    /// its leader (`etcdctl move-leader`), so that the Pods' writes reach
+    /// the leader without being forwarded.
+    #[arg(long, conflicts_with = "k8s_bin")]
+    etcd_leader_first: bool,
     /// With --k8s-bin: also run the DaemonSet controller and the garbage
     /// collector (for a DaemonSet applied to the cluster, whose Pods go with
     /// it when it is deleted).
     #[arg(long, requires = "k8s_bin")]
     daemon_sets: bool,
-    /// With --k8s-bin: before printing `ready`, write to this file, as JSON,
-    /// what a client of the cluster needs: `kubeconfig` (the admin's),
-    /// `containerd_socket` and `pod_subnet`.
-    #[arg(long, value_name = "FILE", requires = "k8s_bin")]
+    /// Before printing `ready`, write to this file, as JSON, what a client of
+    /// the cluster needs: with --k8s-bin `kubeconfig` (the admin's),
+    /// `containerd_socket` and `pod_subnet`; without, `etcd_members` (each
+    /// member's `name`, `pid`, `peer_port` and whether it is the `leader`).
+    #[arg(long, value_name = "FILE")]
     cluster_info: Option<PathBuf>,
     /// While the Pods are created, this many closed-loop writers of lease
     /// and event keys (`etcd-load`, a Go client on TLS as kube-apiserver's
@@ -432,7 +442,7 @@ fn run(args: &Args, runtime: &tokio::runtime::Runtime, shutdown: &Shutdown) -> a
     // Started on this thread, which outlives them (their processes die with
     // the thread that started them).
     let secure = !args.plain_etcd;
-    let members = Etcd::prepare_cluster_in(
+    let mut members = Etcd::prepare_cluster_in(
         EtcdOptions {
             tls: secure,
             auth: secure,
@@ -441,6 +451,14 @@ fn run(args: &Args, runtime: &tokio::runtime::Runtime, shutdown: &Shutdown) -> a
         args.etcd_members as usize,
     )
     .context("preparing etcd")?;
+    if let Some(dir) = &args.etcd_wal_dir {
+        if members.len() < 2 {
+            bail!("--etcd-wal-dir needs --etcd-members 2 or more");
+        }
+        if let Some(last) = members.pop() {
+            members.push(last.with_wal_dir(dir.clone()));
+        }
+    }
     // Before etcd and containerd start, so that a tracer that saw it start
     // has attached by its first call. It talks to the first member, as an
     // apiserver's client talks to the one it picked.
@@ -451,6 +469,9 @@ fn run(args: &Args, runtime: &tokio::runtime::Runtime, shutdown: &Shutdown) -> a
         apiserver.relay_pid()
     );
     let members = Etcd::start_prepared_cluster(members).context("starting etcd")?;
+    if args.etcd_leader_first {
+        Etcd::move_leader(&members, 0).context("making the first etcd member the leader")?;
+    }
     let etcd = &members[0];
     shutdown.check()?;
     let containerd = Containerd::start_in(
@@ -461,6 +482,9 @@ fn run(args: &Args, runtime: &tokio::runtime::Runtime, shutdown: &Shutdown) -> a
     )
     .context("starting containerd")?;
     shutdown.check()?;
+    if let Some(file) = &args.cluster_info {
+        write_etcd_members(file, &members)?;
+    }
     let result = runtime.block_on(drive(args, &node, &apiserver, etcd, &containerd, shutdown));
     // containerd before etcd, as a node goes before its control plane; etcd's
     // client before etcd too.
@@ -468,6 +492,24 @@ fn run(args: &Args, runtime: &tokio::runtime::Runtime, shutdown: &Shutdown) -> a
     drop(apiserver);
     drop(members);
     result
+}
+
+/// Writes `--cluster-info` for a cluster of etcd members alone.
+fn write_etcd_members(file: &Path, members: &[Etcd]) -> anyhow::Result<()> {
+    let members = members
+        .iter()
+        .map(|member| {
+            let (id, leader) = member.raft_ids()?;
+            Ok(serde_json::json!({
+                "name": member.member_name(),
+                "pid": member.pid(),
+                "peer_port": member.peer_port(),
+                "leader": id == leader,
+            }))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let info = serde_json::json!({ "etcd_members": members });
+    std::fs::write(file, info.to_string()).with_context(|| format!("writing {}", file.display()))
 }
 
 /// Builds demo-apiserver in `--build-dir`, saying how long it took.

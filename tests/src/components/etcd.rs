@@ -126,6 +126,10 @@ pub struct Etcd {
     /// The member name (`--name`).
     name: String,
     endpoint: String,
+    /// The peer URL, `http(s)://127.0.0.1:PORT`.
+    peer_url: String,
+    /// `--wal-dir`, when not the data directory's.
+    wal_dir: Option<PathBuf>,
     pki: Option<Pki>,
     /// The `root` client certificate of `pki`.
     root_client: Option<CertFiles>,
@@ -206,6 +210,7 @@ impl Etcd {
             initial_cluster: format!("{MEMBER_NAME}={peer_url}"),
             endpoint,
             peer_url,
+            wal_dir: None,
             pki,
             dir,
         })
@@ -392,6 +397,66 @@ impl Etcd {
         &self.endpoint
     }
 
+    /// The port it serves its peers on (and sends its Raft messages from,
+    /// on the streams its peers dialled).
+    pub fn peer_port(&self) -> u16 {
+        self.peer_url
+            .rsplit(':')
+            .next()
+            .and_then(|port| port.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// This member's Raft id and its cluster's leader's, now (`etcdctl
+    /// endpoint status`).
+    pub fn raft_ids(&self) -> anyhow::Result<(u64, u64)> {
+        let output = run_etcdctl(
+            self.etcdctl()
+                .args(["endpoint", "status", "--write-out=json"]),
+            "endpoint status",
+        )?;
+        let status: serde_json::Value =
+            serde_json::from_slice(&output.stdout).context("reading etcdctl endpoint status")?;
+        let status = &status[0]["Status"];
+        match (
+            status["header"]["member_id"].as_u64(),
+            status["leader"].as_u64(),
+        ) {
+            (Some(member), Some(leader)) => Ok((member, leader)),
+            _ => bail!("etcdctl endpoint status without member and leader ids: {status}"),
+        }
+    }
+
+    /// Makes `members[to]` the leader of their cluster (`etcdctl
+    /// move-leader`, through the current leader), and waits until it is.
+    pub fn move_leader(members: &[Etcd], to: usize) -> anyhow::Result<()> {
+        let (target, leader) = members[to].raft_ids()?;
+        if target == leader {
+            return Ok(());
+        }
+        let mut current = None;
+        for member in members {
+            if member.raft_ids()?.0 == leader {
+                current = Some(member);
+            }
+        }
+        let current = current.context("no member is the leader the cluster names")?;
+        run_etcdctl(
+            current
+                .etcdctl()
+                .args(["move-leader", &format!("{target:x}")]),
+            "move-leader",
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while members[to].raft_ids()?.1 != target {
+            if Instant::now() > deadline {
+                bail!("{} did not become the leader within 10 s", members[to].name);
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
     /// The client port.
     pub fn client_port(&self) -> u16 {
         self.endpoint
@@ -408,7 +473,9 @@ impl Etcd {
 
     /// Where etcd writes its `*.wal` files.
     pub fn wal_dir(&self) -> PathBuf {
-        self.data_dir().join("member").join("wal")
+        self.wal_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir().join("member").join("wal"))
     }
 
     /// The etcd process id.
@@ -535,6 +602,8 @@ pub struct PreparedEtcd {
     initial_cluster: String,
     endpoint: String,
     peer_url: String,
+    /// `--wal-dir`, when not the data directory's.
+    wal_dir: Option<PathBuf>,
     pki: Option<Pki>,
     dir: TempDir,
 }
@@ -550,6 +619,13 @@ impl fmt::Debug for PreparedEtcd {
 }
 
 impl PreparedEtcd {
+    /// Keeps the member's WAL in `dir` (etcd's `--wal-dir`: a disk of its
+    /// own, or a slower one).
+    pub fn with_wal_dir(mut self, dir: PathBuf) -> Self {
+        self.wal_dir = Some(dir);
+        self
+    }
+
     /// The client URL etcd will serve, `http(s)://127.0.0.1:PORT`.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
@@ -577,6 +653,7 @@ impl PreparedEtcd {
             initial_cluster,
             endpoint,
             peer_url,
+            wal_dir,
             pki,
             dir,
         } = self;
@@ -597,6 +674,9 @@ impl PreparedEtcd {
             .arg("--initial-cluster-state=new")
             .args(["--logger=zap", "--log-outputs=stderr"])
             .arg(format!("--quota-backend-bytes={BACKEND_QUOTA_BYTES}"));
+        if let Some(wal_dir) = &wal_dir {
+            command.arg(format!("--wal-dir={}", wal_dir.display()));
+        }
         if let Some(pki) = &pki {
             let server = pki.server();
             command
@@ -619,6 +699,8 @@ impl PreparedEtcd {
             binaries,
             name,
             endpoint,
+            peer_url,
+            wal_dir,
             pki,
             root_client,
             root_password: None,

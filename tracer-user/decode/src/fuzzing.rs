@@ -14,6 +14,7 @@ use crate::http1::{self, Http1Connection};
 use crate::http2::{Http2Connection, Limits};
 use crate::identity::clues_from_kv_request;
 use crate::kube::decode_stored_object;
+use crate::raft::{MAX_MESSAGE_BYTES, PeerStream, RaftStreamDecoder, StreamKind};
 use crate::rest::RestRequest;
 use crate::wal::{MAX_RECORD_BYTES, RecordKind, WalKvEntry, WalReader};
 use crate::watch::{MAX_EVENT_BYTES, WatchDecoder, WatchFormat};
@@ -220,6 +221,29 @@ pub fn watch(data: &[u8]) -> Footprint {
     footprint
 }
 
+/// An etcd peer stream body of each kind, in 97-byte pieces (the first
+/// byte's low bit marks a truncated piece).
+pub fn raft_stream(data: &[u8]) -> Footprint {
+    let mut footprint = Footprint::default();
+    for kind in [StreamKind::Message, StreamKind::MsgAppV2] {
+        let mut decoder = RaftStreamDecoder::new(PeerStream {
+            kind,
+            dialer: 1,
+            writer: 2,
+        });
+        let truncate = data.first().is_some_and(|b| b & 1 == 1);
+        for (i, piece) in data.chunks(97).enumerate() {
+            let (messages, _) = decoder.push(piece, truncate && i == 2);
+            let bound = MAX_MESSAGE_BYTES as usize + 17 + piece.len();
+            assert!(decoder.buffered_bytes() <= bound);
+            for message in messages {
+                footprint.saw(message.entries.iter().map(|e| e.data.len()).sum());
+            }
+        }
+    }
+    footprint
+}
+
 /// Every entry point on the same bytes, as the cargo-fuzz target runs them.
 pub fn all(data: &[u8]) -> Footprint {
     let chunks = chunks_from_bytes(data);
@@ -230,5 +254,6 @@ pub fn all(data: &[u8]) -> Footprint {
     footprint.add(kube_object(data));
     footprint.add(rest(data));
     footprint.add(watch(data));
+    footprint.add(raft_stream(data));
     footprint
 }

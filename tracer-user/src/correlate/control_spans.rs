@@ -177,6 +177,9 @@ pub struct ControlSpans {
     member_names: HashMap<u64, String>,
     /// Pod entries on their way between etcd members.
     pub replication: Replication,
+    /// The followed Pods of each entry sent between members, by request
+    /// fingerprint, as they were when it was sent.
+    entry_pods: HashMap<[u8; 16], Vec<PodName>>,
     /// Span keys drafted recently, with their spans' end (unix ns).
     seen: HashMap<String, u64>,
     seen_order: VecDeque<String>,
@@ -218,6 +221,7 @@ impl ControlSpans {
             members: HashMap::new(),
             member_names: HashMap::new(),
             replication: Replication::default(),
+            entry_pods: HashMap::new(),
             seen: HashMap::new(),
             seen_order: VecDeque::new(),
             waiting: Vec::new(),
@@ -471,6 +475,18 @@ impl ControlSpans {
     /// spans as what they wait for comes in.
     pub fn on_raft(&mut self, message: &RaftPeerMessage) -> Vec<Span> {
         self.advance(message.ts_ns);
+        // Which Pods' creations an entry is part of is decided when it is
+        // proposed: a follower's answer can come after the Pod's trace ended
+        // with a later write.
+        for entry in &message.pod_entries {
+            if !self.entry_pods.contains_key(&entry.fingerprint) {
+                let pods = self.learn(&entry.clues, &entry.fingerprint);
+                if self.entry_pods.len() >= MAX_SEEN {
+                    self.entry_pods.clear();
+                }
+                self.entry_pods.insert(entry.fingerprint, pods);
+            }
+        }
         let events = self.replication.on_message(message);
         self.draft_replicated(events);
         self.release(false)
@@ -523,7 +539,8 @@ impl ControlSpans {
                             key: replicate_key(follower, entry.index),
                             name,
                             start_ns: sent_ns,
-                            end_ns: acked_ns.unwrap_or(sent_ns),
+                            // Unanswered: as long as it went without an answer.
+                            end_ns: acked_ns.unwrap_or(self.now_ns),
                             attributes,
                             status,
                         },
@@ -601,7 +618,11 @@ impl ControlSpans {
     /// server span of its request.
     fn draft_entry_spans(&mut self, entry: &WalPodEntry, span: EntrySpan) {
         let fingerprint = hex(&entry.fingerprint);
-        for pod in self.learn(&entry.clues, &entry.fingerprint) {
+        let pods = match self.entry_pods.get(&entry.fingerprint) {
+            Some(pods) => pods.clone(),
+            None => self.learn(&entry.clues, &entry.fingerprint),
+        };
+        for pod in pods {
             let mut attributes = vec![
                 int_attribute("podtrace.etcd.raft.index", entry.index as i64),
                 int_attribute("podtrace.etcd.raft.term", entry.term as i64),

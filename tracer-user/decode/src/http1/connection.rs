@@ -886,40 +886,36 @@ impl Book {
     /// Queues what a body stream decoded (bounded) and records its problems.
     fn streamed(&mut self, exchange_id: u64, ts_ns: u64, streamed: Streamed) {
         let max = self.limits.max_stream_events;
-        match streamed {
+        let dropped = &mut self.stream_events_dropped;
+        let errors: Vec<Http1Error> = match streamed {
             Streamed::Watch(events, errors) => {
-                for event in events {
-                    if self.watch_events.len() < max {
-                        self.watch_events.push(WatchUpdate {
-                            exchange_id,
-                            ts_ns,
-                            event,
-                        });
-                    } else {
-                        self.stream_events_dropped += 1;
-                    }
-                }
-                for error in errors {
-                    self.record(Http1Error::Watch { exchange_id, error });
-                }
+                let updates = events.into_iter().map(|event| WatchUpdate {
+                    exchange_id,
+                    ts_ns,
+                    event,
+                });
+                queue_bounded(&mut self.watch_events, max, dropped, updates);
+                errors
+                    .into_iter()
+                    .map(|error| Http1Error::Watch { exchange_id, error })
+                    .collect()
             }
             Streamed::Raft(stream, messages, errors) => {
-                for message in messages {
-                    if self.raft_messages.len() < max {
-                        self.raft_messages.push(RaftUpdate {
-                            exchange_id,
-                            stream,
-                            ts_ns,
-                            message,
-                        });
-                    } else {
-                        self.stream_events_dropped += 1;
-                    }
-                }
-                for error in errors {
-                    self.record(Http1Error::Raft { exchange_id, error });
-                }
+                let updates = messages.into_iter().map(|message| RaftUpdate {
+                    exchange_id,
+                    stream,
+                    ts_ns,
+                    message,
+                });
+                queue_bounded(&mut self.raft_messages, max, dropped, updates);
+                errors
+                    .into_iter()
+                    .map(|error| Http1Error::Raft { exchange_id, error })
+                    .collect()
             }
+        };
+        for error in errors {
+            self.record(error);
         }
     }
 
@@ -1072,6 +1068,22 @@ fn watch_format(exchange: &Exchange, head: &ResponseHead) -> Option<WatchFormat>
         return None;
     }
     WatchFormat::from_content_type(head.headers.get("content-type")?)
+}
+
+/// Appends `items` to `queue` while it holds fewer than `max`; counts the rest.
+fn queue_bounded<T>(
+    queue: &mut Vec<T>,
+    max: usize,
+    dropped: &mut usize,
+    items: impl IntoIterator<Item = T>,
+) {
+    for item in items {
+        if queue.len() < max {
+            queue.push(item);
+        } else {
+            *dropped += 1;
+        }
+    }
 }
 
 /// The etcd peer stream a response opens, if its request was a stream's

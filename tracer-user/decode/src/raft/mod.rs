@@ -259,7 +259,8 @@ impl RaftStreamDecoder {
         self.skipped_bytes
     }
 
-    /// Bytes buffered waiting for the rest of a frame.
+    /// Bytes buffered waiting for the rest of a frame (at most
+    /// [`MAX_MESSAGE_BYTES`] and a frame header, plus one push).
     pub fn buffered_bytes(&self) -> usize {
         self.buf.len()
     }
@@ -396,13 +397,14 @@ impl RaftStreamDecoder {
             let Some(len) = read_u64(buf, at) else {
                 return Ok(Frame::Incomplete);
             };
-            if len > MAX_MESSAGE_BYTES {
-                // Its place in the frame is lost with it: so is the framing.
+            at += LENGTH_BYTES;
+            // The whole frame is one append: bounded as a message is (etcd
+            // sends at most 1 MiB of entries in one).
+            if (at as u64).saturating_add(len) > MAX_MESSAGE_BYTES {
                 return Err(FrameError::Lost(RaftStreamError::TooLarge {
-                    len_bytes: len,
+                    len_bytes: (at as u64).saturating_add(len),
                 }));
             }
-            at += LENGTH_BYTES;
             let Some(bytes) = buf.get(at..at + len as usize) else {
                 return Ok(Frame::Incomplete);
             };
