@@ -45,8 +45,9 @@ const TEST_PACKAGES: &[&str] = &[
     "busybox-static",
     // podtrace-demo --scenario http1: a non-Go HTTP/1.1 client of the apiserver.
     "curl",
-    // tc: a live test slows one etcd member's peer traffic (HTB on lo).
-    "iproute2",
+    // A live test keeps one etcd member's WAL on a throttled ext4 loop disk.
+    "e2fsprogs",
+    "mount",
     // promtool, to load the PrometheusRule in deploy/ and test its alerts.
     "prometheus",
     // Go 1.19, the release Debian builds its etcd, containerd and runc with
