@@ -14,9 +14,12 @@
 
 use std::{
     collections::HashSet,
-    io::{BufRead as _, BufReader},
+    io::{BufRead as _, BufReader, Seek as _},
     process::{Child, ChildStdout, Command, Stdio},
-    sync::{Mutex, MutexGuard, PoisonError},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
     thread,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -639,22 +642,24 @@ fn podtrace_started_after_the_connections_are_open_still_traces_every_pod() {
 }
 
 /// A slow disk: an ext4 filesystem on a loop device whose writes the
-/// kernel's block throttling holds to `iops` a second (cgroup v1 `blkio`
-/// rule on the root group: every writer to that device, the journal's
-/// thread included). A WAL there takes a write or two per fdatasync, each
-/// waiting its turn. (netem, to slow a member's link instead, is not built
-/// into this machine kind's kernel: `CONFIG_NET_SCH_NETEM` is not set.)
-/// Unmounted and detached on drop.
+/// kernel's block throttling holds to a rate (cgroup v1 `blkio` rule on the
+/// root group: every writer to that device, the journal's thread included),
+/// shared with a neighbour that keeps syncing writes of its own, so every
+/// write waits behind one of those (a throttle alone lets a write through at
+/// once after a quiet while). (netem, to slow a member's link instead, is
+/// not built into this machine kind's kernel: `CONFIG_NET_SCH_NETEM` is not
+/// set.) Unmounted and detached on drop.
 struct SlowDisk {
     mount: std::path::PathBuf,
     device: String,
     major_minor: String,
+    neighbour: Option<(Arc<AtomicBool>, thread::JoinHandle<()>)>,
 }
 
-const THROTTLE: &str = "/sys/fs/cgroup/blkio/blkio.throttle.write_iops_device";
+const THROTTLE: &str = "/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device";
 
 impl SlowDisk {
-    fn mount(dir: &std::path::Path, iops: u32) -> Self {
+    fn mount(dir: &std::path::Path) -> Self {
         let run = |program: &str, args: &[&str]| -> String {
             let output = Command::new(program).args(args).output().unwrap();
             assert!(
@@ -680,23 +685,52 @@ impl SlowDisk {
             mount: mount.clone(),
             device: device.clone(),
             major_minor: String::new(),
+            neighbour: None,
         };
-        run("mkfs.ext4", &["-q", &device]);
+        // Initialised now, not by a background thread that would write
+        // through the throttle later.
+        let init = "lazy_itable_init=0,lazy_journal_init=0";
+        run("mkfs.ext4", &["-q", "-E", init, &device]);
         run("mount", &[&device, mount.to_str().unwrap()]);
         use std::os::unix::fs::MetadataExt as _;
         let rdev = std::fs::metadata(&device).unwrap().rdev();
-        let major_minor = format!("{}:{}", libc::major(rdev), libc::minor(rdev));
-        std::fs::write(THROTTLE, format!("{major_minor} {iops}")).unwrap();
-        disk.major_minor = major_minor;
+        disk.major_minor = format!("{}:{}", libc::major(rdev), libc::minor(rdev));
         disk
+    }
+
+    /// From now on, writes to the disk go at `bytes_per_s`, behind the
+    /// neighbour's.
+    fn throttle(&mut self, bytes_per_s: u32) {
+        use std::{io::Write as _, os::unix::fs::OpenOptionsExt as _};
+        let rule = format!("{} {bytes_per_s}", self.major_minor);
+        std::fs::write(THROTTLE, rule).unwrap();
+        let mut noise = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .custom_flags(libc::O_DSYNC)
+            .open(self.mount.join("neighbour"))
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let writer = thread::spawn(move || {
+            let block = [0u8; 4096];
+            while !stopped.load(Ordering::Relaxed) {
+                if noise.write_all(&block).is_err() || noise.rewind().is_err() {
+                    break;
+                }
+            }
+        });
+        self.neighbour = Some((stop, writer));
     }
 }
 
 impl Drop for SlowDisk {
     fn drop(&mut self) {
-        if !self.major_minor.is_empty() {
-            let _ = std::fs::write(THROTTLE, format!("{} 0", self.major_minor));
+        if let Some((stop, writer)) = self.neighbour.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = writer.join();
         }
+        let _ = std::fs::write(THROTTLE, format!("{} 0", self.major_minor));
         let _ = Command::new("umount").arg(&self.mount).status();
         let _ = Command::new("losetup").args(["-d", &self.device]).status();
     }
@@ -719,7 +753,7 @@ fn a_slow_etcd_follower_is_named_slow_and_the_commit_does_not_wait_for_it() {
         dir.path().join("go"),
         dir.path().join("cluster.json"),
     );
-    let disk = SlowDisk::mount(dir.path(), 10);
+    let mut disk = SlowDisk::mount(dir.path());
     // First: the members' peer streams open in its sight.
     let agent = Agent::start(&AGENT_ARGS, &out);
     // The last member's WAL on the slow disk; the first leads.
@@ -741,6 +775,8 @@ fn a_slow_etcd_follower_is_named_slow_and_the_commit_does_not_wait_for_it() {
     assert_eq!(members.len(), 3, "{info}");
     assert_eq!(members[0]["leader"], true, "{info}");
     let slow_name = members[2]["name"].as_str().unwrap().to_owned();
+    // Slow once the cluster is up (bootstrapping through it takes long).
+    disk.throttle(32 << 10);
     std::fs::write(&go, b"").unwrap();
     let pods: Vec<DemoPod> = stdout
         .lines()
