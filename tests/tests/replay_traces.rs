@@ -1305,6 +1305,23 @@ fn a_replayed_three_member_etcd_shows_each_write_replicated_committed_and_applie
             );
             assert_eq!(write.apply.start_unix_ns, commit.end_unix_ns);
             assert!(write.apply.end_unix_ns <= write.server.end_unix_ns);
+            // The member that took the request forwarded it to the leader
+            // (this run elected another), which then sent the entry on.
+            let answering = write.apply.string("podtrace.etcd.member.name").unwrap();
+            if answering != write.leader {
+                let forwards: Vec<_> = trace
+                    .named(&format!("etcd raft forward → {}", write.leader))
+                    .into_iter()
+                    .filter(|s| s.parent_span_id.as_deref() == Some(write.server.span_id.as_str()))
+                    .collect();
+                assert_eq!(forwards.len(), 1, "{}", outline(&trace.spans));
+                let forward = forwards[0];
+                assert_eq!(forward.string("podtrace.etcd.member.name"), Some(answering));
+                assert!(
+                    forward.end_unix_ns <= commit.start_unix_ns,
+                    "{forward:#?} {commit:#?}"
+                );
+            }
         }
         // The waterfall names each member's part.
         assert!(stdout.contains("etcd raft commit on "), "{stdout}");

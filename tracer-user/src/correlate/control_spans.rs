@@ -496,6 +496,31 @@ impl ControlSpans {
     fn draft_replicated(&mut self, events: Vec<Replicated>) {
         for event in events {
             match event {
+                Replicated::Forwarded {
+                    entry,
+                    from,
+                    to,
+                    sent_ns,
+                    received_ns,
+                } => {
+                    let mut attributes = self.member_attributes(from, RaftRole::Follower);
+                    attributes.extend([
+                        string_attribute("podtrace.etcd.raft.leader.name", &self.member_label(to)),
+                        string_attribute("podtrace.etcd.raft.leader.id", &format!("{to:x}")),
+                    ]);
+                    let name = format!("etcd raft forward → {}", self.member_label(to));
+                    self.draft_entry_spans(
+                        &entry,
+                        EntrySpan {
+                            key: format!("etcd/forward/{}", hex(&entry.fingerprint)),
+                            name,
+                            start_ns: sent_ns,
+                            end_ns: received_ns,
+                            attributes,
+                            status: SpanStatus::Unset,
+                        },
+                    );
+                }
                 Replicated::Arrived { entry, follower } => {
                     // The follower's WAL span hangs from the leader's
                     // replication span, drafted here or by the leader's
@@ -623,10 +648,15 @@ impl ControlSpans {
             None => self.learn(&entry.clues, &entry.fingerprint),
         };
         for pod in pods {
-            let mut attributes = vec![
-                int_attribute("podtrace.etcd.raft.index", entry.index as i64),
-                int_attribute("podtrace.etcd.raft.term", entry.term as i64),
-            ];
+            // A proposal has no place in the log yet.
+            let mut attributes = if entry.index == 0 {
+                Vec::new()
+            } else {
+                vec![
+                    int_attribute("podtrace.etcd.raft.index", entry.index as i64),
+                    int_attribute("podtrace.etcd.raft.term", entry.term as i64),
+                ]
+            };
             attributes.extend(span.attributes.iter().cloned());
             self.wait(Draft {
                 pod,

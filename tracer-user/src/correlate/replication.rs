@@ -4,6 +4,9 @@
 //! and from those the commit (a quorum of members holding the entry) and
 //! the apply (from the commit to the answer).
 //!
+//! A proposal made on a member that does not lead is forwarded to the
+//! leader first (`MsgProp`): that hop is reported too.
+//!
 //! In: Raft messages ([`RaftPeerMessage`]), the leader's WAL syncs of Pod
 //! entries, and the ends of etcd's server spans. Out: [`Replicated`]
 //! events, from which [`super::control_spans`] drafts the spans. Pure
@@ -43,6 +46,15 @@ pub enum Replicated {
         acked_ns: Option<u64>,
         /// Its answer was one of those the commit waited for.
         in_quorum: bool,
+    },
+    /// A member that is not the leader forwarded the request's proposal to
+    /// the leader (`MsgProp`), which read it at `received_ns`.
+    Forwarded {
+        entry: WalPodEntry,
+        from: u64,
+        to: u64,
+        sent_ns: u64,
+        received_ns: u64,
     },
     /// A follower received the entry (on this node): its WAL span hangs
     /// from the replication span of its leader, which this agent or the
@@ -97,6 +109,9 @@ pub struct Replication {
     followers: HashMap<u64, Vec<u64>>,
     /// Leader syncs of entries not tracked yet, by index.
     early_syncs: HashMap<u64, u64>,
+    /// Proposals forwarded to a leader and not yet read by it, by request
+    /// fingerprint: (from, to, sent).
+    forwarding: HashMap<[u8; 16], (u64, u64, u64)>,
     /// Entries, followers or syncs not kept because a bound was reached.
     pub dropped: u64,
     /// Entries forgotten before their commit was seen (the leader's sync or
@@ -121,6 +136,32 @@ impl Replication {
                 })
                 .collect(),
             (MessageKind::AppResp, false) if !message.reject => self.answered(message),
+            (MessageKind::Prop, true) => {
+                for entry in &message.pod_entries {
+                    if self.forwarding.len() < MAX_ENTRIES {
+                        let sent = (message.from, message.to, message.ts_ns);
+                        self.forwarding.entry(entry.fingerprint).or_insert(sent);
+                    } else {
+                        self.dropped += 1;
+                    }
+                }
+                Vec::new()
+            }
+            // The leader read it: a span when its sending was seen too.
+            (MessageKind::Prop, false) => message
+                .pod_entries
+                .iter()
+                .filter_map(|entry| {
+                    let (from, to, sent_ns) = self.forwarding.remove(&entry.fingerprint)?;
+                    Some(Replicated::Forwarded {
+                        entry: entry.clone(),
+                        from,
+                        to,
+                        sent_ns,
+                        received_ns: message.ts_ns,
+                    })
+                })
+                .collect(),
             _ => Vec::new(),
         }
     }
@@ -275,6 +316,7 @@ impl Replication {
             }
         }
         self.early_syncs.retain(|_, synced| *synced >= before_ns);
+        self.forwarding.retain(|_, (.., sent)| *sent >= before_ns);
         out
     }
 
@@ -542,6 +584,29 @@ mod tests {
         ));
         assert_eq!(replication.expire(10_000), []);
         assert_eq!(replication.uncommitted, 0);
+    }
+
+    #[test]
+    fn a_forwarded_proposal_is_reported_once_the_leader_read_it() {
+        let mut replication = Replication::default();
+        let mut proposal = message(MessageKind::App, true, FAST, LEADER, 9, 50);
+        proposal.kind = MessageKind::Prop;
+        assert_eq!(replication.on_message(&proposal), []);
+        proposal.sent = false;
+        proposal.ts_ns = 60;
+        let read = replication.on_message(&proposal);
+        assert!(matches!(
+            read[..],
+            [Replicated::Forwarded {
+                from: FAST,
+                to: LEADER,
+                sent_ns: 50,
+                received_ns: 60,
+                ..
+            }]
+        ));
+        // Read again (a resend): nothing more.
+        assert_eq!(replication.on_message(&proposal), []);
     }
 
     #[test]
