@@ -39,8 +39,9 @@ pub(crate) struct DemoArgs {
     #[arg(long)]
     plain_etcd: bool,
     /// Run etcd as this many members of one cluster: each Pod write then
-    /// has a WAL append + fdatasync span per member, named by member and
-    /// role (leader, follower).
+    /// shows the leader's WAL append + fdatasync, its replication to each
+    /// follower (with the follower's WAL), the commit and the apply, named
+    /// by member and role (leader, follower).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
     etcd_members: u32,
     /// Keep the components and the agent running this many seconds after

@@ -410,13 +410,7 @@ impl Etcd {
     /// This member's Raft id and its cluster's leader's, now (`etcdctl
     /// endpoint status`).
     pub fn raft_ids(&self) -> anyhow::Result<(u64, u64)> {
-        let output = run_etcdctl(
-            self.etcdctl()
-                .args(["endpoint", "status", "--write-out=json"]),
-            "endpoint status",
-        )?;
-        let status: serde_json::Value =
-            serde_json::from_slice(&output.stdout).context("reading etcdctl endpoint status")?;
+        let status = self.etcdctl_json(&["endpoint", "status"], "endpoint status")?;
         let status = &status[0]["Status"];
         match (
             status["header"]["member_id"].as_u64(),
@@ -529,16 +523,17 @@ impl Etcd {
         command
     }
 
+    /// What `etcdctl ARGS --write-out=json` (as [`Etcd::etcdctl`]) printed.
+    fn etcdctl_json(&self, args: &[&str], what: &str) -> anyhow::Result<serde_json::Value> {
+        let output = run_etcdctl(self.etcdctl().args(args).arg("--write-out=json"), what)?;
+        serde_json::from_slice(&output.stdout)
+            .with_context(|| format!("parsing etcdctl {what}'s JSON output"))
+    }
+
     /// The store's current revision.
     pub fn revision(&self) -> anyhow::Result<i64> {
         // A read of a key nobody writes: only the response header matters.
-        let output = run_etcdctl(
-            self.etcdctl()
-                .args(["get", "--write-out=json", "/podtrace/revision-probe"]),
-            "get (revision)",
-        )?;
-        let response: serde_json::Value =
-            serde_json::from_slice(&output.stdout).context("parsing etcdctl's JSON response")?;
+        let response = self.etcdctl_json(&["get", "/podtrace/revision-probe"], "get (revision)")?;
         response["header"]["revision"]
             .as_i64()
             .with_context(|| format!("no header.revision in etcdctl's response {response}"))

@@ -594,7 +594,9 @@ impl ControlSpans {
                         string_attribute("podtrace.etcd.raft.waited_for", &names(&waited_for)),
                         string_attribute(
                             "podtrace.etcd.raft.waited_longest_for",
-                            &names(&waited_for[waited_for.len().saturating_sub(1)..]),
+                            &waited_for
+                                .last()
+                                .map_or_else(String::new, |id| self.member_label(*id)),
                         ),
                         string_attribute(
                             "podtrace.etcd.raft.not_waited_for",
@@ -697,16 +699,22 @@ impl ControlSpans {
     /// Notes that a span with `key` exists (made by this agent later, or by
     /// another node's), so its children hang from it.
     fn expect(&mut self, key: String) {
-        if self.seen.contains_key(&key) {
-            return;
+        if !self.seen.contains_key(&key) {
+            self.remember_seen(key, 0);
         }
+    }
+
+    /// Remembers span `key` as seen, ending at `end_unix_ns` (0: not known
+    /// here), forgetting the oldest past [`MAX_SEEN`].
+    fn remember_seen(&mut self, key: String, end_unix_ns: u64) {
         if self.seen_order.len() >= MAX_SEEN {
             if let Some(oldest) = self.seen_order.pop_front() {
                 self.seen.remove(&oldest);
             }
         }
-        self.seen.insert(key.clone(), 0);
-        self.seen_order.push_back(key);
+        if self.seen.insert(key.clone(), end_unix_ns).is_none() {
+            self.seen_order.push_back(key);
+        }
     }
 
     /// Ends the Pod's creation trace if the object a write stored reports it
@@ -1094,18 +1102,7 @@ impl ControlSpans {
     }
 
     fn wait(&mut self, draft: Draft) {
-        if self.seen_order.len() >= MAX_SEEN {
-            if let Some(oldest) = self.seen_order.pop_front() {
-                self.seen.remove(&oldest);
-            }
-        }
-        if self
-            .seen
-            .insert(draft.key.clone(), draft.end_unix_ns)
-            .is_none()
-        {
-            self.seen_order.push_back(draft.key.clone());
-        }
+        self.remember_seen(draft.key.clone(), draft.end_unix_ns);
         if self.waiting.len() >= MAX_WAITING {
             self.dropped += 1;
             return;

@@ -86,13 +86,21 @@ pub enum Replicated {
     },
 }
 
+/// The leader's append of an entry to one follower.
+#[derive(Clone, Copy, Debug)]
+struct Append {
+    follower: u64,
+    sent_ns: u64,
+    /// When the leader read the follower's answer that it holds the entry.
+    answered_ns: Option<u64>,
+}
+
 #[derive(Clone, Debug)]
 struct Tracked {
     entry: WalPodEntry,
     leader: u64,
     proposed_ns: u64,
-    /// (follower, sent, answered)
-    sends: Vec<(u64, u64, Option<u64>)>,
+    sends: Vec<Append>,
     leader_synced_ns: Option<u64>,
     commit_ns: Option<u64>,
     answered: Option<(u64, u32)>,
@@ -196,8 +204,12 @@ impl Replication {
             });
             self.by_fingerprint.insert(entry.fingerprint, entry.index);
             // A resend (after a rejection or a lost stream) keeps the first.
-            if !tracked.sends.iter().any(|(f, ..)| *f == follower) {
-                tracked.sends.push((follower, message.ts_ns, None));
+            if !tracked.sends.iter().any(|send| send.follower == follower) {
+                tracked.sends.push(Append {
+                    follower,
+                    sent_ns: message.ts_ns,
+                    answered_ns: None,
+                });
             }
         }
     }
@@ -211,22 +223,26 @@ impl Replication {
             .filter(|(_, t)| t.leader == leader)
             .map(|(index, _)| *index)
             .collect();
+        let members = self.members(leader);
         let mut out = Vec::new();
         for index in indexes {
-            let members = self.members(leader);
             let Some(tracked) = self.entries.get_mut(&index) else {
                 continue;
             };
-            let answers_before = tracked.sends.iter().filter(|s| s.2.is_some()).count();
+            let answers_before = tracked
+                .sends
+                .iter()
+                .filter(|send| send.answered_ns.is_some())
+                .count();
             let Some(send) = tracked
                 .sends
                 .iter_mut()
-                .find(|(f, _, answered)| *f == follower && answered.is_none())
+                .find(|send| send.follower == follower && send.answered_ns.is_none())
             else {
                 continue;
             };
-            send.2 = Some(message.ts_ns);
-            let sent_ns = send.1;
+            send.answered_ns = Some(message.ts_ns);
+            let sent_ns = send.sent_ns;
             out.push(Replicated::Sent {
                 entry: tracked.entry.clone(),
                 leader,
@@ -304,12 +320,16 @@ impl Replication {
             if tracked.commit_ns.is_none() {
                 self.uncommitted += 1;
             }
-            for (follower, sent_ns, _) in tracked.sends.iter().filter(|s| s.2.is_none()) {
+            for send in tracked
+                .sends
+                .iter()
+                .filter(|send| send.answered_ns.is_none())
+            {
                 out.push(Replicated::Sent {
                     entry: tracked.entry.clone(),
                     leader: tracked.leader,
-                    follower: *follower,
-                    sent_ns: *sent_ns,
+                    follower: send.follower,
+                    sent_ns: send.sent_ns,
                     acked_ns: None,
                     in_quorum: false,
                 });
@@ -328,7 +348,9 @@ impl Replication {
     /// Forgets an entry once every follower answered and it was applied.
     fn finish_if_done(&mut self, index: u64) {
         let done = self.entries.get(&index).is_some_and(|t| {
-            t.commit_ns.is_some() && t.answered.is_some() && t.sends.iter().all(|s| s.2.is_some())
+            t.commit_ns.is_some()
+                && t.answered.is_some()
+                && t.sends.iter().all(|send| send.answered_ns.is_some())
         });
         if done {
             if let Some(tracked) = self.entries.remove(&index) {
@@ -355,7 +377,7 @@ fn commit(tracked: &mut Tracked, members: usize) -> Vec<Replicated> {
     let mut answers: Vec<(u64, u64)> = tracked
         .sends
         .iter()
-        .filter_map(|(follower, _, answered)| answered.map(|at| (at, *follower)))
+        .filter_map(|send| send.answered_ns.map(|at| (at, send.follower)))
         .collect();
     let needed = quorum(members) - 1;
     if answers.len() < needed {
@@ -370,7 +392,7 @@ fn commit(tracked: &mut Tracked, members: usize) -> Vec<Replicated> {
     let not_waited_for = tracked
         .sends
         .iter()
-        .map(|(follower, ..)| *follower)
+        .map(|send| send.follower)
         .filter(|follower| !waited.iter().any(|(_, m)| m == follower))
         .collect();
     let mut out = vec![Replicated::Committed {

@@ -21,7 +21,7 @@ use rustc_hash::FxHashMap;
 use tracer_common::io::{Direction, FdKind};
 use tracer_decode::{
     identity::{PodClue, may_hold_pod_clue},
-    wal::{HardState, MemberIds, RaftRole, RecordKind, WalKvEntry, WalReader},
+    wal::{HardState, MemberIds, RaftRole, RecordKind, WalError, WalKvEntry, WalReader},
 };
 
 use super::decoded_once::DecodedOnce;
@@ -105,15 +105,7 @@ impl WalDecoder {
         // A segment's head as the member writes it: the segment head read at
         // the file's open finds nothing yet when the member created the file.
         for record in records.iter().filter(|r| r.kind == RecordKind::Metadata) {
-            match MemberIds::decode(record) {
-                Ok(Some(ids)) => {
-                    if let Some(member) = self.member(data.conn.tgid) {
-                        member.ids = Some(ids);
-                    }
-                }
-                Ok(None) => {}
-                Err(_) => self.bad_records += 1,
-            }
+            self.learn_ids(data.conn.tgid, MemberIds::decode(record));
         }
         let member = self.member(data.conn.tgid).and_then(|m| m.ids);
         let member_id = member.map(|m| m.member_id);
@@ -178,9 +170,14 @@ impl WalDecoder {
     /// The head of a segment of a member: its id, once the metadata record
     /// is among the bytes.
     pub fn on_head(&mut self, head: &WalHeadRecord) {
-        match MemberIds::from_segment_head(&head.head) {
+        self.learn_ids(head.conn.tgid, MemberIds::from_segment_head(&head.head));
+    }
+
+    /// What a metadata record of process `tgid`'s WAL said of the member.
+    fn learn_ids(&mut self, tgid: u32, read: Result<Option<MemberIds>, WalError>) {
+        match read {
             Ok(Some(ids)) => {
-                if let Some(member) = self.member(head.conn.tgid) {
+                if let Some(member) = self.member(tgid) {
                     member.ids = Some(ids);
                 }
             }

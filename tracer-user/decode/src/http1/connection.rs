@@ -106,10 +106,7 @@ impl Http1Error {
         match self {
             Http1Error::Head { error, .. } => error.can_continue(),
             Http1Error::Watch { error, .. } => error.can_continue(),
-            Http1Error::Raft { error, .. } => matches!(
-                error,
-                RaftStreamError::TooLarge { .. } | RaftStreamError::BadMessage { .. }
-            ),
+            Http1Error::Raft { error, .. } => error.can_continue(),
             // Only bytes between messages were skipped.
             Http1Error::Resynchronised { .. } => true,
             Http1Error::Framing { .. }

@@ -200,9 +200,15 @@ pub enum RaftStreamError {
     /// A `msgapp` stream type byte etcd never writes: the framing is lost.
     #[error("msgapp stream frame type {kind} is not one etcd writes")]
     BadFrameType { kind: u8 },
-    /// A message or entry over [`MAX_MESSAGE_BYTES`]: skipped.
+    /// A message over [`MAX_MESSAGE_BYTES`]: skipped.
     #[error("frame of {len_bytes} bytes is over the {MAX_MESSAGE_BYTES}-byte bound")]
     TooLarge { len_bytes: u64 },
+    /// An AppEntries frame over [`MAX_MESSAGE_BYTES`]: only its entries'
+    /// lengths tell where it ends, so the framing is lost.
+    #[error(
+        "AppEntries frame of {len_bytes} bytes or more is over the {MAX_MESSAGE_BYTES}-byte bound"
+    )]
+    AppendTooLarge { len_bytes: u64 },
     /// Bytes framed as a message that is not a `raftpb` one.
     #[error("message does not decode: {reason}")]
     BadMessage { reason: String },
@@ -210,6 +216,16 @@ pub enum RaftStreamError {
     /// framed.
     #[error("bytes of the stream were lost")]
     BytesLost,
+}
+
+impl RaftStreamError {
+    /// Whether the stream is still decoded after it.
+    pub fn can_continue(&self) -> bool {
+        matches!(
+            self,
+            RaftStreamError::TooLarge { .. } | RaftStreamError::BadMessage { .. }
+        )
+    }
 }
 
 /// Decodes one stream's body.
@@ -222,7 +238,6 @@ pub struct RaftStreamDecoder {
     /// Framing is lost: later bytes are only counted.
     lost: bool,
     skipped_bytes: u64,
-    messages: u64,
     /// `msgapp` stream: term and last index of the previous append, which an
     /// AppEntries frame continues.
     term: u64,
@@ -238,7 +253,6 @@ impl RaftStreamDecoder {
             skip: 0,
             lost: false,
             skipped_bytes: 0,
-            messages: 0,
             term: 0,
             index: 0,
         }
@@ -247,11 +261,6 @@ impl RaftStreamDecoder {
     /// The stream decoded.
     pub fn stream(&self) -> PeerStream {
         self.stream
-    }
-
-    /// Messages decoded so far.
-    pub fn messages(&self) -> u64 {
-        self.messages
     }
 
     /// Body bytes not decoded (frames over the bound, bytes after a loss).
@@ -303,7 +312,6 @@ impl RaftStreamDecoder {
                     if let Some((term, index)) = appended {
                         (self.term, self.index) = (term, index);
                     }
-                    self.messages += 1;
                     messages.push(message);
                 }
                 Ok(Frame::Oversized { len_bytes, header }) => {
@@ -349,7 +357,7 @@ impl RaftStreamDecoder {
         full_message(buf, LENGTH_BYTES, len)
     }
 
-    /// A `msgappv2` frame.
+    /// A `msgapp` stream frame (etcd's "MsgApp v2" framing).
     fn parse_msgappv2_frame(&self, buf: &[u8]) -> Result<Frame, FrameError> {
         match buf[0] {
             0 => Ok(Frame::Heartbeat),
@@ -386,13 +394,13 @@ impl RaftStreamDecoder {
         // Each entry takes at least its length word: a count the frame
         // cannot hold is not a count.
         if count > MAX_MESSAGE_BYTES / LENGTH_BYTES as u64 {
-            return Err(FrameError::Lost(RaftStreamError::TooLarge {
+            return Err(FrameError::Lost(RaftStreamError::AppendTooLarge {
                 len_bytes: count.saturating_mul(LENGTH_BYTES as u64),
             }));
         }
+        // The frame's end first, from its length words alone: it arrives in
+        // pieces, and its entries are decoded once, when it is all here.
         let mut at = 1 + LENGTH_BYTES;
-        let mut entries = Vec::new();
-        let mut bad = None;
         for _ in 0..count {
             let Some(len) = read_u64(buf, at) else {
                 return Ok(Frame::Incomplete);
@@ -401,28 +409,35 @@ impl RaftStreamDecoder {
             // The whole frame is one append: bounded as a message is (etcd
             // sends at most 1 MiB of entries in one).
             if (at as u64).saturating_add(len) > MAX_MESSAGE_BYTES {
-                return Err(FrameError::Lost(RaftStreamError::TooLarge {
+                return Err(FrameError::Lost(RaftStreamError::AppendTooLarge {
                     len_bytes: (at as u64).saturating_add(len),
                 }));
             }
-            let Some(bytes) = buf.get(at..at + len as usize) else {
-                return Ok(Frame::Incomplete);
-            };
             at += len as usize;
-            match raftpb::Entry::decode(bytes) {
-                Ok(entry) => entries.push(RaftEntry::from_pb(entry)),
-                Err(e) => bad = Some(e.to_string()),
-            }
         }
         let Some(commit) = read_u64(buf, at) else {
             return Ok(Frame::Incomplete);
         };
-        at += LENGTH_BYTES;
-        if let Some(reason) = bad {
-            return Err(FrameError::Skip {
-                error: RaftStreamError::BadMessage { reason },
-                consumed: at,
-            });
+        let mut entries = Vec::new();
+        let mut rest = &buf[1 + LENGTH_BYTES..at];
+        let consumed = at + LENGTH_BYTES;
+        while let Some((len, tail)) = rest.split_first_chunk::<LENGTH_BYTES>() {
+            let Some((bytes, tail)) = tail.split_at_checked(u64::from_be_bytes(*len) as usize)
+            else {
+                break;
+            };
+            rest = tail;
+            match raftpb::Entry::decode(bytes) {
+                Ok(entry) => entries.push(RaftEntry::from_pb(entry)),
+                Err(e) => {
+                    return Err(FrameError::Skip {
+                        error: RaftStreamError::BadMessage {
+                            reason: e.to_string(),
+                        },
+                        consumed,
+                    });
+                }
+            }
         }
         let message = RaftMessage {
             kind: MessageKind::App,
@@ -437,7 +452,7 @@ impl RaftStreamDecoder {
         Ok(Frame::Message {
             appended: Some((self.term, self.index + count)),
             message,
-            consumed: at,
+            consumed,
         })
     }
 }

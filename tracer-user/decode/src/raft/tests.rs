@@ -237,3 +237,24 @@ fn garbage_costs_its_frame_and_an_unknown_type_byte_or_a_loss_stops_the_stream()
     assert_eq!(decoder.push(&frame, false), (vec![], vec![]));
     assert_eq!(decoder.skipped_bytes(), 4 + frame.len() as u64);
 }
+
+#[test]
+fn an_append_over_the_bound_ends_the_stream() {
+    let mut frame = vec![1];
+    frame.extend(1u64.to_be_bytes());
+    frame.extend(MAX_MESSAGE_BYTES.to_be_bytes());
+    let mut decoder = RaftStreamDecoder::new(stream(StreamKind::MsgAppV2));
+    let (messages, errors) = decoder.push(&frame, false);
+    assert!(messages.is_empty());
+    assert!(
+        matches!(errors[..], [RaftStreamError::AppendTooLarge { .. }]),
+        "{errors:?}"
+    );
+    assert!(!errors[0].can_continue());
+    // Nothing after it is framed.
+    let append = message(raftpb::MessageType::MsgApp, 1, Vec::new());
+    assert_eq!(
+        decoder.push(&msgapp_frame(&append), false),
+        (vec![], vec![])
+    );
+}
