@@ -61,8 +61,10 @@ use clap::Parser;
 use podtrace_tests::{
     agent::Agent,
     components::{
-        Etcd, EtcdOptions,
-        etcd_load::{EtcdLoadBinary, KeyMix, LegResult, VALUE_BYTES, apiserver_tls},
+        Containerd, ContainerdOptions, ControlPlane, ControlPlaneOptions, Etcd, EtcdOptions,
+        apiserver_load::{ApiserverLoadBinary, ApiserverMix},
+        etcd_load::{EtcdLoadBinary, KeyMix, VALUE_BYTES, apiserver_tls},
+        load_client::{LegResult, LoadClient},
     },
 };
 
@@ -78,9 +80,14 @@ struct Args {
     /// TLS connections the writers share.
     #[arg(long, default_value_t = 4)]
     conns: usize,
-    /// Key mixes to run (default: both).
+    /// etcd key mixes to run (default: both, unless only
+    /// `--apiserver-mix` is given).
     #[arg(long = "mix", value_enum)]
     mixes: Vec<Mix>,
+    /// kube-apiserver mixes to run (default: all, unless only `--mix` is
+    /// given); they need `PODTRACE_K8S_BIN`.
+    #[arg(long = "apiserver-mix", value_enum)]
+    apiserver_mixes: Vec<ApiserverMixArg>,
     /// Legs with podtrace, each between two without: 2 runs
     /// without / with / without / with / without. A 2-core machine's
     /// throughput drifts by tens of percent over a minute; more legs
@@ -130,6 +137,27 @@ impl From<Mix> for KeyMix {
     }
 }
 
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ApiserverMixArg {
+    Leases,
+    Reads,
+    Events,
+    Mixed,
+    Watches,
+}
+
+impl From<ApiserverMixArg> for ApiserverMix {
+    fn from(mix: ApiserverMixArg) -> Self {
+        match mix {
+            ApiserverMixArg::Leases => ApiserverMix::Leases,
+            ApiserverMixArg::Reads => ApiserverMix::Reads,
+            ApiserverMixArg::Events => ApiserverMix::Events,
+            ApiserverMixArg::Mixed => ApiserverMix::Mixed,
+            ApiserverMixArg::Watches => ApiserverMix::Watches,
+        }
+    }
+}
+
 /// Seconds the load runs before the first leg (etcd's and Go's caches warm).
 const WARM_UP: Duration = Duration::from_secs(3);
 /// The agent's start, measured apart from its leg, lasts until its
@@ -156,16 +184,18 @@ fn main() -> anyhow::Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("the overhead benchmark loads eBPF programs: run it as root");
     }
-    let mixes: Vec<KeyMix> = if args.seconds == 0 {
-        Vec::new()
-    } else if args.mixes.is_empty() {
-        vec![KeyMix::NotPods, KeyMix::Pods]
-    } else {
-        args.mixes.iter().copied().map(KeyMix::from).collect()
-    };
+    // Without either mix flag every mix runs; with one, only its kind.
+    let mixes: Vec<KeyMix> =
+        if args.seconds == 0 || (args.mixes.is_empty() && !args.apiserver_mixes.is_empty()) {
+            Vec::new()
+        } else if args.mixes.is_empty() {
+            vec![KeyMix::NotPods, KeyMix::Pods]
+        } else {
+            args.mixes.iter().copied().map(KeyMix::from).collect()
+        };
+    let apiserver = args.seconds > 0 && (args.mixes.is_empty() || !args.apiserver_mixes.is_empty());
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("etcd-load");
     let load_binary = EtcdLoadBinary::build(&cache)?;
-    let leg = Duration::from_secs(args.seconds);
     // Two agents in a round run one after the other, and this VM's
     // throughput drifts within a round: an A/A run (the same binary as
     // both agents, three rounds) had the agent that ran first in two of
@@ -197,47 +227,17 @@ fn main() -> anyhow::Result<()> {
         })?;
         let tls = apiserver_tls(&etcd)?;
         let mut load = load_binary.start(etcd.endpoint(), &tls, mix, args.workers, args.conns)?;
-        load.leg(WARM_UP)?;
-        let traced = [etcd.pid(), load.pid()];
-        let mut without = vec![leg_with_cpu(&traced, || load.leg(leg))?];
-        let mut with = Vec::new();
-        let mut baseline = Vec::new();
-        let current = podtrace_tests::podtrace_binary();
-        for round in 0..rounds {
-            let mut agents = vec![(current.as_path(), &args.agent_args[..], &mut with)];
-            if let Some(earlier) = &args.baseline_agent {
-                agents.insert(0, (earlier.as_path(), &[], &mut baseline));
-                // Alternated, so that neither agent always follows a leg
-                // without one.
-                if round % 2 == 1 {
-                    agents.reverse();
-                }
-            }
-            for (binary, extra, results) in agents {
-                results.push(leg_with_agent(&mut load, leg, binary, extra, &traced)?);
-            }
-            without.push(leg_with_cpu(&traced, || load.leg(leg))?);
-        }
-        for result in without
-            .iter()
-            .map(|(result, _)| result)
-            .chain(with.iter().chain(&baseline).map(|(with, _)| &with.load))
-        {
-            if result.errors > 0 {
-                bail!(
-                    "{} of {} writes failed in a leg, the first: {}",
-                    result.errors,
-                    result.writes + result.errors,
-                    result.first_error.as_deref().unwrap_or("?")
-                );
-            }
-        }
-        reports.push(Report {
-            mix,
-            without,
-            with,
-            baseline,
-        });
+        let subject = Subject {
+            label: mix.label().to_owned(),
+            unit: "write",
+            processes: vec![("etcd", etcd.pid()), ("etcd-load", load.pid())],
+            // etcd-load plays kube-apiserver's etcd client: traced as it.
+            agent_args: vec!["--target", "etcd-load"],
+        };
+        reports.push(measure(subject, &mut load, &args, rounds)?);
+    }
+    if apiserver {
+        reports.extend(apiserver_legs(&args, rounds)?);
     }
     let pod_start = (args.pod_start > 0)
         .then(|| {
@@ -269,6 +269,161 @@ fn main() -> anyhow::Result<()> {
         print_syscalls(&legs);
     }
     Ok(())
+}
+
+/// Who a mix's legs load, what they count and what the agent follows.
+struct Subject {
+    /// The mix's name in the table.
+    label: String,
+    /// What the load client counts: "write", "request".
+    unit: &'static str,
+    /// The processes whose CPU is counted (name, pid): the component
+    /// measured, then the load client.
+    processes: Vec<(&'static str, u32)>,
+    /// `podtrace run`'s arguments besides its defaults.
+    agent_args: Vec<&'static str>,
+}
+
+/// The legs of one mix: warm-up, then without podtrace and `rounds` times
+/// with (and with `--baseline-agent`) and without, in one invocation.
+fn measure(
+    subject: Subject,
+    load: &mut LoadClient,
+    args: &Args,
+    rounds: usize,
+) -> anyhow::Result<Report> {
+    let leg = Duration::from_secs(args.seconds);
+    load.leg(WARM_UP)?;
+    let traced: Vec<u32> = subject.processes.iter().map(|(_, pid)| *pid).collect();
+    let mut without = vec![leg_with_cpu(&traced, || load.leg(leg))?];
+    let mut with = Vec::new();
+    let mut baseline = Vec::new();
+    let current = podtrace_tests::podtrace_binary();
+    for round in 0..rounds {
+        let this: Vec<&str> = subject
+            .agent_args
+            .iter()
+            .copied()
+            .chain(args.agent_args.iter().map(String::as_str))
+            .collect();
+        let mut agents = vec![(current.as_path(), this, &mut with)];
+        if let Some(earlier) = &args.baseline_agent {
+            agents.insert(
+                0,
+                (earlier.as_path(), subject.agent_args.clone(), &mut baseline),
+            );
+            // Alternated, so that neither agent always follows a leg
+            // without one.
+            if round % 2 == 1 {
+                agents.reverse();
+            }
+        }
+        for (binary, agent_args, results) in agents {
+            results.push(leg_with_agent(load, leg, binary, &agent_args, &traced)?);
+        }
+        without.push(leg_with_cpu(&traced, || load.leg(leg))?);
+    }
+    for result in without
+        .iter()
+        .map(|(result, _)| result)
+        .chain(with.iter().chain(&baseline).map(|(with, _)| &with.load))
+    {
+        if result.errors > 0 {
+            bail!(
+                "{}: {} of {} {}s failed in a leg, the first: {}",
+                subject.label,
+                result.errors,
+                result.requests + result.errors,
+                subject.unit,
+                result.first_error.as_deref().unwrap_or("?")
+            );
+        }
+    }
+    Ok(Report {
+        subject,
+        without,
+        with,
+        baseline,
+    })
+}
+
+/// The Kubernetes binaries' directory of the apiserver legs.
+const K8S_BIN_VAR: &str = "PODTRACE_K8S_BIN";
+/// Where the apiserver legs keep their etcd, containerd and control plane.
+const APISERVER_STATE_DIR: &str = "/var/tmp/podtrace-bench-apiserver";
+
+/// kube-apiserver under `apiserver-load`, one mix after the other on one
+/// control plane (from `PODTRACE_K8S_BIN`: this project builds no
+/// Kubernetes binaries; without them the legs are skipped, said why). The
+/// agent runs as on a control-plane node (`podtrace run`, its default
+/// targets): kube-apiserver, etcd, the scheduler, the controller manager
+/// and the kubelet are followed; the load client, playing other clients of
+/// the apiserver, is not.
+fn apiserver_legs(args: &Args, rounds: usize) -> anyhow::Result<Vec<Report>> {
+    let Some(bin_dir) = std::env::var_os(K8S_BIN_VAR).map(PathBuf::from) else {
+        println!(
+            "apiserver legs skipped: {K8S_BIN_VAR} is not set (a directory holding \
+             kube-apiserver, kube-scheduler, kube-controller-manager, kubelet and kubectl; \
+             this project ships no Kubernetes binaries, so CI has none)"
+        );
+        return Ok(Vec::new());
+    };
+    let mixes = if args.apiserver_mixes.is_empty() {
+        ApiserverMix::ALL.to_vec()
+    } else {
+        args.apiserver_mixes
+            .iter()
+            .copied()
+            .map(ApiserverMix::from)
+            .collect()
+    };
+    let state = Path::new(APISERVER_STATE_DIR);
+    std::fs::create_dir_all(state).with_context(|| format!("creating {}", state.display()))?;
+    let etcd = Etcd::start_cluster_in(
+        EtcdOptions {
+            tls: true,
+            auth: true,
+        },
+        state,
+        1,
+    )?;
+    let containerd = Containerd::start_in(
+        ContainerdOptions {
+            image_cache_dir: state.to_owned(),
+        },
+        state,
+    )?;
+    let plane = ControlPlane::start_in(
+        ControlPlaneOptions {
+            bin_dir,
+            apiserver: None,
+            node_name: "bench-node".to_owned(),
+            daemon_sets: false,
+        },
+        state,
+        &etcd[0],
+        &containerd,
+    )?;
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("apiserver-load");
+    let load_binary = ApiserverLoadBinary::build(&cache)?;
+    let mut reports = Vec::new();
+    for mix in mixes {
+        let mut load = load_binary.start(&plane, mix, args.workers)?;
+        let subject = Subject {
+            label: mix.label().to_owned(),
+            unit: "request",
+            processes: vec![
+                ("kube-apiserver", plane.apiserver_pid()),
+                ("apiserver-load", load.pid()),
+            ],
+            agent_args: Vec::new(),
+        };
+        reports.push(measure(subject, &mut load, args, rounds)?);
+    }
+    drop(plane);
+    drop(containerd);
+    drop(etcd);
+    Ok(reports)
 }
 
 /// Where the Pod start legs keep podtrace-demo's images and Go builds.
@@ -585,10 +740,7 @@ struct WithAgent {
 
 /// The load while `agent` starts: at least [`AGENT_START_MIN`], then until
 /// no on-demand probe of it is attached or [`AGENT_START_MAX`].
-fn agent_start(
-    load: &mut podtrace_tests::components::etcd_load::EtcdLoad,
-    agent: &Agent,
-) -> anyhow::Result<LegResult> {
+fn agent_start(load: &mut LoadClient, agent: &Agent) -> anyhow::Result<LegResult> {
     let mut start = load.leg(AGENT_START_MIN)?;
     let settled = |agent: &Agent| {
         let scrape = agent.scrape();
@@ -608,16 +760,14 @@ fn agent_start(
 /// A leg with the agent at `binary`, after its start; with the CPU the
 /// `traced` processes used during the leg.
 fn leg_with_agent(
-    load: &mut podtrace_tests::components::etcd_load::EtcdLoad,
+    load: &mut LoadClient,
     leg: Duration,
     binary: &Path,
-    extra: &[String],
-    traced: &[u32; 2],
+    args: &[&str],
+    traced: &[u32],
 ) -> anyhow::Result<(WithAgent, LegCpu)> {
     let out = tempfile::NamedTempFile::new()?;
-    let mut args = vec!["--target", "etcd-load"];
-    args.extend(extra.iter().map(String::as_str));
-    let agent = Agent::start_binary(binary, &args, out.path());
+    let agent = Agent::start_binary(binary, args, out.path());
     let start = agent_start(load, &agent)?;
     let cpu_before = process_cpu_s(agent.pid())?;
     let started = Instant::now();
@@ -700,10 +850,10 @@ fn result_seconds_ratio(sampled: f64, leg: Duration) -> f64 {
 }
 
 /// What the CPUs did during one leg.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct LegCpu {
-    /// CPU seconds of etcd and of the load client.
-    traced_s: [f64; 2],
+    /// CPU seconds of each of the subject's processes.
+    traced_s: Vec<f64>,
     /// The share of the machine's CPU time the hypervisor gave to others
     /// (steal): a leg with much of it ran on a slower machine.
     steal: f64,
@@ -712,13 +862,18 @@ struct LegCpu {
 /// Runs a leg; returns its result and what the CPUs did meanwhile, with the
 /// CPU seconds each of `pids` used.
 fn leg_with_cpu<T>(
-    pids: &[u32; 2],
+    pids: &[u32],
     leg: impl FnOnce() -> anyhow::Result<T>,
 ) -> anyhow::Result<(T, LegCpu)> {
-    let before = [process_cpu_s(pids[0])?, process_cpu_s(pids[1])?];
+    let cpu = || {
+        pids.iter()
+            .map(|pid| process_cpu_s(*pid))
+            .collect::<anyhow::Result<Vec<f64>>>()
+    };
+    let before = cpu()?;
     let machine_before = machine_ticks()?;
     let result = leg()?;
-    let after = [process_cpu_s(pids[0])?, process_cpu_s(pids[1])?];
+    let after = cpu()?;
     let machine_after = machine_ticks()?;
     let total = machine_after
         .total
@@ -727,7 +882,7 @@ fn leg_with_cpu<T>(
     Ok((
         result,
         LegCpu {
-            traced_s: [after[0] - before[0], after[1] - before[1]],
+            traced_s: after.iter().zip(&before).map(|(a, b)| a - b).collect(),
             steal: machine_after.steal.saturating_sub(machine_before.steal) as f64 / total as f64,
         },
     ))
@@ -809,9 +964,9 @@ impl Drop for BpfStats {
     }
 }
 
-/// One mix's legs, each with the CPU seconds etcd and the load client used.
+/// One mix's legs, each with the CPU seconds its processes used.
 struct Report {
-    mix: KeyMix,
+    subject: Subject,
     without: Vec<(LegResult, LegCpu)>,
     with: Vec<(WithAgent, LegCpu)>,
     /// Legs with `--baseline-agent`, if given.
@@ -824,31 +979,33 @@ type AgentLegs = [(WithAgent, LegCpu)];
 /// Sums of a set of legs.
 #[derive(Default)]
 struct Legs {
-    writes: u64,
+    requests: u64,
     seconds: f64,
     p50_us: f64,
     p99_us: f64,
     count: usize,
-    /// CPU seconds of etcd and of the load client.
-    traced_cpu_s: [f64; 2],
+    /// CPU seconds of each of the subject's processes.
+    traced_cpu_s: Vec<f64>,
 }
 
 impl Legs {
     fn of<'a>(legs: impl Iterator<Item = (&'a LegResult, &'a LegCpu)>) -> Self {
         legs.fold(Self::default(), |mut sum, (leg, cpu)| {
-            sum.writes += leg.writes;
+            sum.requests += leg.requests;
             sum.seconds += leg.seconds;
             sum.p50_us += leg.p50_us as f64;
             sum.p99_us += leg.p99_us as f64;
             sum.count += 1;
-            sum.traced_cpu_s[0] += cpu.traced_s[0];
-            sum.traced_cpu_s[1] += cpu.traced_s[1];
+            sum.traced_cpu_s.resize(cpu.traced_s.len(), 0.0);
+            for (sum, leg) in sum.traced_cpu_s.iter_mut().zip(&cpu.traced_s) {
+                *sum += leg;
+            }
             sum
         })
     }
 
     fn rate(&self) -> f64 {
-        self.writes as f64 / self.seconds.max(f64::EPSILON)
+        self.requests as f64 / self.seconds.max(f64::EPSILON)
     }
 
     /// Mean of the legs' percentiles, ms.
@@ -864,10 +1021,15 @@ impl Legs {
 impl Report {
     fn print(&self) {
         let base = Legs::of(self.without.iter().map(|(leg, cpu)| (leg, cpu)));
-        println!("{}", self.mix.label());
+        let subject = &self.subject;
+        println!("{}", subject.label);
         println!(
             "  {:<10} {:>10} {:>9} {:>9} {:>8}",
-            "leg", "writes/s", "p50 ms", "p99 ms", "steal %"
+            "leg",
+            format!("{}s/s", subject.unit),
+            "p50 ms",
+            "p99 ms",
+            "steal %"
         );
         // In the order they ran: each round's legs with an agent (the
         // baseline agent's first in even rounds), then one without.
@@ -897,13 +1059,13 @@ impl Report {
             );
         }
         if self.baseline.is_empty() {
-            print_agent_legs(&self.with, &self.without, &base);
+            print_agent_legs(subject, &self.with, &self.without, &base);
         } else {
             let (earlier, traced) = (agent_legs(&self.baseline), agent_legs(&self.with));
             println!("  baseline agent (--baseline-agent):");
-            print_agent_legs(&self.baseline, &self.without, &base);
+            print_agent_legs(subject, &self.baseline, &self.without, &base);
             println!("  this agent:");
-            print_agent_legs(&self.with, &self.without, &base);
+            print_agent_legs(subject, &self.with, &self.without, &base);
             println!(
                 "  this agent / baseline agent: throughput {:.3}, p50 {:.3}, p99 {:.3}",
                 traced.rate() / earlier.rate().max(f64::EPSILON),
@@ -922,7 +1084,13 @@ fn agent_legs(legs: &AgentLegs) -> Legs {
 
 /// One agent's figures over the legs with it against the legs without
 /// (`without`, summed in `base`).
-fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, LegCpu)], base: &Legs) {
+fn print_agent_legs(
+    subject: &Subject,
+    legs: &AgentLegs,
+    without: &[(LegResult, LegCpu)],
+    base: &Legs,
+) {
+    let unit = subject.unit;
     let traced = &agent_legs(legs);
     println!(
         "  with / without (all legs): throughput {:.3}, p50 {:.3}, p99 {:.3}",
@@ -949,9 +1117,11 @@ fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, LegCpu)], base: &Le
         "  throughput per round, ÷ the legs without either side: {} (median {median:.3})",
         listed.join(", ")
     );
-    let (start_writes, start_s) = legs.iter().fold((0, 0.0), |(writes, seconds), (with, _)| {
-        (writes + with.start.writes, seconds + with.start.seconds)
-    });
+    let (start_requests, start_s) = legs
+        .iter()
+        .fold((0, 0.0), |(requests, seconds), (with, _)| {
+            (requests + with.start.requests, seconds + with.start.seconds)
+        });
     let starts: Vec<String> = legs
         .iter()
         .map(|(with, _)| format!("{:.1}", with.start.seconds))
@@ -960,7 +1130,7 @@ fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, LegCpu)], base: &Le
         "  agent start (until its on-demand probes were detached, at most {} s: {} s before the legs): throughput {:.3} of the legs without, p99 {:.1} ms at worst",
         AGENT_START_MAX.as_secs(),
         starts.join(", "),
-        start_writes as f64 / start_s.max(f64::EPSILON) / base.rate().max(f64::EPSILON),
+        start_requests as f64 / start_s.max(f64::EPSILON) / base.rate().max(f64::EPSILON),
         legs.iter()
             .map(|(with, _)| with.start.p99_us)
             .max()
@@ -970,30 +1140,36 @@ fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, LegCpu)], base: &Le
     let agent_cpu_s: f64 = legs.iter().map(|(with, _)| with.agent_cpu_s).sum();
     let cpu_share = agent_cpu_s / traced.seconds.max(f64::EPSILON);
     println!(
-        "  agent CPU: {:.1} % of a core; {:.2} % of a core per 1000 writes/s",
+        "  agent CPU: {:.1} % of a core; {:.2} % of a core per 1000 {unit}s/s",
         100.0 * cpu_share,
         100.0 * cpu_share / (traced.rate() / 1000.0).max(f64::EPSILON)
     );
-    // What the traced processes themselves spend per write: uprobe
+    // What the traced processes themselves spend per request: uprobe
     // traps and BPF programs run on their threads.
-    for (index, process) in ["etcd", "etcd-load"].iter().enumerate() {
-        let per_write = |legs: &Legs| 1e6 * legs.traced_cpu_s[index] / legs.writes.max(1) as f64;
+    let per_request = |legs: &Legs, index: usize| {
+        1e6 * legs.traced_cpu_s.get(index).copied().unwrap_or(0.0) / legs.requests.max(1) as f64
+    };
+    for (index, (process, _)) in subject.processes.iter().enumerate() {
         println!(
-            "  {process} CPU per write (µs, without / with): {:.0} / {:.0}",
-            per_write(base),
-            per_write(traced)
+            "  {process} CPU per {unit} (µs, without / with): {:.0} / {:.0}",
+            per_request(base, index),
+            per_request(traced, index)
         );
     }
     // The sum is the steadier figure: it does not drift with the machine's
     // throughput, and where the load saturates the CPUs throughput falls by
     // about its inverse.
-    let all_per_write = |legs: &Legs, agent_s: f64| {
-        1e6 * (legs.traced_cpu_s[0] + legs.traced_cpu_s[1] + agent_s) / legs.writes.max(1) as f64
+    let all_per_request = |legs: &Legs, agent_s: f64| {
+        1e6 * (legs.traced_cpu_s.iter().sum::<f64>() + agent_s) / legs.requests.max(1) as f64
     };
-    let (before, after) = (all_per_write(base, 0.0), all_per_write(traced, agent_cpu_s));
+    let (before, after) = (
+        all_per_request(base, 0.0),
+        all_per_request(traced, agent_cpu_s),
+    );
+    let names: Vec<&str> = subject.processes.iter().map(|(name, _)| *name).collect();
     println!(
-        "  CPU per write, etcd + etcd-load + agent (µs, without / with): {before:.0} / {after:.0} \
-         (× {:.3})",
+        "  CPU per {unit}, {} + agent (µs, without / with): {before:.0} / {after:.0} (× {:.3})",
+        names.join(" + "),
         after / before.max(f64::EPSILON)
     );
     let mut programs: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
@@ -1016,11 +1192,12 @@ fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, LegCpu)], base: &Le
     for (name, (runs, ns)) in programs {
         let per_s = runs as f64 / window_s;
         println!(
-            "    {:<20} {:>9.0} runs/s {:>7.0} ns/run {:>6.2} runs/write",
+            "    {:<20} {:>9.0} runs/s {:>7.0} ns/run {:>6.2} runs/{unit} {:>8.0} ns/{unit}",
             name,
             per_s,
             ns as f64 / runs.max(1) as f64,
             per_s / traced.rate().max(f64::EPSILON),
+            ns as f64 / window_s / traced.rate().max(f64::EPSILON),
         );
     }
     for (with, _) in legs {
@@ -1043,8 +1220,8 @@ fn print_agent_legs(legs: &AgentLegs, without: &[(LegResult, LegCpu)], base: &Le
             .map(|((name, kind), count)| format!("{name} ({kind}) {count}"))
             .collect();
         println!(
-            "  spans exported for the legs' {} writes: {}",
-            traced.writes,
+            "  spans exported for the legs' {} {unit}s: {}",
+            traced.requests,
             spans.join(", ")
         );
     }

@@ -86,7 +86,7 @@ fn traced_load(agent_args: &[&str]) -> Vec<String> {
     let agent = Agent::start(&args, out.path());
     let leg = load.leg(Duration::from_secs(4)).unwrap();
     assert_eq!(leg.errors, 0, "{:?}", leg.first_error);
-    assert!(leg.writes > 100, "{} writes", leg.writes);
+    assert!(leg.requests > 100, "{} writes", leg.requests);
     let detached = agent.logged("HPACK probes detached");
     let attached_again = agent.logged("HPACK probes attached again");
     let stopped = agent.stop_with_log();
@@ -118,8 +118,8 @@ fn traced_load(agent_args: &[&str]) -> Vec<String> {
             .filter(|span| span.name == "etcdserverpb.KV/Txn" && span.kind == kind)
             .count() as u64
     };
-    assert_eq!(count(2), leg.writes, "server spans");
-    assert_eq!(count(3), leg.writes, "client spans");
+    assert_eq!(count(2), leg.requests, "server spans");
+    assert_eq!(count(3), leg.requests, "client spans");
     links
 }
 

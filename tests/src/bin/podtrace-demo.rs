@@ -610,7 +610,7 @@ async fn drive(
         say!(
             "podtrace-demo: etcd-load wrote {} lease and event keys ({:.0}/s, worst p99 {:.1} ms) \
              while the Pods were created; {} writes failed",
-            done.writes,
+            done.requests,
             done.rate(),
             done.p99_us as f64 / 1000.0,
             done.errors

@@ -65,7 +65,9 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use super::{
+    certs::CertFiles,
     containerd::Containerd,
+    demo_apiserver::ClientTls,
     etcd::{APISERVER_USER, Etcd},
     leftovers,
     process::{Supervised, free_loopback_port, note, wait_until, write_file, write_private},
@@ -490,6 +492,29 @@ impl ControlPlane {
             .arg(format!("--kubeconfig={}", self.admin_kubeconfig.display()))
             .arg("--request-timeout=30s");
         command
+    }
+
+    /// What a client other than kubectl presents to the apiserver: the
+    /// cluster CA that signed its serving certificate, and the admin's
+    /// client certificate (`system:masters`).
+    pub fn admin_tls(&self) -> ClientTls {
+        ClientTls {
+            ca_cert: self.ca_cert.clone(),
+            client: CertFiles {
+                cert: self.admin.0.clone(),
+                key: self.admin.1.clone(),
+            },
+        }
+    }
+
+    /// The apiserver's URL (`https://127.0.0.1:PORT`).
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// kube-apiserver's process id (0 once it is stopped).
+    pub fn apiserver_pid(&self) -> u32 {
+        self.apiserver.as_ref().map_or(0, Supervised::pid)
     }
 
     /// The admin kubeconfig (for a user's own kubectl).

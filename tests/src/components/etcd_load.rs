@@ -8,14 +8,13 @@
 //! and etcd.
 //!
 //! In: an etcd with TLS, a [`KeyMix`] and the number of writers and
-//! connections. Out: [`EtcdLoad`], a running client whose connections are
-//! open and whose keys exist, and [`EtcdLoad::leg`], which runs the writers
+//! connections. Out: a [`LoadClient`], a running client whose connections are
+//! open and whose keys exist, whose [`LoadClient::leg`] runs the writers
 //! flat out for a while and returns what they achieved ([`LegResult`]).
 
 use std::{
-    io::{BufRead as _, BufReader, Write as _},
     path::{Path, PathBuf},
-    process::{ChildStdin, ChildStdout, Command},
+    process::Command,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -25,8 +24,6 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use serde::Deserialize;
-use tempfile::TempDir;
 
 use super::{
     Etcd, PodTemplate,
@@ -34,7 +31,7 @@ use super::{
     demo_apiserver::{ClientTls, hex_encode},
     etcd::APISERVER_USER,
     go_program,
-    process::Supervised,
+    load_client::{LegResult, LoadClient},
 };
 
 /// The load client's executable name.
@@ -108,42 +105,6 @@ impl KeyMix {
     }
 }
 
-/// What one leg achieved, as etcd-load measured it.
-#[derive(Clone, Debug, Deserialize)]
-pub struct LegResult {
-    /// Writes answered successfully.
-    pub writes: u64,
-    /// Writes that failed (none expected).
-    pub errors: u64,
-    /// The leg's length, measured.
-    pub seconds: f64,
-    /// Median latency of a write, microseconds.
-    pub p50_us: u64,
-    /// 99th percentile latency, microseconds.
-    pub p99_us: u64,
-    /// The first failure's message, if any.
-    #[serde(default)]
-    pub first_error: Option<String>,
-}
-
-impl LegResult {
-    /// Adds the leg that followed this one: counts and time summed, the
-    /// worst leg's percentiles (a load's tail is its worst moment).
-    pub fn join(&mut self, next: LegResult) {
-        self.writes += next.writes;
-        self.errors += next.errors;
-        self.seconds += next.seconds;
-        self.p50_us = self.p50_us.max(next.p50_us);
-        self.p99_us = self.p99_us.max(next.p99_us);
-        self.first_error = self.first_error.take().or(next.first_error);
-    }
-
-    /// Writes per second.
-    pub fn rate(&self) -> f64 {
-        self.writes as f64 / self.seconds.max(f64::EPSILON)
-    }
-}
-
 /// What the load presents to `etcd`: kube-apiserver's client certificate
 /// (with etcd authentication on, that makes it the apiserver's user, whose
 /// role may write every key under `/registry/`).
@@ -183,7 +144,7 @@ impl EtcdLoadBinary {
         mix: KeyMix,
         workers: usize,
         conns: usize,
-    ) -> anyhow::Result<EtcdLoad> {
+    ) -> anyhow::Result<LoadClient> {
         let dir = tempfile::Builder::new()
             .prefix("etcd-load-")
             .tempdir()
@@ -208,70 +169,7 @@ impl EtcdLoadBinary {
             .arg(workers.to_string())
             .arg("-conns")
             .arg(conns.to_string());
-        let (process, stdin, stdout) =
-            Supervised::spawn_with_pipes(BINARY_NAME, &mut command, &dir.path().join("log"))?;
-        let mut load = EtcdLoad {
-            process,
-            stdin,
-            stdout: BufReader::new(stdout),
-            _dir: dir,
-        };
-        let line = load.read_line()?;
-        if line != "ready" {
-            bail!(
-                "{BINARY_NAME} said {line:?} instead of ready; its log ends with:\n{}",
-                load.process.log_tail()
-            );
-        }
-        Ok(load)
-    }
-}
-
-/// A running etcd-load; stopped when dropped.
-#[derive(Debug)]
-pub struct EtcdLoad {
-    process: Supervised,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    _dir: TempDir,
-}
-
-impl EtcdLoad {
-    /// The client's process id.
-    pub fn pid(&self) -> u32 {
-        self.process.pid()
-    }
-
-    /// Runs every writer flat out for `duration` and returns what they did.
-    /// Blocks for the duration.
-    pub fn leg(&mut self, duration: Duration) -> anyhow::Result<LegResult> {
-        writeln!(self.stdin, "leg {}", duration.as_secs_f64())
-            .and_then(|()| self.stdin.flush())
-            .with_context(|| format!("asking {BINARY_NAME} for a leg"))?;
-        let line = self.read_line()?;
-        let json = line.strip_prefix("result ").with_context(|| {
-            format!(
-                "{BINARY_NAME} answered {line:?}; its log ends with:\n{}",
-                self.process.log_tail()
-            )
-        })?;
-        serde_json::from_str(json).with_context(|| format!("{BINARY_NAME}'s result {json}"))
-    }
-
-    /// One line of the client's stdout, without its newline. The wait is
-    /// bounded by the client: each of its calls times out (30 s).
-    fn read_line(&mut self) -> anyhow::Result<String> {
-        let mut line = String::new();
-        self.stdout
-            .read_line(&mut line)
-            .with_context(|| format!("reading {BINARY_NAME}'s stdout"))?;
-        if line.is_empty() {
-            bail!(
-                "{BINARY_NAME} exited; its log ends with:\n{}",
-                self.process.log_tail()
-            );
-        }
-        Ok(line.trim_end().to_owned())
+        LoadClient::start(BINARY_NAME, &mut command, dir)
     }
 }
 
@@ -309,14 +207,7 @@ impl BackgroundLoad {
                 }
             };
             let _ = ready_tx.send(Ok(load.pid()));
-            let mut total = LegResult {
-                writes: 0,
-                errors: 0,
-                seconds: 0.0,
-                p50_us: 0,
-                p99_us: 0,
-                first_error: None,
-            };
+            let mut total = LegResult::empty();
             while !stopping.load(Ordering::Relaxed) {
                 total.join(load.leg(BACKGROUND_LEG)?);
             }

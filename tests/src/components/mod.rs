@@ -12,6 +12,7 @@
 //! when a test panics — and the kernel kills it if the starting thread dies
 //! without dropping it.
 
+pub mod apiserver_load;
 pub mod apiserver_role;
 pub mod certs;
 pub mod containerd;
@@ -23,6 +24,7 @@ pub mod etcd_load;
 pub mod go_program;
 pub mod images;
 pub mod leftovers;
+pub mod load_client;
 mod process;
 
 pub use apiserver_role::{ApiserverRole, EtcdKv, StoredPod};
