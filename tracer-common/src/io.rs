@@ -587,13 +587,6 @@ pub const MAX_HPACK_SYNCS: u32 = 1024;
 
 /// Connections whose capture user space can stop at once (`MUTED_CONNS`).
 pub const MAX_MUTED_CONNS: u32 = 4096;
-/// Capacity of `TLS_KEYS_WANTED`: connections open before podtrace started
-/// whose TLS secrets user space is ready for.
-pub const MAX_TLS_KEYS_WANTED: u32 = 4096;
-/// `TLS_KEYS_WANTED` value bit: the secret of what the process reads.
-pub const TLS_KEY_WANTED_IN: u8 = 1 << 0;
-/// `TLS_KEYS_WANTED` value bit: the secret of what the process writes.
-pub const TLS_KEY_WANTED_OUT: u8 = 1 << 1;
 /// `crypto/tls.Conn.vers` of a TLS 1.3 connection: the only version whose
 /// secrets capture reads (`TlsKeyEvent`).
 pub const TLS_VERSION_13: u16 = 0x0304;

@@ -59,9 +59,6 @@ pub const MAP_HPACK_SYNC: &str = "HPACK_SYNC";
 /// Hash map `io::ProcessConnKey` → `u8`: connections whose bytes nothing
 /// podtrace traces can be about, so that the programs copy none of them.
 pub const MAP_MUTED_CONNS: &str = "MUTED_CONNS";
-/// `ProcessConnKey` → `TLS_KEY_WANTED_*` bits: directions of connections
-/// older than podtrace whose TLS secret user space wants.
-pub const MAP_TLS_KEYS_WANTED: &str = "TLS_KEYS_WANTED";
 /// Array of one `u32`: entries in `HPACK_SYNC` (the TLS probes skip the
 /// lookup when it is 0).
 pub const MAP_HPACK_SYNC_COUNT: &str = "HPACK_SYNC_COUNT";

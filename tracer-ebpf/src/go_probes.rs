@@ -300,16 +300,14 @@ fn try_tls_write(ctx: &ProbeContext) -> Result<(), DropReason> {
         // Its ciphertext is copied from the syscalls and decrypted.
         return Ok(());
     }
-    if tls_keys::wanted(ids.tgid, &info, Direction::Egress) {
-        let secret = tls_keys::offsets(cookie)
-            .and_then(|offsets| tls_keys::read_secret(tls_conn, &offsets, Direction::Egress));
-        if let Some(secret) = secret {
-            // None of this write's records is sealed yet: they are the
-            // first ciphertext to decrypt, and its plaintext is not sent.
-            tls_keys::send(ids, fd, &info, Direction::Egress, &secret)?;
-            tls_keys::mark_keyed(ids.tgid, fd, &info, Direction::Egress);
-            return Ok(());
-        }
+    let secret = tls_keys::offsets(cookie)
+        .and_then(|offsets| tls_keys::read_secret(tls_conn, &offsets, Direction::Egress));
+    if let Some(secret) = secret {
+        // None of this write's records is sealed yet: they are the first
+        // ciphertext to decrypt, and its plaintext is not sent.
+        tls_keys::send(ids, fd, &info, Direction::Egress, &secret)?;
+        tls_keys::mark_keyed(ids.tgid, fd, &info, Direction::Egress);
+        return Ok(());
     }
     if hpack_table::sync_wanted() {
         // The encoder's table now includes every block in this write and
@@ -496,11 +494,9 @@ fn try_tls_read_copy(ctx: &ProbeContext) -> Result<(), DropReason> {
     }
     // runtime.memmove(to, from, n): RBX and RCX.
     let (from, n) = (go_abi::word(ctx, 1), go_abi::word(ctx, 2));
-    if tls_keys::wanted(ids.tgid, &info, Direction::Ingress) {
-        if let Some(offsets) = tls_keys::offsets(cookie) {
-            if let Some(secret) = tls_keys::read_secret(tls_conn, &offsets, Direction::Ingress) {
-                return key_read(ctx, ids, (fd, info), tls_conn, &offsets, &secret, from);
-            }
+    if let Some(offsets) = tls_keys::offsets(cookie) {
+        if let Some(secret) = tls_keys::read_secret(tls_conn, &offsets, Direction::Ingress) {
+            return key_read(ctx, ids, (fd, info), tls_conn, &offsets, &secret, from);
         }
     }
     tls_plaintext_read(ctx, ids, fd, info, from, n)

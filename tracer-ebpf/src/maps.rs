@@ -17,7 +17,7 @@ use tracer_common::{
         ActiveCall, DATA_BYTES_MAX, DataEvent, FdInfo, FdKey, GoCallKey, GoHpackCoders, GoTlsConn,
         GoTlsConnKey, GoTlsOffsets, GoTlsRead, HpackSync, IoSyscall, MAX_ACTIVE_CALLS,
         MAX_GO_BINARIES, MAX_GO_TLS_CONNS, MAX_GO_TLS_READS, MAX_HPACK_SYNCS, MAX_MUTED_CONNS,
-        MAX_TLS_KEYS_WANTED, MAX_TRACKED_FDS, ProcessConnKey,
+        MAX_TRACKED_FDS, ProcessConnKey,
     },
 };
 
@@ -149,14 +149,6 @@ pub(crate) static HPACK_SYNC_COUNT: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 pub(crate) static MUTED_CONNS: HashMap<ProcessConnKey, u8> =
     HashMap::with_max_entries(MAX_MUTED_CONNS, 0);
-
-/// Connections open before podtrace started whose TLS 1.3 secret user space
-/// wants, per direction (`TLS_KEY_WANTED_*`): it has what it needs to decode
-/// their ciphertext from here on (the HPACK tables, when HTTP/2). A
-/// connection opened since is keyed at its first TLS hit without asking.
-#[map]
-pub(crate) static TLS_KEYS_WANTED: HashMap<ProcessConnKey, u8> =
-    HashMap::with_max_entries(MAX_TLS_KEYS_WANTED, 0);
 
 /// The HPACK decoder and encoder each goroutine last used, while user space
 /// asks for tables. LRU: goroutines end without telling.

@@ -2,9 +2,9 @@
 //! hit per connection and direction, so that the trap per TLS read and write
 //! stops there.
 //!
-//! At a hit on a direction that is not keyed yet, and that user space is
-//! ready for (`TLS_KEYS_WANTED`, or a connection podtrace saw open), the probe
-//! sends the direction's secret and record number ([`TlsKeyEvent`]) and marks
+//! At the first hit on a direction that is not keyed yet — a connection
+//! older than podtrace, whose handshake it did not see — the probe sends the
+//! direction's secret and record number ([`TlsKeyEvent`]) and marks
 //! the socket (`FD_TLS_KEYED_*`): from then on the syscall programs copy that
 //! direction's ciphertext, user space decrypts it, and the TLS probes return
 //! as soon as they have found the socket. The switch leaves no gap and no
@@ -18,22 +18,26 @@
 //!   decrypted (`rawInput`) — later syscalls read what follows.
 //!
 //! Only TLS 1.3 is keyed: a TLS 1.2 connection keeps its plaintext probes.
+//!
+//! The first hit, not one user space asks for after seeing the direction
+//! talk: a connection that only pings (kube-apiserver's idle per-resource
+//! etcd clients, every 30 s) was keyed at its second ping at best, and held
+//! its process's per-call probes, a trap on every TLS read and write of
+//! every request, until then. Nothing in user space needs a direction's
+//! plaintext before its secret: HPACK tables are copied at its syscalls.
 
 use tracer_common::{
     drop_reason::DropReason,
     event::EventKind,
     io::{
         Direction, FD_TLS, FD_TLS_KEYED_IN, FD_TLS_KEYED_OUT, FdInfo, FdKey, GoTlsOffsets,
-        ProcessConnKey, TLS_KEY_WANTED_IN, TLS_KEY_WANTED_OUT, TLS_SECRET_BYTES, TLS_VERSION_13,
-        TlsKeyEvent, USER_CONN_ID_BIT,
+        TLS_SECRET_BYTES, TLS_VERSION_13, TlsKeyEvent,
     },
 };
 
 use crate::{
     kernel_read::{read_user, read_user_bytes},
-    maps::{
-        BPF_RB_NO_WAKEUP, EVENTS, FDS, GO_BINARIES, TLS_KEYS_WANTED, set_fd_flags, submit_flags,
-    },
+    maps::{BPF_RB_NO_WAKEUP, EVENTS, FDS, GO_BINARIES, set_fd_flags, submit_flags},
     record::{Ids, header, now_ns},
 };
 
@@ -58,27 +62,6 @@ pub(crate) fn keyed_flag(direction: Direction) -> u8 {
 #[inline(always)]
 pub(crate) fn keyed(info: &FdInfo, direction: Direction) -> bool {
     info.flags & keyed_flag(direction) != 0
-}
-
-/// Whether user space is ready for this direction's secret: always for a
-/// connection opened while podtrace ran (kernel ids have the top bit clear),
-/// whose bytes it saw from the start; for an older one once it said so.
-#[inline(always)]
-pub(crate) fn wanted(tgid: u32, info: &FdInfo, direction: Direction) -> bool {
-    if info.conn_id & USER_CONN_ID_BIT == 0 {
-        return true;
-    }
-    let key = ProcessConnKey {
-        tgid,
-        _pad: 0,
-        conn_id: info.conn_id,
-    };
-    let bit = match direction {
-        Direction::Ingress => TLS_KEY_WANTED_IN,
-        Direction::Egress => TLS_KEY_WANTED_OUT,
-    };
-    // SAFETY: the value is copied out at once.
-    unsafe { TLS_KEYS_WANTED.get(key) }.is_some_and(|bits| *bits & bit != 0)
 }
 
 /// The struct offsets of the binary the probe's cookie names.

@@ -538,8 +538,8 @@ pub async fn run(
     if let Some(metrics) = &metrics {
         let (attached, reattached) = probes.hpack_probes_attached();
         metrics.set_hpack_probes(attached, reattached);
-        let (attached, reattached, refused) = probes.tls_call_probes_attached();
-        metrics.set_tls_call_probes(attached, reattached, refused);
+        let (attached, reattached) = probes.tls_call_probes_attached();
+        metrics.set_tls_call_probes(attached, reattached);
     }
     loop {
         tokio::select! {
@@ -550,8 +550,8 @@ pub async fn run(
                 if let Some(metrics) = &metrics {
                     let (attached, reattached) = probes.hpack_probes_attached();
                     metrics.set_hpack_probes(attached, reattached);
-                    let (attached, reattached, refused) = probes.tls_call_probes_attached();
-                    metrics.set_tls_call_probes(attached, reattached, refused);
+                    let (attached, reattached) = probes.tls_call_probes_attached();
+                    metrics.set_tls_call_probes(attached, reattached);
                     let (muted, total, refused) = probes.muted_connections();
                     metrics.set_muted_connections(muted, total, refused);
                 }

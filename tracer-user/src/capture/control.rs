@@ -3,17 +3,13 @@
 //! The decode stage is the only one that knows what a connection carries; it
 //! tells capture which HPACK tables to copy ([`HpackControl`]), which
 //! connections' bytes are not worth copying at all ([`CaptureControl::Mute`]),
-//! and which directions of connections older than podtrace may switch to
-//! decrypted ciphertext ([`CaptureControl::TlsSecret`]).
+//! and which processes need their per-call TLS probes
+//! ([`CaptureControl::TlsProbes`]).
 
 use std::collections::HashSet;
 
 use aya::{Ebpf, maps::HashMap as BpfHashMap};
-use tracer_common::{
-    gofunc::GoFunction,
-    io::{Direction, MAX_TLS_KEYS_WANTED, ProcessConnKey, TLS_KEY_WANTED_IN, TLS_KEY_WANTED_OUT},
-    names::{MAP_MUTED_CONNS, MAP_TLS_KEYS_WANTED},
-};
+use tracer_common::{gofunc::GoFunction, io::ProcessConnKey, names::MAP_MUTED_CONNS};
 
 use super::{CaptureError, ConnKey, HpackControl};
 
@@ -27,13 +23,6 @@ pub enum CaptureControl {
     Mute(ConnKey),
     /// The muted connection closed, or its process exited: forget it.
     Unmute(ConnKey),
-    /// At the next TLS probe hit on this direction of a connection older
-    /// than podtrace, send its TLS 1.3 secret and switch it to ciphertext:
-    /// the decode stage needs nothing more from the probes' plaintext.
-    TlsSecret(ConnKey, Direction),
-    /// The connection closed, was muted, or its process exited: forget
-    /// what was asked about its secrets.
-    ForgetTlsSecrets(ConnKey),
     /// Whether process `tgid` needs the per-call TLS probes: it has a TLS
     /// connection whose plaintext still comes from them (not keyed yet, or
     /// not TLS 1.3).
@@ -125,61 +114,6 @@ impl MutedConns {
         self.conns.insert(conn);
         self.total += 1;
         Ok(())
-    }
-}
-
-/// The directions of connections older than podtrace whose TLS secrets the
-/// decode stage asked for (`TLS_KEYS_WANTED`).
-#[derive(Debug, Default)]
-pub(crate) struct SecretsWanted {
-    conns: std::collections::HashMap<ConnKey, u8>,
-    /// Requests refused because the map was full: those directions keep
-    /// their plaintext probes.
-    pub(crate) refused: u64,
-}
-
-impl SecretsWanted {
-    /// Carries out a [`CaptureControl::TlsSecret`].
-    pub(crate) fn want(
-        &mut self,
-        ebpf: &mut Ebpf,
-        conn: ConnKey,
-        direction: Direction,
-    ) -> Result<(), CaptureError> {
-        let bit = match direction {
-            Direction::Ingress => TLS_KEY_WANTED_IN,
-            Direction::Egress => TLS_KEY_WANTED_OUT,
-        };
-        if !self.conns.contains_key(&conn) && self.conns.len() >= MAX_TLS_KEYS_WANTED as usize {
-            self.refused += 1;
-            return Ok(());
-        }
-        let bits = self.conns.entry(conn).or_default();
-        *bits |= bit;
-        let bits = *bits;
-        let mut map = Self::map(ebpf)?;
-        map.insert(conn.map_key(), bits, 0)
-            .map_err(|source| CaptureError::Map {
-                name: MAP_TLS_KEYS_WANTED,
-                source,
-            })
-    }
-
-    /// Carries out a [`CaptureControl::ForgetTlsSecrets`].
-    pub(crate) fn forget(&mut self, ebpf: &mut Ebpf, conn: ConnKey) -> Result<(), CaptureError> {
-        if self.conns.remove(&conn).is_some() {
-            // Gone already if the process exited: nothing to undo.
-            let _ = Self::map(ebpf)?.remove(&conn.map_key());
-        }
-        Ok(())
-    }
-
-    fn map(
-        ebpf: &mut Ebpf,
-    ) -> Result<BpfHashMap<&mut aya::maps::MapData, ProcessConnKey, u8>, CaptureError> {
-        let name = MAP_TLS_KEYS_WANTED;
-        let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
-        BpfHashMap::try_from(map).map_err(|source| CaptureError::Map { name, source })
     }
 }
 

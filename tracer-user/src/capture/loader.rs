@@ -39,7 +39,7 @@ use tracer_gobin::GoBinError;
 
 use super::{
     clock::monotonic_now_ns,
-    control::{CaptureControl, MutedConns, SecretsWanted},
+    control::{CaptureControl, MutedConns},
     go_probes::{ARGS_AT_RET_CHECKED, NoGoPlan, ResolvedFunction, go_plan},
     hpack_probes::HpackProbes,
     io_processes::{self, PID_MAX_FILE},
@@ -186,8 +186,6 @@ pub struct Probes {
     tls_calls: OnDemandProbes,
     /// Connections whose bytes the programs no longer copy.
     muted: MutedConns,
-    /// Directions of older connections whose TLS secrets were asked for.
-    secrets: SecretsWanted,
 }
 
 impl Drop for Probes {
@@ -379,7 +377,6 @@ impl Probes {
             hpack: HpackProbes::default(),
             tls_calls: OnDemandProbes::new("per-call TLS probes"),
             muted: MutedConns::default(),
-            secrets: SecretsWanted::default(),
         };
         for tgid in components {
             probes.attach_go_probes_at(tgid, true);
@@ -626,10 +623,6 @@ impl Probes {
                 }
                 CaptureControl::Mute(conn) => self.muted.set(&mut self.ebpf, conn, true),
                 CaptureControl::Unmute(conn) => self.muted.set(&mut self.ebpf, conn, false),
-                CaptureControl::TlsSecret(conn, direction) => {
-                    self.secrets.want(&mut self.ebpf, conn, direction)
-                }
-                CaptureControl::ForgetTlsSecrets(conn) => self.secrets.forget(&mut self.ebpf, conn),
                 CaptureControl::TlsProbes { tgid, needed } => self.set_tls_calls(tgid, needed),
                 CaptureControl::Exited(tgid) => self
                     .hpack
@@ -700,15 +693,10 @@ impl Probes {
         (self.hpack.probes.attached(), self.hpack.probes.reattached)
     }
 
-    /// Executables whose per-call TLS probes are attached now, how many
-    /// times one was attached again after a detach, and secrets of older
-    /// connections not asked for because the map was full.
-    pub fn tls_call_probes_attached(&self) -> (usize, u64, u64) {
-        (
-            self.tls_calls.attached(),
-            self.tls_calls.reattached,
-            self.secrets.refused,
-        )
+    /// Executables whose per-call TLS probes are attached now, and how many
+    /// times one was attached again after a detach.
+    pub fn tls_call_probes_attached(&self) -> (usize, u64) {
+        (self.tls_calls.attached(), self.tls_calls.reattached)
     }
 
     /// Stores a function probe's spec in the next `GO_FUNCS` slot; the slot

@@ -26,11 +26,12 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use tracer_common::io::{ConnAction, Direction, FdKind, HeaderSide, USER_CONN_ID_BIT};
+use tracer_common::io::{ConnAction, Direction, FdKind, HeaderSide};
 use tracer_decode::{
+    Decoded,
     cri::{ContainerFacts, CriCall},
     etcd::{KvCall, KvResponse, WriteKind},
-    grpc::GrpcCall,
+    grpc::{GrpcCall, parse_message},
     http1::{self, Http1Connection},
     http2::{
         Exchange, Http2Connection, Limits, Lost, SeenStream, TableCopy, TableLoadError, TablePoint,
@@ -101,14 +102,17 @@ const IDLE_GRACE_NS: u64 = 1_000_000_000;
 /// until then built its HPACK tables unseen, and its next may be a while
 /// away (a kubelet's status updates come every 10 s when no Pod changes).
 const SECRETS_MISSED_GRACE_NS: u64 = 30_000_000_000;
-/// How long a connection older than podtrace that sends no request (a
-/// client that only watches, answered with data frames) holds the HPACK
-/// probes: its request table can only be copied around a request, and
-/// waiting for one kept the probes on kube-apiserver and etcd (every
-/// per-resource etcd client that only watches) for as long as they ran. Its
-/// next request brings them back, and that request's fields that refer to
-/// the table as it was before podtrace are lost.
-const REQUEST_IDLE_GRACE_NS: u64 = 30_000_000_000;
+/// How long after its joining, and after each request, a connection older
+/// than podtrace whose HPACK tables are not loaded yet holds its process's
+/// HPACK probes. Its tables can only be copied around a request (at the
+/// goroutine that encodes or decodes it), and while the probes are attached
+/// every header field of every request of the process is a trap: a
+/// connection that only watches or pings (most of kube-apiserver's
+/// per-resource etcd clients, every client that watches the apiserver) held
+/// them 30 s, and the apiserver paid ~50 traps a request for it. Its next
+/// request brings them back (once: see `on_data`), and that request's fields
+/// that refer to the table as it was before podtrace are lost.
+const REQUEST_IDLE_GRACE_NS: u64 = 2_000_000_000;
 /// How often a process whose HPACK probes are attached is looked at again.
 const FIELD_PROBES_RECHECK_NS: u64 = 250_000_000;
 /// How long the table of what a connection answers (responses' headers:
@@ -267,18 +271,13 @@ struct Connection {
     /// How long from then it needs the HPACK probes while it carries
     /// nothing ([`IDLE_GRACE_NS`], or [`SECRETS_MISSED_GRACE_NS`]).
     idle_grace_ns: u64,
+    /// When it last carried a request header block (0: none since joined).
+    last_request_ns: u64,
+    /// Whether a request whose headers the wire could not decode has
+    /// called the HPACK probes back already: it may once ([`Self::calls_probes_back`]).
+    called_probes_back: bool,
     /// What its etcd KV requests named so far.
     keys: KeysSeen,
-    /// The directions whose TLS 1.3 secret capture was asked for.
-    secrets_asked: SecretsAsked,
-}
-
-/// Which directions of a connection older than podtrace capture was asked to
-/// switch to ciphertext (their secrets: `CaptureControl::TlsSecret`).
-#[derive(Debug, Default, Clone, Copy)]
-struct SecretsAsked {
-    ingress: bool,
-    egress: bool,
 }
 
 /// What a connection's etcd KV requests named so far: whether the
@@ -343,12 +342,7 @@ impl Connection {
         // A connection idle since podtrace joined it needs nothing after a
         // grace period: its first bytes bring the probes back.
         let idle = self.fed_bytes == 0 && now_ns > self.joined_ts_ns + self.idle_grace_ns;
-        let no_request = self
-            .http2
-            .header_blocks(tracer_decode::Direction::ClientToServer)
-            == 0
-            && now_ns > self.joined_ts_ns + REQUEST_IDLE_GRACE_NS;
-        if self.probe_headers.is_none() || idle || no_request {
+        if self.probe_headers.is_none() || idle || now_ns > self.need_ends_ns() {
             return false;
         }
         let Some(tables) = &self.tables else {
@@ -363,29 +357,56 @@ impl Connection {
         request != TableLoad::Loaded || response_waits
     }
 
-    /// The wire direction of what the process receives or sends.
-    /// Whether this direction of a TLS connection can switch from the
-    /// probes' plaintext to decrypted ciphertext: nothing more is needed
-    /// from a probe hit on it — the encoder's copy, loaded after the write
-    /// that follows it, is in. A copy still awaited is taken at the
-    /// direction's syscalls once it is read from its secret; waiting for it
-    /// here kept the per-call probes of every process with a connection
-    /// that only watches (no request to copy the table at) attached for good.
-    fn ready_for_ciphertext(&self, direction: Direction) -> bool {
-        if !self.tls {
+    /// Until when its need for the HPACK probes lasts without a request:
+    /// [`REQUEST_IDLE_GRACE_NS`] after its joining or its last request that
+    /// held it open, at least its idle grace.
+    fn need_ends_ns(&self) -> u64 {
+        let since = self.joined_ts_ns.max(self.last_request_ns);
+        (since + REQUEST_IDLE_GRACE_NS).max(self.joined_ts_ns + self.idle_grace_ns)
+    }
+
+    /// Whether `exchange`, finished on this connection, brings the HPACK
+    /// probes back: the first one whose `:path` the wire could not decode
+    /// (its table entry predates podtrace and no copy of the table was
+    /// loaded), if it can be about a Pod — a REST request, or a gRPC one
+    /// whose body names Pods. Not a gRPC request that names no Pod: the
+    /// per-minute object count and the lease keep-alives of kube-apiserver's
+    /// ~30 per-resource etcd clients, each calling the probes back for
+    /// seconds, kept the apiserver's attached through its first minutes. Not
+    /// the later ones: a connection whose tables cannot be copied would call
+    /// them back for good. The request itself is lost either way; the probes
+    /// read the next ones.
+    fn calls_probes_back(&mut self, exchange: &Exchange) -> bool {
+        // A stream begun before podtrace (no request header block seen)
+        // tells nothing of the table.
+        let unresolved_path = exchange.request.headers.is_some() && exchange.path().is_none();
+        if self.called_probes_back || self.probe_headers.is_none() || !unresolved_path {
             return false;
         }
-        let Some(tables) = &self.tables else {
-            // No copies asked for: the wire decodes every block itself, or
-            // the connection is not HTTP/2.
-            return self.probe_headers.is_none() || self.http1.is_some();
-        };
-        match direction {
-            Direction::Ingress => true,
-            Direction::Egress => tables.pending_encoder.is_none(),
+        let loaded = self.tables.as_ref().is_some_and(|tables| {
+            let request = match self.side {
+                Side::Server => tables.decoder,
+                Side::Client => tables.encoder,
+            };
+            request == TableLoad::Loaded
+        });
+        if loaded {
+            return false;
+        }
+        self.called_probes_back = true;
+        let body = &exchange.request.body;
+        let grpc = matches!(
+            parse_message(body),
+            Ok(Decoded::Message { consumed, .. }) if consumed == body.len()
+        );
+        match resources_named(body) {
+            ResourcesNamed::PodsOrSeveral => true,
+            ResourcesNamed::One(_) => false,
+            ResourcesNamed::None => !grpc,
         }
     }
 
+    /// The wire direction of what the process receives or sends.
     fn wire_direction(&self, table: HeaderSide) -> tracer_decode::Direction {
         match (self.side, table) {
             (Side::Server, HeaderSide::Decoder) | (Side::Client, HeaderSide::Encoder) => {
@@ -561,8 +582,6 @@ pub struct GrpcDecoder {
     connections: FxHashMap<ConnKey, Connection>,
     /// Connections muted: capture copies none of their bytes any more.
     muted: rustc_hash::FxHashSet<ConnKey>,
-    /// Connections older than podtrace whose TLS secrets capture was asked for.
-    secrets: rustc_hash::FxHashSet<ConnKey>,
     /// [`MUTE_AFTER_REQUESTS`] unless configured; 0 never mutes.
     pub mute_after: u32,
     /// Connections muted since start.
@@ -585,7 +604,6 @@ impl Default for GrpcDecoder {
         Self {
             connections: FxHashMap::default(),
             muted: rustc_hash::FxHashSet::default(),
-            secrets: rustc_hash::FxHashSet::default(),
             mute_after: MUTE_AFTER_REQUESTS,
             muted_total: 0,
             skipped_connections: 0,
@@ -623,7 +641,6 @@ impl GrpcDecoder {
                 if self.muted.remove(&conn.conn) {
                     self.control.push(CaptureControl::Unmute(conn.conn));
                 }
-                self.forget_secrets(conn.conn);
                 let Some(connection) = self.connections.remove(&conn.conn) else {
                     return Vec::new();
                 };
@@ -661,8 +678,9 @@ impl GrpcDecoder {
                 resets_seen: (0, 0),
                 joined_ts_ns: conn.ids.ts_ns,
                 idle_grace_ns: IDLE_GRACE_NS,
+                last_request_ns: 0,
+                called_probes_back: false,
                 keys: KeysSeen::default(),
-                secrets_asked: SecretsAsked::default(),
             },
         );
         Vec::new()
@@ -808,14 +826,19 @@ impl GrpcDecoder {
         connection
             .http2
             .push_bytes(direction, data.moved_ts_ns(), &data.data, lost);
-        // A first request may end a connection's release of the probes
-        // (`REQUEST_IDLE_GRACE_NS`).
-        fields_changed |= requests_before == 0
-            && connection.probe_headers.is_some()
-            && connection
-                .http2
-                .header_blocks(tracer_decode::Direction::ClientToServer)
-                > 0;
+        // A request made while the connection's own need is open holds the
+        // probes on (`REQUEST_IDLE_GRACE_NS`); one made after does not, or
+        // any connection's request would keep them for every other while
+        // they are attached. Whether one brings them back is decided once
+        // its exchange is whole (`calls_probes_back`).
+        if connection
+            .http2
+            .header_blocks(tracer_decode::Direction::ClientToServer)
+            > requests_before
+            && data.ids.ts_ns <= connection.need_ends_ns()
+        {
+            connection.last_request_ns = data.ids.ts_ns;
+        }
         if data.direction == Direction::Egress {
             if let Some(copy) = connection
                 .tables
@@ -841,10 +864,14 @@ impl GrpcDecoder {
                 .push(CaptureControl::Hpack(HpackControl::Ask(data.conn)));
         }
         pair_probe_headers(connection);
-        if data.tls_plaintext && data.conn.conn_id & USER_CONN_ID_BIT != 0 {
-            ask_secrets(connection, &mut self.secrets, &mut self.control, data.conn);
-        }
         let exchanges = connection.http2.take_exchanges();
+        if exchanges
+            .iter()
+            .any(|exchange| connection.calls_probes_back(exchange))
+        {
+            connection.last_request_ns = data.ids.ts_ns;
+            fields_changed = true;
+        }
         let side = connection.side;
         let mute_after = self.mute_after;
         let mute = mute_after > 0
@@ -882,15 +909,6 @@ impl GrpcDecoder {
         self.muted.insert(conn);
         self.muted_total += 1;
         self.control.push(CaptureControl::Mute(conn));
-        self.forget_secrets(conn);
-    }
-
-    /// The connection closed or was muted: what capture was asked about its
-    /// secrets can go.
-    fn forget_secrets(&mut self, conn: ConnKey) {
-        if self.secrets.remove(&conn) {
-            self.control.push(CaptureControl::ForgetTlsSecrets(conn));
-        }
     }
 
     /// A copy of one of a connection's HPACK tables: the decoder's is
@@ -941,13 +959,6 @@ impl GrpcDecoder {
             let gone = conn.tgid == tgid;
             if gone {
                 control.push(CaptureControl::Unmute(*conn));
-            }
-            !gone
-        });
-        self.secrets.retain(|conn| {
-            let gone = conn.tgid == tgid;
-            if gone {
-                control.push(CaptureControl::ForgetTlsSecrets(*conn));
             }
             !gone
         });
@@ -1142,29 +1153,6 @@ fn tables_forgotten(
         }
     }
     true
-}
-
-/// Asks capture for the TLS secret of each direction of a connection older
-/// than podtrace that is ready to be decrypted from here on
-/// ([`Connection::ready_for_ciphertext`]), once.
-fn ask_secrets(
-    connection: &mut Connection,
-    secrets: &mut rustc_hash::FxHashSet<ConnKey>,
-    control: &mut Vec<CaptureControl>,
-    conn: ConnKey,
-) {
-    for direction in [Direction::Ingress, Direction::Egress] {
-        let ready = connection.ready_for_ciphertext(direction);
-        let asked = match direction {
-            Direction::Ingress => &mut connection.secrets_asked.ingress,
-            Direction::Egress => &mut connection.secrets_asked.egress,
-        };
-        if ready && !*asked {
-            *asked = true;
-            secrets.insert(conn);
-            control.push(CaptureControl::TlsSecret(conn, direction));
-        }
-    }
 }
 
 fn pair_probe_headers(connection: &mut Connection) {
@@ -1672,7 +1660,7 @@ mod tests {
     #[test]
     fn a_joined_connection_without_requests_lets_the_probes_go_until_one() {
         let watch_event = b"\x00\x00\x05\x00\x00\x00\x00\x00\x01event";
-        let request = b"\x00\x00\x01\x01\x04\x00\x00\x00\x03\x82";
+        let request = b"\x00\x00\x01\x01\x05\x00\x00\x00\x03\x82";
         let mut decoder = GrpcDecoder::default();
         let mut once = DecodedOnce::default();
         decoder.on_conn(&conn_record(ConnAction::ConnectedBeforeStart), &mut once);
@@ -1687,7 +1675,7 @@ mod tests {
             &chunk(later, Direction::Ingress, watch_event, false),
             &mut once,
         );
-        decoder.check_field_probes(later + FIELD_PROBES_HOLD_NS + 1);
+        decoder.check_field_probes(later + 1);
         assert_eq!(field_probes_said(&mut decoder), Vec::<bool>::new());
         let after = 10 + REQUEST_IDLE_GRACE_NS + 1;
         decoder.on_data(
@@ -1696,12 +1684,61 @@ mod tests {
         );
         decoder.check_field_probes(after + FIELD_PROBES_HOLD_NS + 1);
         assert_eq!(field_probes_said(&mut decoder), vec![false]);
+        // A request whose path the wire cannot read (here: none at all)
+        // brings them back once its exchange is whole.
         let request_at = after + 2 * FIELD_PROBES_HOLD_NS;
         decoder.on_data(
             &chunk(request_at, Direction::Egress, request, false),
             &mut once,
         );
+        assert_eq!(field_probes_said(&mut decoder), Vec::<bool>::new());
+        decoder.on_data(
+            &chunk(request_at + 1, Direction::Ingress, RESPONSE_200, false),
+            &mut once,
+        );
         assert_eq!(field_probes_said(&mut decoder), vec![true]);
+    }
+
+    /// HEADERS, END_HEADERS and END_STREAM, stream 3: `:status 200` (static).
+    const RESPONSE_200: &[u8] = b"\x00\x00\x01\x01\x05\x00\x00\x00\x03\x88";
+
+    /// A joined connection whose tables are not copied around its request
+    /// (it went quiet after it) holds the HPACK probes for the grace after
+    /// that request only, and its later requests do not call them back:
+    /// otherwise each of kube-apiserver's per-resource etcd clients that
+    /// makes a request now and then held them for good.
+    #[test]
+    fn a_joined_connection_holds_the_probes_only_shortly_after_its_requests() {
+        let request = b"\x00\x00\x01\x01\x05\x00\x00\x00\x03\x82";
+        let mut decoder = GrpcDecoder::default();
+        let mut once = DecodedOnce::default();
+        decoder.on_conn(&conn_record(ConnAction::ConnectedBeforeStart), &mut once);
+        decoder.on_data(&chunk(10, Direction::Egress, request, false), &mut once);
+        decoder.on_data(
+            &chunk(10, Direction::Ingress, RESPONSE_200, false),
+            &mut once,
+        );
+        assert_eq!(field_probes_said(&mut decoder), vec![true]);
+        // No copy ever comes: let go one grace after the request.
+        decoder.check_field_probes(10 + REQUEST_IDLE_GRACE_NS / 2);
+        assert_eq!(field_probes_said(&mut decoder), Vec::<bool>::new());
+        let after = 10 + REQUEST_IDLE_GRACE_NS + FIELD_PROBES_HOLD_NS + 1;
+        decoder.check_field_probes(after);
+        assert_eq!(field_probes_said(&mut decoder), vec![false]);
+        // Its next requests, whole, do not bring them back.
+        let next = after + REQUEST_IDLE_GRACE_NS;
+        for stream in [5_u8, 7] {
+            let request = [0, 0, 1, 1, 5, 0, 0, 0, stream, 0x82];
+            let mut response = RESPONSE_200.to_vec();
+            response[8] = stream;
+            decoder.on_data(&chunk(next, Direction::Egress, &request, false), &mut once);
+            decoder.on_data(
+                &chunk(next, Direction::Ingress, &response, false),
+                &mut once,
+            );
+            decoder.check_field_probes(next + 1);
+            assert_eq!(field_probes_said(&mut decoder), Vec::<bool>::new());
+        }
     }
 
     /// containerd's ttrpc to a shim, both older than podtrace: neither

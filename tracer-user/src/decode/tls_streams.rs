@@ -50,6 +50,16 @@ pub fn starts_tls_record(bytes: &[u8]) -> bool {
 }
 /// A TLS application-data record's first bytes (TLS 1.2 and 1.3).
 const APPLICATION_DATA_RECORD: [u8; 3] = [23, 3, 3];
+/// The largest TLS 1.3 record an HTTP/2 control frame makes (a PING: a
+/// 9-byte frame header and 8 bytes, the content type and the AEAD tag):
+/// what an idle gRPC connection's keep-alives look like. Such a record on a
+/// direction not keyed yet does not call the per-call probes back: each of
+/// kube-apiserver's ~30 idle etcd clients pings every 30 s, and each ping
+/// held the apiserver's probes (~17 hits a request) for [`UNKEYED_HOLD_NS`],
+/// so that they never left. The direction is keyed at its first larger
+/// record instead, which is lost with the probes detached, as any message of
+/// a connection quiet since the agent started is.
+const MAX_CONTROL_RECORD_BYTES: usize = 5 + 9 + 8 + 1 + 16;
 /// How long a process's per-call TLS probes stay attached after they last
 /// delivered plaintext: the connections older than podtrace are keyed
 /// within their first requests, and a connection quiet that long that
@@ -266,6 +276,7 @@ impl TlsStreams {
         let needs = data.tls_plaintext
             || missed
             || (data.data.starts_with(&APPLICATION_DATA_RECORD)
+                && data.data.len() > MAX_CONTROL_RECORD_BYTES
                 && !self.readers.contains_key(&slot)
                 && !matches!(self.held.get(&slot), Some(Held::Tls(_))));
         if needs
@@ -893,9 +904,18 @@ mod tests {
                 needed: false
             }]
         );
-        // A TLS record on a direction neither keyed nor in its handshake
-        // (a connection idle until now) brings them back.
-        let mut idle = data(5 * SECOND, &[23, 3, 3, 0, 1], false);
+        // A keep-alive's record on a direction neither keyed nor in its
+        // handshake (a connection idle until now) does not bring them back.
+        let mut ping = [0_u8; MAX_CONTROL_RECORD_BYTES];
+        ping[..5].copy_from_slice(&[23, 3, 3, 0, 34]);
+        let mut idle = data(5 * SECOND, &ping, false);
+        idle.conn.conn_id = 8;
+        assert!(streams.decrypt(idle).is_err());
+        assert!(streams.control.is_empty());
+        // A larger one (a request) does.
+        let mut request = [0_u8; MAX_CONTROL_RECORD_BYTES + 1];
+        request[..5].copy_from_slice(&[23, 3, 3, 0, 35]);
+        let mut idle = data(5 * SECOND, &request, false);
         idle.conn.conn_id = 8;
         assert!(streams.decrypt(idle).is_err());
         assert_eq!(

@@ -194,7 +194,6 @@ pub struct Metrics {
     hpack_probes_reattached: Gauge,
     tls_call_probes_attached: Gauge,
     tls_call_probes_reattached: Gauge,
-    tls_secrets_refused: Gauge,
     muted_connections: Gauge,
     muted_connections_total: Gauge,
     mutes_refused: Gauge,
@@ -271,11 +270,6 @@ impl Default for Metrics {
             "tls_call_probes_reattached",
             "Times an executable's per-call TLS probes were attached again after a detach (a total since start)",
         );
-        let tls_secrets_refused: Gauge = registered(
-            &mut registry,
-            "tls_secrets_refused",
-            "Directions of connections older than podtrace left on the per-call TLS probes because the kernel's map of wanted secrets was full (a total since start)",
-        );
         let muted_connections: Gauge = registered(
             &mut registry,
             "muted_connections",
@@ -313,7 +307,6 @@ impl Default for Metrics {
             hpack_probes_reattached,
             tls_call_probes_attached,
             tls_call_probes_reattached,
-            tls_secrets_refused,
             muted_connections,
             muted_connections_total,
             mutes_refused,
@@ -394,16 +387,13 @@ impl Metrics {
             .set(i64::try_from(reattached).unwrap_or(i64::MAX));
     }
 
-    /// How many executables have their per-call TLS probes attached, how
-    /// many times they were attached again, and how many secrets of older
-    /// connections the kernel's map had no room for.
-    pub fn set_tls_call_probes(&self, attached: usize, reattached: u64, refused: u64) {
+    /// How many executables have their per-call TLS probes attached, and
+    /// how many times they were attached again.
+    pub fn set_tls_call_probes(&self, attached: usize, reattached: u64) {
         self.tls_call_probes_attached
             .set(i64::try_from(attached).unwrap_or(i64::MAX));
         self.tls_call_probes_reattached
             .set(i64::try_from(reattached).unwrap_or(i64::MAX));
-        self.tls_secrets_refused
-            .set(i64::try_from(refused).unwrap_or(i64::MAX));
     }
 
     /// A batch of spans the OTLP-JSON file could not take.
