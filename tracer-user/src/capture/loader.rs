@@ -453,6 +453,7 @@ impl Probes {
             self.hpack.probes.add_process(file, tgid, false);
             self.tls_calls.add_process(file, tgid, false);
         }
+        let exe_path = exe;
         let exe = exe.display();
         let tls_index = match outcome {
             Ok(GoAttached {
@@ -483,6 +484,15 @@ impl Probes {
             )) => {
                 tracing::debug!(%exe, "no Go probes: not a Go binary, or no crypto/tls or HTTP/2");
                 None
+            }
+            Err(_) if std::fs::metadata(exe_path).is_err() => {
+                // The process exited while its executable was being read or
+                // probed (a test's cluster torn down beside another's, a
+                // component restarting): nothing is known of the file, and
+                // its next process is tried afresh — remembering the failure
+                // left every later kube-apiserver of that file unprobed.
+                tracing::debug!(%exe, "its process exited while the Go probes were being attached");
+                return;
             }
             Err(error) => {
                 tracing::warn!(%exe, %error, "no Go probes on this executable (its syscalls are still captured)");
