@@ -116,7 +116,7 @@ fn try_go_func(ctx: &ProbeContext) -> Result<(), DropReason> {
             goid,
         };
         // A full LRU map evicts its oldest: an insert cannot fail for room.
-        let _ = GO_FUNC_GATES.insert(&key, &1, 0);
+        let _ = GO_FUNC_GATES.insert(key, 1, 0);
     }
     // SAFETY: as above.
     unsafe {
@@ -146,15 +146,15 @@ fn gate_passed(tgid: u32, goid: u64, parent_goid: u64) -> bool {
         goid,
     };
     // SAFETY: the values are only tested for presence.
-    if goid != 0 && unsafe { GO_FUNC_GATES.get(&key(goid)) }.is_some() {
+    if goid != 0 && unsafe { GO_FUNC_GATES.get(key(goid)) }.is_some() {
         return true;
     }
     // SAFETY: as above.
-    if parent_goid == 0 || unsafe { GO_FUNC_GATES.get(&key(parent_goid)) }.is_none() {
+    if parent_goid == 0 || unsafe { GO_FUNC_GATES.get(key(parent_goid)) }.is_none() {
         return false;
     }
     // A full LRU map evicts its oldest: an insert cannot fail for room.
-    let _ = GO_FUNC_GATES.insert(&key(goid), &1, 0);
+    let _ = GO_FUNC_GATES.insert(key(goid), 1, 0);
     true
 }
 
