@@ -24,10 +24,6 @@ pub const GO_FUNC_WORDS: usize = 9;
 /// Offsets along a [`GoStringPath`]: at most this many pointer loads, then
 /// the string header.
 pub const GO_FUNC_PATH_STEPS: usize = 4;
-/// Bytes of a [`GoFuncSpec::gate_needle`].
-pub const GO_FUNC_GATE_BYTES: usize = 8;
-/// Capacity of `GO_FUNC_GATES`: goroutines whose request a gate let through.
-pub const MAX_GO_FUNC_GATES: u32 = 4096;
 
 const _: () = assert!(GO_FUNC_STRING_BYTES.is_power_of_two());
 
@@ -73,15 +69,6 @@ pub struct GoFuncSpec {
     pub parent_goid_offset: u16,
     /// The strings to copy.
     pub strings: [GoStringPath; GO_FUNC_STRINGS],
-    /// With [`GO_FUNC_GATE`]: the path segment (`/pods`) string
-    /// [`GoFuncSpec::gate_string`] must hold, followed by `/`, `?` or its end.
-    pub gate_needle: [u8; GO_FUNC_GATE_BYTES],
-    /// Valid bytes of `gate_needle`.
-    pub gate_len: u8,
-    /// Which of the strings the gate looks at.
-    pub gate_string: u8,
-    /// Explicit padding, zero.
-    pub _pad: [u8; 2],
 }
 
 /// `GoFuncSpec::flags` (echoed in `GoFuncEvent::flags`): the Kubernetes
@@ -90,30 +77,6 @@ pub const GO_FUNC_DERIVED: u8 = 1;
 /// `GoFuncSpec::flags`: user space stopped this attachment (its first hits
 /// did not read as the function's arguments should); no event is made.
 pub const GO_FUNC_DISABLED: u8 = 1 << 1;
-/// `GoFuncSpec::flags`: this probe point decides whether the request its
-/// goroutine serves is followed: it is when the gate string holds the gate
-/// needle as a path segment; the goroutine is then noted in `GO_FUNC_GATES`,
-/// else no event is made. kube-apiserver's authentication, where a request
-/// begins, lets through the requests whose path names Pods.
-pub const GO_FUNC_GATE: u8 = 1 << 2;
-/// `GoFuncSpec::flags`: an event is made only in a goroutine a gate let
-/// through, or one it created (the apiserver's timeout filter and create
-/// handler each run the rest of a request in a new goroutine): the
-/// authorization, admission and storage calls of requests that are not
-/// about Pods cost their trap and two map lookups, no event.
-pub const GO_FUNC_GATED: u8 = 1 << 3;
-
-/// `GO_FUNC_GATES` key: a goroutine of a process.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct GoroutineKey {
-    /// Process id.
-    pub tgid: u32,
-    /// Explicit padding, zero.
-    pub _pad: u32,
-    /// `runtime.g.goid`.
-    pub goid: u64,
-}
 
 /// `GoFuncEvent::string_flags` bit for string `i`: cut to [`GO_FUNC_STRING_BYTES`].
 pub const GO_STRING_TRUNCATED: u8 = 1;
@@ -150,11 +113,7 @@ pub struct GoFuncEvent {
 }
 
 const _: () = assert!(size_of::<GoStringPath>() == 4 + 4 * GO_FUNC_PATH_STEPS);
-const _: () = assert!(
-    size_of::<GoFuncSpec>()
-        == 8 + GO_FUNC_STRINGS * size_of::<GoStringPath>() + GO_FUNC_GATE_BYTES + 4
-);
-const _: () = assert!(size_of::<GoroutineKey>() == 16);
+const _: () = assert!(size_of::<GoFuncSpec>() == 8 + GO_FUNC_STRINGS * size_of::<GoStringPath>());
 const _: () = assert!(
     size_of::<GoFuncEvent>()
         == 24

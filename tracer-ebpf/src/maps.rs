@@ -12,7 +12,7 @@ use tracer_common::{
         MAX_TARGET_COMMS, MAX_TARGETS, TargetInfo,
     },
     drop_reason::DropReason,
-    gofunc::{GoFuncSpec, GoroutineKey, MAX_GO_FUNC_GATES, MAX_GO_FUNC_PROBES},
+    gofunc::{GoFuncSpec, MAX_GO_FUNC_PROBES},
     io::{
         ActiveCall, DATA_BYTES_MAX, DataEvent, FdInfo, FdKey, GoCallKey, GoHpackCoders, GoTlsConn,
         GoTlsConnKey, GoTlsOffsets, GoTlsRead, HpackSync, IoSyscall, MAX_ACTIVE_CALLS,
@@ -118,13 +118,6 @@ pub(crate) static GO_BINARIES: Array<GoTlsOffsets> = Array::with_max_entries(MAX
 /// What each function probe attachment is, indexed by its attach cookie.
 #[map]
 pub(crate) static GO_FUNCS: Array<GoFuncSpec> = Array::with_max_entries(MAX_GO_FUNC_PROBES, 0);
-
-/// Goroutines whose request a function probe's gate let through
-/// (`GO_FUNC_GATE`). LRU: goroutines end without telling, and their ids are
-/// never reused.
-#[map]
-pub(crate) static GO_FUNC_GATES: LruHashMap<GoroutineKey, u8> =
-    LruHashMap::with_max_entries(MAX_GO_FUNC_GATES, 0);
 
 /// `crypto/tls.(*Conn).Read` calls between entry and return, per goroutine.
 #[map]

@@ -15,9 +15,8 @@
 //! is the one the apiserver's own authenticator returned.
 
 use tracer_common::gofunc::{
-    GO_FUNC_DERIVED, GO_FUNC_GATE, GO_FUNC_GATE_BYTES, GO_FUNC_GATED, GO_FUNC_PATH_STEPS,
-    GO_FUNC_STRINGS, GO_STRING_IN_MEMORY, GO_STRING_IN_REGISTERS, GoFuncSpec, GoFunction,
-    GoStringPath,
+    GO_FUNC_DERIVED, GO_FUNC_PATH_STEPS, GO_FUNC_STRINGS, GO_STRING_IN_MEMORY,
+    GO_STRING_IN_REGISTERS, GoFuncSpec, GoFunction, GoStringPath,
 };
 use tracer_gobin::{
     KubeArgWords, KubeOffsets, KubeOffsetsSource, KubeStructOffsets, StructOffsets,
@@ -62,27 +61,6 @@ pub enum PodField {
     Name,
 }
 
-/// Whether a probe's hits depend on the request its goroutine serves
-/// (kube-apiserver's: most of its requests are not about Pods, and each
-/// event would cost the probe's program and the agent's decoding for
-/// nothing).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RequestGate {
-    /// Every hit is an event (kube-scheduler's, the kubelet's: Pod work only).
-    None,
-    /// The hit where a request begins: its event is made, and the request's
-    /// later hits let through, only when string `string` of the entry holds
-    /// the path segment `needle`.
-    Opens {
-        /// Which of the entry's strings.
-        string: u8,
-        /// The segment, e.g. `/pods`.
-        needle: &'static str,
-    },
-    /// Events only within a request a gate let through.
-    Gated,
-}
-
 /// One probed function.
 #[derive(Clone, Copy, Debug)]
 pub struct KubeProbe {
@@ -97,8 +75,6 @@ pub struct KubeProbe {
     pub returns: bool,
     /// Strings read at each RET (results are in the words).
     pub ret: &'static [Read],
-    /// How its hits depend on the request (the gate opens at the entry).
-    pub gate: RequestGate,
 }
 
 use PodField::{Name, Namespace, Uid};
@@ -117,10 +93,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         ],
         returns: true,
         ret: &[AuthenticatedUser(|w| w.authenticate_response)],
-        gate: RequestGate::Opens {
-            string: 1,
-            needle: "/pods",
-        },
     },
     // func (authzHandler unionAuthzHandler) Authorize(ctx context.Context,
     //     a authorizer.Attributes) (authorizer.Decision, string, error)
@@ -130,7 +102,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         entry: &[],
         returns: true,
         ret: &[GoString(|w| w.authorize_reason)],
-        gate: RequestGate::Gated,
     },
     // func (admissionHandler chainAdmissionHandler) Admit(ctx context.Context,
     //     a Attributes, o ObjectInterfaces) error (Validate alike)
@@ -140,7 +111,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         entry: &[],
         returns: true,
         ret: &[],
-        gate: RequestGate::Gated,
     },
     KubeProbe {
         function: GoFunction::ApiserverValidate,
@@ -148,7 +118,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         entry: &[],
         returns: true,
         ret: &[],
-        gate: RequestGate::Gated,
     },
     // func (a *mutatingDispatcher) callAttrMutatingHook(ctx context.Context,
     //     h *admissionregistrationv1.MutatingWebhook, …) (bool, error)
@@ -158,7 +127,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         entry: &[FirstStringField(|w| w.mutating_webhook)],
         returns: true,
         ret: &[],
-        gate: RequestGate::Gated,
     },
     // func (d *validatingDispatcher) callHook(ctx context.Context,
     //     h *v1.ValidatingWebhook, …) error
@@ -168,7 +136,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         entry: &[FirstStringField(|w| w.validating_webhook)],
         returns: true,
         ret: &[],
-        gate: RequestGate::Gated,
     },
     // func (s *store) Create(ctx context.Context, key string, obj, out
     //     runtime.Object, ttl uint64) error
@@ -178,7 +145,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         entry: &[GoString(|w| w.storage_create_key)],
         returns: true,
         ret: &[],
-        gate: RequestGate::Gated,
     },
     // func (s *store) GuaranteedUpdate(ctx context.Context, key string, …) error
     KubeProbe {
@@ -187,7 +153,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         entry: &[GoString(|w| w.storage_update_key)],
         returns: true,
         ret: &[],
-        gate: RequestGate::Gated,
     },
     // func (sched *Scheduler) addPodToSchedulingQueue(obj interface{})
     KubeProbe {
@@ -200,7 +165,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         ],
         returns: false,
         ret: &[],
-        gate: RequestGate::None,
     },
     // func (sched *Scheduler) schedulingCycle(ctx context.Context, state
     //     *framework.CycleState, fwk framework.Framework, podInfo
@@ -217,7 +181,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         ],
         returns: true,
         ret: &[GoString(|w| w.scheduling_cycle_host)],
-        gate: RequestGate::None,
     },
     // func (sched *Scheduler) bind(ctx context.Context, fwk framework.Framework,
     //     assumed *v1.Pod, targetNode string, state *framework.CycleState)
@@ -228,7 +191,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         entry: &[PodUid(|w| w.bind_pod), GoString(|w| w.bind_node)],
         returns: true,
         ret: &[],
-        gate: RequestGate::None,
     },
     // func (kl *Kubelet) HandlePodAdditions(pods []*v1.Pod)
     KubeProbe {
@@ -241,7 +203,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         ],
         returns: false,
         ret: &[],
-        gate: RequestGate::None,
     },
     // func (kl *Kubelet) SyncPod(ctx context.Context, updateType
     //     kubetypes.SyncPodType, pod, mirrorPod *v1.Pod, podStatus
@@ -256,7 +217,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         ],
         returns: true,
         ret: &[],
-        gate: RequestGate::None,
     },
     // func (vm *volumeManager) WaitForAttachAndMount(ctx context.Context,
     //     pod *v1.Pod) error
@@ -266,7 +226,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         entry: &[PodUid(|w| w.volume_wait_pod)],
         returns: true,
         ret: &[],
-        gate: RequestGate::None,
     },
     // func (m *manager) syncPod(uid types.UID, status versionedPodStatus)
     KubeProbe {
@@ -275,7 +234,6 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         entry: &[GoString(|w| w.status_sync_uid)],
         returns: true,
         ret: &[],
-        gate: RequestGate::None,
     },
 ];
 
@@ -334,28 +292,14 @@ pub fn spec(
         *slot = path(*read, go, &kube.offsets);
     }
     let derived = matches!(kube.source, KubeOffsetsSource::Derived { .. });
-    let mut spec = GoFuncSpec {
+    GoFuncSpec {
         function: probe.function as u16,
         at_return: u8::from(at_return),
         flags: if derived { GO_FUNC_DERIVED } else { 0 },
         goid_offset: go.runtime_g_goid as u16,
         parent_goid_offset: go.runtime_g_parent_goid.unwrap_or(0) as u16,
         strings,
-        ..GoFuncSpec::default()
-    };
-    match (probe.gate, at_return) {
-        (RequestGate::None, _) => {}
-        (RequestGate::Opens { string, needle }, false) => {
-            spec.flags |= GO_FUNC_GATE;
-            spec.gate_string = string;
-            let needle = &needle.as_bytes()[..needle.len().min(GO_FUNC_GATE_BYTES)];
-            spec.gate_needle[..needle.len()].copy_from_slice(needle);
-            spec.gate_len = needle.len() as u8;
-        }
-        // Its returns: within the request its entry let through.
-        (RequestGate::Opens { .. } | RequestGate::Gated, _) => spec.flags |= GO_FUNC_GATED,
     }
-    spec
 }
 
 fn path(read: Read, go: &StructOffsets, kube: &KubeStructOffsets) -> GoStringPath {
@@ -465,46 +409,6 @@ mod tests {
         }
     }
 
-    /// kube-apiserver's probes make events only for requests whose path
-    /// names Pods: authentication's entry decides (on the path it reads),
-    /// every other apiserver probe point follows; the scheduler's and the
-    /// kubelet's probes see only Pod work and are not gated.
-    #[test]
-    fn the_apiserver_probes_make_events_only_for_requests_about_pods() {
-        let version = tracer_gobin::KubeVersion::parse("v1.28.4").unwrap();
-        let kube = KubeOffsets {
-            offsets: tracer_gobin::kube_offsets(version).unwrap(),
-            source: KubeOffsetsSource::Table { release: "v1.28.4" },
-            absent: Vec::new(),
-        };
-        let go = StructOffsets::for_go_version("go1.21.13").unwrap();
-        for probe in KUBE_PROBES {
-            let (entry, ret) = (
-                spec(probe, false, &go, &kube),
-                spec(probe, true, &go, &kube),
-            );
-            let apiserver = format!("{:?}", probe.function).starts_with("Apiserver");
-            if probe.function == GoFunction::ApiserverAuthenticate {
-                assert_eq!(entry.flags & (GO_FUNC_GATE | GO_FUNC_GATED), GO_FUNC_GATE);
-                assert_eq!(&entry.gate_needle[..usize::from(entry.gate_len)], b"/pods");
-                // The string the gate reads is the request's path.
-                assert!(matches!(
-                    probe.entry[usize::from(entry.gate_string)],
-                    RequestPath(_)
-                ));
-                assert_eq!(ret.flags & (GO_FUNC_GATE | GO_FUNC_GATED), GO_FUNC_GATED);
-            } else if apiserver {
-                for point in [entry, ret] {
-                    assert_eq!(point.flags & (GO_FUNC_GATE | GO_FUNC_GATED), GO_FUNC_GATED);
-                }
-            } else {
-                for point in [entry, ret] {
-                    assert_eq!(point.flags & (GO_FUNC_GATE | GO_FUNC_GATED), 0);
-                }
-            }
-        }
-    }
-
     #[test]
     fn every_argument_word_belongs_to_a_probed_function() {
         // The table generator's list (tracer-gobin) names the same functions.
@@ -540,11 +444,7 @@ mod tests {
             for probe in KUBE_PROBES {
                 for at_return in [false, true] {
                     let spec = spec(probe, at_return, &go, &kube);
-                    assert_eq!(
-                        spec.flags & GO_FUNC_DERIVED,
-                        0,
-                        "table offsets are not marked derived"
-                    );
+                    assert_eq!(spec.flags, 0, "table offsets are not marked derived");
                     for path in spec.strings.iter().filter(|p| p.kind != 0) {
                         // A string in registers takes its word and the next.
                         let last = usize::from(path.word)
