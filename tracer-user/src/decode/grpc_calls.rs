@@ -109,9 +109,10 @@ const SECRETS_MISSED_GRACE_NS: u64 = 30_000_000_000;
 /// every header field of every request of the process is a trap: a
 /// connection that only watches or pings (most of kube-apiserver's
 /// per-resource etcd clients, every client that watches the apiserver) held
-/// them 30 s, and the apiserver paid ~50 traps a request for it. Its next
-/// request brings them back (once: see `on_data`), and that request's fields
-/// that refer to the table as it was before podtrace are lost.
+/// them 30 s, and the apiserver paid ~50 traps a request for it. A later
+/// request may bring them back, once (`Connection::calls_probes_back`), and
+/// that request's fields that refer to the table as it was before podtrace
+/// are lost.
 const REQUEST_IDLE_GRACE_NS: u64 = 2_000_000_000;
 /// How often a process whose HPACK probes are attached is looked at again.
 const FIELD_PROBES_RECHECK_NS: u64 = 250_000_000;
