@@ -130,6 +130,7 @@ impl LiveCapture {
             data_bytes: tracer_common::io::DEFAULT_DATA_BYTES,
             uprobe_perf_events: false,
             kube_offsets: tracer_gobin::KubeOffsetsMode::default(),
+            apiserver_probes: tracer_user::capture::kube_probes::ApiserverProbes::default(),
         };
         let mut probes =
             Probes::load(&options).unwrap_or_else(|err| panic!("loading the eBPF object: {err}"));

@@ -12,6 +12,9 @@ use crate::otlp_json::ExportedSpan;
 pub const FUNCTION_PROBE_SPANS: &[&str] = &[
     "apiserver authentication",
     "apiserver authorization",
+    "apiserver Pod validation",
+    "apiserver binding",
+    "apiserver status update",
     "scheduler scheduling cycle",
     "scheduler bind",
     "kubelet pod sync",
@@ -29,8 +32,11 @@ pub fn tree_violations(spans: &[ExportedSpan]) -> Vec<String> {
     for (trace, spans) in traces {
         let mut by_id: HashMap<&str, &ExportedSpan> = HashMap::new();
         for span in &spans {
-            if by_id.insert(&span.span_id, span).is_some() {
-                faults.push(format!("trace {trace}: span id {} twice", span.span_id));
+            if let Some(first) = by_id.insert(&span.span_id, span) {
+                faults.push(format!(
+                    "trace {trace}: span id {} twice ({:?}, {:?})",
+                    span.span_id, first.name, span.name
+                ));
             }
         }
         let roots: Vec<&str> = spans

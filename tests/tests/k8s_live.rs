@@ -304,11 +304,12 @@ impl ExpectedSpan {
 /// What the trace of a Pod that reached Running holds today besides the
 /// structure [`assert_etcd_spans`] and [`assert_node_spans`] check.
 const RUNNING_POD_SPANS: &[ExpectedSpan] = &[
-    // The apiserver's etcd calls nest under its storage writes.
+    // The apiserver's etcd calls nest under the Pod registry's calls that
+    // make them (`--apiserver-probes pods`, the default).
     ExpectedSpan::named(
         "etcdserverpb.KV/Txn",
         Some(SPAN_KIND_CLIENT),
-        Some("apiserver storage "),
+        Some("apiserver binding"),
     ),
     ExpectedSpan::named(
         "etcdserverpb.KV/Txn",
@@ -336,25 +337,27 @@ const CONTROL_PLANE_COMPONENT_SPANS: &[ExpectedSpan] = &[
         Some(SPAN_KIND_SERVER),
         "POST /api/v1/namespaces/{namespace}/pods",
     ),
+    // Only functions that Pod requests alone reach are probed: what comes
+    // before the Pod registry is one span from the wire's start.
     ExpectedSpan::named(
-        "apiserver authentication",
+        "apiserver authentication, authorization, admission (mutating)",
         None,
         Some("apiserver POST /api/v1/namespaces/{namespace}/pods"),
     ),
     ExpectedSpan::named(
-        "apiserver authorization",
+        "apiserver Pod validation",
         None,
         Some("apiserver POST /api/v1/namespaces/{namespace}/pods"),
     ),
     ExpectedSpan::named(
-        "apiserver admission (mutating)",
+        "apiserver admission (validating), storage create",
         None,
         Some("apiserver POST /api/v1/namespaces/{namespace}/pods"),
     ),
     ExpectedSpan::named(
         "etcdserverpb.KV/Txn",
         Some(SPAN_KIND_CLIENT),
-        Some("apiserver storage create /pods/"),
+        Some("apiserver admission (validating), storage create"),
     ),
     ExpectedSpan::named("scheduler queue", None, None),
     ExpectedSpan::named("scheduler scheduling cycle", None, None),
@@ -386,6 +389,16 @@ const CONTROL_PLANE_COMPONENT_SPANS: &[ExpectedSpan] = &[
         "apiserver PATCH /api/v1/namespaces/{namespace}/pods/{name}/status",
         Some(SPAN_KIND_SERVER),
         Some("PATCH /api/v1/namespaces/{namespace}/pods/{name}/status"),
+    ),
+    ExpectedSpan::named(
+        "apiserver status update",
+        None,
+        Some("apiserver PATCH /api/v1/namespaces/{namespace}/pods/{name}/status"),
+    ),
+    ExpectedSpan::named(
+        "etcdserverpb.KV/Txn",
+        Some(SPAN_KIND_CLIENT),
+        Some("apiserver status update"),
     ),
 ];
 
@@ -604,13 +617,14 @@ fn scenario_args(scenarios: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// Waits until the agent has attached its function probes to the four
-/// Kubernetes components (kube-apiserver, kube-scheduler,
-/// kube-controller-manager, kubelet). Attaching takes a debug build about
-/// a second a binary, one after the other: a Pod created before would miss
-/// the function spans of a component that started just before it, which is
-/// what a component's first moments after a restart cost, not what this
-/// test is about.
+/// Waits until the agent has attached its function probes to the three
+/// Kubernetes components with probe points on a Pod's creation
+/// (kube-apiserver, kube-scheduler, kubelet; kube-controller-manager has
+/// none since the apiserver's probes are the Pod registry's, which it does
+/// not link). Attaching takes a debug build about a second a binary, one
+/// after the other: a Pod created before would miss the function spans of a
+/// component that started just before it, which is what a component's first
+/// moments after a restart cost, not what this test is about.
 /// `log` gives the agent's log so far (its own process's, or the
 /// DaemonSet's through `kubectl logs`), read every `every`.
 fn wait_for_function_probes(log: impl Fn() -> String, every: Duration) {
@@ -625,12 +639,12 @@ fn wait_for_function_probes(log: impl Fn() -> String, every: Duration) {
                     && !line.contains("kube_functions=0")
             })
             .count();
-        if probed >= 4 {
+        if probed >= 3 {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "the agent attached function probes to {probed} of the 4 components in 60 s:\n{log}"
+            "the agent attached function probes to {probed} of the 3 components in 60 s:\n{log}"
         );
         std::thread::sleep(every);
     }
@@ -771,7 +785,7 @@ fn real_control_plane_scenarios_get_their_traces() {
     assert!(
         trace
             .iter()
-            .any(|s| s.name == "apiserver admission (validating)" && s.status_code == 2),
+            .any(|s| s.name.starts_with("apiserver admission (validating)") && s.status_code == 2),
         "{trace:#?}"
     );
     assert!(

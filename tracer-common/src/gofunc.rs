@@ -149,6 +149,15 @@ pub enum GoFunction {
     ApiserverStorageCreate = 7,
     /// kube-apiserver: the storage read-modify-write (etcd3 store).
     ApiserverStorageUpdate = 8,
+    /// kube-apiserver: the Pod registry validating a Pod to create (only
+    /// Pod creates reach it).
+    ApiserverPodValidate = 9,
+    /// kube-apiserver: the Pod registry binding a Pod to a node (only
+    /// `pods/binding` creates reach it).
+    ApiserverPodBinding = 10,
+    /// kube-apiserver: the Pod registry updating a Pod's status (only
+    /// `pods/status` updates reach it).
+    ApiserverPodStatusUpdate = 11,
     /// kube-scheduler: a Pod added to the scheduling queue (informer event).
     SchedulerEnqueue = 20,
     /// kube-scheduler: one scheduling cycle (filter, score, reserve, permit).
@@ -167,7 +176,7 @@ pub enum GoFunction {
 
 impl GoFunction {
     /// Every probed function.
-    pub const ALL: [GoFunction; 15] = [
+    pub const ALL: [GoFunction; 18] = [
         GoFunction::ApiserverAuthenticate,
         GoFunction::ApiserverAuthorize,
         GoFunction::ApiserverAdmit,
@@ -176,6 +185,9 @@ impl GoFunction {
         GoFunction::ApiserverValidatingWebhook,
         GoFunction::ApiserverStorageCreate,
         GoFunction::ApiserverStorageUpdate,
+        GoFunction::ApiserverPodValidate,
+        GoFunction::ApiserverPodBinding,
+        GoFunction::ApiserverPodStatusUpdate,
         GoFunction::SchedulerEnqueue,
         GoFunction::SchedulerCycle,
         GoFunction::SchedulerBind,

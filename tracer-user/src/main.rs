@@ -23,6 +23,7 @@ use tracer_user::{
         CaptureOptions, Priority, Probes,
         clock::WallClock,
         go_probes,
+        kube_probes::ApiserverProbes,
         recording::{RecordingHeader, RecordingReader, RecordingWriter},
         targets::{DEFAULT_TARGET_NAMES, TargetMatcher},
         uprobes::CallCounter,
@@ -230,6 +231,30 @@ impl From<KubeOffsetsArg> for tracer_gobin::KubeOffsetsMode {
     }
 }
 
+/// Which of kube-apiserver's functions are probed.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ApiserverProbesArg {
+    /// Only functions that requests about Pods reach (the Pod registry's,
+    /// the admission webhook calls): no cost to any other request. A
+    /// create's authentication, authorization and mutating admission are
+    /// one span.
+    Pods,
+    /// Also the authenticator, the authorizer, the admission chain and the
+    /// etcd3 store: a span per phase of a Pod request (the user, the
+    /// authorizer's verdict), at about 15 uprobe traps per request of any
+    /// kind — for a while, on a cluster whose Pod requests are slow there.
+    All,
+}
+
+impl From<ApiserverProbesArg> for ApiserverProbes {
+    fn from(arg: ApiserverProbesArg) -> Self {
+        match arg {
+            ApiserverProbesArg::Pods => Self::Pods,
+            ApiserverProbesArg::All => Self::All,
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 struct ProbeCheckArgs {
     /// The Go ELF executable.
@@ -279,6 +304,9 @@ struct RunArgs {
     /// Where the Kubernetes function probes' struct offsets come from.
     #[arg(long, value_enum, default_value_t = KubeOffsetsArg::Table)]
     kube_offsets: KubeOffsetsArg,
+    /// Which of kube-apiserver's functions are probed.
+    #[arg(long, value_enum, default_value_t = ApiserverProbesArg::Pods)]
+    apiserver_probes: ApiserverProbesArg,
     /// Payload bytes kept per socket or WAL syscall (at most 8192).
     #[arg(long, default_value_t = DEFAULT_DATA_BYTES, value_parser = clap::value_parser!(u32).range(0..=DATA_BYTES_MAX as i64))]
     data_bytes: u32,
@@ -547,6 +575,7 @@ fn run(args: RunArgs, recording: Option<Recording>) -> anyhow::Result<ExitCode> 
         data_bytes: args.data_bytes,
         uprobe_perf_events: args.uprobe_perf_events,
         kube_offsets: args.kube_offsets.into(),
+        apiserver_probes: args.apiserver_probes.into(),
     };
     let priority = Priority::new(args.nice, args.ring_buffer_bytes);
     let runtime = tokio::runtime::Builder::new_multi_thread()

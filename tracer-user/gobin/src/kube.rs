@@ -221,6 +221,14 @@ pub struct KubeArgWords {
     pub storage_create_key: u8,
     /// `etcd3.(*store).GuaranteedUpdate`: `key string`.
     pub storage_update_key: u8,
+    /// `pod.podStrategy.Validate`: the data word of `obj runtime.Object`
+    /// (the `*core.Pod` to create).
+    pub pod_validate_pod: u8,
+    /// `(*BindingREST).Create`: the data word of `obj runtime.Object` (the
+    /// `*core.Binding`, named as its Pod).
+    pub binding_create_binding: u8,
+    /// `(*StatusREST).Update`: `name string` (the Pod's).
+    pub status_update_name: u8,
     /// `(*Scheduler).addPodToSchedulingQueue`: the data word of `obj interface{}`.
     pub enqueue_pod: u8,
     /// `(*Scheduler).schedulingCycle`: `podInfo *framework.QueuedPodInfo`.

@@ -93,6 +93,23 @@ pub const ARG_WORDS: &[ArgWord] = &[
         "key",
     ),
     ArgWord {
+        name: "pod_validate_pod",
+        function: "k8s.io/kubernetes/pkg/registry/core/pod.podStrategy.Validate",
+        value: Value::Param("obj"),
+        path: &["data"],
+    },
+    ArgWord {
+        name: "binding_create_binding",
+        function: "k8s.io/kubernetes/pkg/registry/core/pod/storage.(*BindingREST).Create",
+        value: Value::Param("obj"),
+        path: &["data"],
+    },
+    param(
+        "status_update_name",
+        "k8s.io/kubernetes/pkg/registry/core/pod/storage.(*StatusREST).Update",
+        "name",
+    ),
+    ArgWord {
         name: "enqueue_pod",
         function: "k8s.io/kubernetes/pkg/scheduler.(*Scheduler).addPodToSchedulingQueue",
         value: Value::Param("obj"),

@@ -13,7 +13,7 @@ use serde::Serialize;
 use tracer_common::io::GO_AT_STACK_CHECK;
 use tracer_gobin::{GoBinError, GoBinary, KubeOffsetsMode, Module};
 
-use super::kube_probes::KubeProbe;
+use super::kube_probes::{ApiserverProbes, KubeProbe};
 
 /// What a probed function is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -197,7 +197,8 @@ pub fn inspect(
         .into_iter()
         .map(|(_, function)| (function.name.clone(), function))
         .collect();
-    let kube_functions = kube_functions(&binary)?;
+    // Both modes' functions: what the binary offers to either.
+    let kube_functions = kube_functions(&binary, |_| true)?;
     let mut kube_probes = std::collections::BTreeMap::new();
     let kubernetes = match binary.kubernetes_version() {
         Ok(Some(version)) if kube_functions.is_empty() => {
@@ -351,10 +352,14 @@ pub enum NoGoPlan {
 }
 
 /// Resolves where podtrace's probes go in the Go binary at `path`.
-pub fn go_plan(path: &Path, kube_mode: KubeOffsetsMode) -> Result<GoPlan, NoGoPlan> {
+pub fn go_plan(
+    path: &Path,
+    kube_mode: KubeOffsetsMode,
+    apiserver: ApiserverProbes,
+) -> Result<GoPlan, NoGoPlan> {
     let binary = GoBinary::open(path)?;
     let probed = probed_functions(&binary)?;
-    let kube_functions = kube_functions(&binary)?;
+    let kube_functions = kube_functions(&binary, |probe| apiserver.probes(probe.function))?;
     if probed.is_empty() && kube_functions.is_empty() {
         return Err(NoGoPlan::NothingToProbe);
     }
@@ -394,12 +399,13 @@ fn kube_offsets_of(
 }
 
 /// The functions of [`KUBE_PROBES`](super::kube_probes::KUBE_PROBES) that
-/// `binary` holds, resolved for attach.
+/// `binary` holds and `wanted` keeps, resolved for attach.
 fn kube_functions(
     binary: &GoBinary,
+    wanted: impl Fn(&KubeProbe) -> bool,
 ) -> Result<Vec<(&'static KubeProbe, ResolvedFunction)>, GoBinError> {
     let mut found = Vec::new();
-    for probe in super::kube_probes::KUBE_PROBES {
+    for probe in super::kube_probes::KUBE_PROBES.iter().filter(|p| wanted(p)) {
         if let Some(function) = binary.function(probe.symbol)? {
             found.push((probe, resolve(binary, function, false)?));
         }

@@ -50,6 +50,57 @@ pub enum Read {
     FirstStringField(Word),
 }
 
+/// Which of kube-apiserver's functions are probed.
+///
+/// Every uprobe hit stops the thread in a trap, whatever the program then
+/// does; kube-apiserver's request-handling functions (the authenticator,
+/// the authorizer, the admission chain, the etcd3 store) run for every
+/// request of the cluster, and a Pod's creation is a handful of them. The
+/// Pod registry's own functions run only for requests about Pods.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ApiserverProbes {
+    /// The Pod registry's functions (the Pod validation of a create, the
+    /// binding, the status update) and the admission webhook calls: no trap
+    /// for a request that is not about a Pod. The authentication,
+    /// authorization and mutating admission of a create are one span, from
+    /// the request's arrival on the wire to the Pod's validation.
+    #[default]
+    Pods,
+    /// The request-handling functions shared by every request as well: each
+    /// phase of a Pod request its own span (the user authentication
+    /// resolved, the authorizer's verdict), at several traps per request of
+    /// any kind.
+    All,
+}
+
+impl ApiserverProbes {
+    /// Whether `function` is probed in this mode (every function that is
+    /// not kube-apiserver's is).
+    pub fn probes(self, function: GoFunction) -> bool {
+        use GoFunction as F;
+        match function {
+            F::ApiserverAuthenticate
+            | F::ApiserverAuthorize
+            | F::ApiserverAdmit
+            | F::ApiserverValidate
+            | F::ApiserverStorageCreate
+            | F::ApiserverStorageUpdate => self == Self::All,
+            F::ApiserverPodValidate | F::ApiserverPodBinding | F::ApiserverPodStatusUpdate => {
+                self == Self::Pods
+            }
+            F::ApiserverMutatingWebhook
+            | F::ApiserverValidatingWebhook
+            | F::SchedulerEnqueue
+            | F::SchedulerCycle
+            | F::SchedulerBind
+            | F::KubeletPodAdditions
+            | F::KubeletSyncPod
+            | F::KubeletVolumeWait
+            | F::KubeletStatusSync => true,
+        }
+    }
+}
+
 /// A field of a Pod's `ObjectMeta`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PodField {
@@ -151,6 +202,45 @@ pub const KUBE_PROBES: &[KubeProbe] = &[
         function: GoFunction::ApiserverStorageUpdate,
         symbol: "k8s.io/apiserver/pkg/storage/etcd3.(*store).GuaranteedUpdate",
         entry: &[GoString(|w| w.storage_update_key)],
+        returns: true,
+        ret: &[],
+    },
+    // The Pod registry's own functions: only requests about Pods reach them,
+    // so they cost nothing to any other request (`ApiserverProbes::Pods`).
+    // func (podStrategy) Validate(ctx context.Context, obj runtime.Object)
+    //     field.ErrorList — the receiver is a struct of two interfaces, and
+    //     the object a `*core.Pod`, whose metadata sits where a v1.Pod's does.
+    KubeProbe {
+        function: GoFunction::ApiserverPodValidate,
+        symbol: "k8s.io/kubernetes/pkg/registry/core/pod.podStrategy.Validate",
+        entry: &[
+            PodUid(|w| w.pod_validate_pod),
+            PodNamespace(|w| w.pod_validate_pod),
+            PodName(|w| w.pod_validate_pod),
+        ],
+        returns: true,
+        ret: &[],
+    },
+    // func (r *BindingREST) Create(ctx context.Context, name string, obj
+    //     runtime.Object, …) (out runtime.Object, err error) — the object a
+    //     `*core.Binding`, whose metadata (the Pod's namespace and name) sits
+    //     where a Pod's does: both begin with TypeMeta and ObjectMeta.
+    KubeProbe {
+        function: GoFunction::ApiserverPodBinding,
+        symbol: "k8s.io/kubernetes/pkg/registry/core/pod/storage.(*BindingREST).Create",
+        entry: &[
+            PodNamespace(|w| w.binding_create_binding),
+            PodName(|w| w.binding_create_binding),
+        ],
+        returns: true,
+        ret: &[],
+    },
+    // func (r *StatusREST) Update(ctx context.Context, name string, …)
+    //     (runtime.Object, bool, error)
+    KubeProbe {
+        function: GoFunction::ApiserverPodStatusUpdate,
+        symbol: "k8s.io/kubernetes/pkg/registry/core/pod/storage.(*StatusREST).Update",
+        entry: &[GoString(|w| w.status_update_name)],
         returns: true,
         ret: &[],
     },

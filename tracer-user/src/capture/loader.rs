@@ -44,7 +44,7 @@ use super::{
     hpack_probes::HpackProbes,
     io_processes::{self, PID_MAX_FILE},
     kernel_btf::{KernelBtfError, VMLINUX_BTF, kernel_offsets},
-    kube_probes,
+    kube_probes::{self, ApiserverProbes},
     on_demand::{FileId, OnDemandProbes},
     proc_fds::{OpenFd, open_fds},
     recording::KnownProcesses,
@@ -76,6 +76,8 @@ pub struct CaptureOptions {
     pub uprobe_perf_events: bool,
     /// Where the Kubernetes function probes' offsets come from.
     pub kube_offsets: tracer_gobin::KubeOffsetsMode,
+    /// Which of kube-apiserver's functions are probed.
+    pub apiserver_probes: ApiserverProbes,
 }
 
 /// Failure to set up capture. Each variant says what to do about it.
@@ -169,6 +171,8 @@ pub struct Probes {
     go_binaries: HashMap<(u64, u64), Option<u32>>,
     /// Where Kubernetes function probes take their offsets from.
     kube_offsets_mode: tracer_gobin::KubeOffsetsMode,
+    /// Which of kube-apiserver's functions are probed.
+    apiserver_probes: ApiserverProbes,
     /// Slots of `GO_FUNCS` in use.
     go_func_slots: u32,
     /// The executable and spec of each `GO_FUNCS` slot, to stop a function's
@@ -370,6 +374,7 @@ impl Probes {
             open_fds,
             go_binaries: HashMap::new(),
             kube_offsets_mode: options.kube_offsets,
+            apiserver_probes: options.apiserver_probes,
             go_func_slots: 0,
             go_func_specs: Vec::new(),
             uprobes,
@@ -508,7 +513,7 @@ impl Probes {
         file: FileId,
         running: &[u32],
     ) -> Result<GoAttached, GoAttachError> {
-        let plan = go_plan(exe, self.kube_offsets_mode)?;
+        let plan = go_plan(exe, self.kube_offsets_mode, self.apiserver_probes)?;
         let mut points: Vec<(&'static str, u64, u64)> = Vec::new();
         let mut hpack_points = Vec::new();
         for (functions, side) in [

@@ -152,17 +152,51 @@ pub fn decode(record: GoFuncRecord) -> FuncMessage {
             // error: a nil interface has a zero type word.
             message.failed = Some(words[0] != 0);
         }
+        (F::ApiserverPodValidate, Point::Return) => {
+            // field.ErrorList: a slice, failed when not empty.
+            message.failed = Some(words[1] != 0);
+        }
+        (F::ApiserverPodBinding, Point::Return) => {
+            // (out runtime.Object, err error)
+            message.failed = Some(words[2] != 0);
+        }
+        (F::ApiserverPodStatusUpdate, Point::Return) => {
+            // (runtime.Object, bool, error)
+            message.failed = Some(words[3] != 0);
+        }
         (
             F::ApiserverMutatingWebhook
             | F::ApiserverValidatingWebhook
             | F::ApiserverStorageCreate
-            | F::ApiserverStorageUpdate,
+            | F::ApiserverStorageUpdate
+            | F::ApiserverPodStatusUpdate,
             Point::Entry,
         ) => message.text = first,
+        (F::ApiserverPodBinding, Point::Entry) => {
+            // The request's own path, from the Binding's namespace and name.
+            if let (Some(namespace), Some(name)) = (
+                first.filter(|ns| dns_name(ns)),
+                second.filter(|name| dns_name(name)),
+            ) {
+                message.path = Some(format!(
+                    "/api/v1/namespaces/{namespace}/pods/{name}/binding"
+                ));
+                message.text = Some(name);
+            }
+        }
         (
             F::SchedulerEnqueue | F::SchedulerCycle | F::KubeletPodAdditions | F::KubeletSyncPod,
             Point::Entry,
         ) => message.pod = pod_ref(first, second, third),
+        (F::ApiserverPodValidate, Point::Entry) => {
+            message.pod = pod_ref(first, second, third);
+            // The create's path: the collection of the Pod's namespace.
+            message.path = message
+                .pod
+                .as_ref()
+                .and_then(|pod| pod.namespace.as_deref())
+                .map(|namespace| format!("/api/v1/namespaces/{namespace}/pods"));
+        }
         (F::SchedulerCycle, Point::Return) => {
             // (ScheduleResult{SuggestedHost string, EvaluatedNodes,
             // FeasibleNodes int, …}, *QueuedPodInfo, *framework.Status)
@@ -272,9 +306,15 @@ fn reads_as_expected(message: &FuncMessage) -> Result<(), &'static str> {
     };
     let ok = match (message.function, message.point) {
         (
-            F::SchedulerEnqueue | F::SchedulerCycle | F::KubeletPodAdditions | F::KubeletSyncPod,
+            F::SchedulerEnqueue
+            | F::SchedulerCycle
+            | F::KubeletPodAdditions
+            | F::KubeletSyncPod
+            | F::ApiserverPodValidate,
             Point::Entry,
         ) => named_pod(&message.pod),
+        (F::ApiserverPodBinding, Point::Entry) => message.path.is_some(),
+        (F::ApiserverPodStatusUpdate, Point::Entry) => dns(&message.text),
         (F::SchedulerBind, Point::Entry) => message.pod.is_some() && dns(&message.text),
         (F::KubeletVolumeWait | F::KubeletStatusSync, Point::Entry) => message.pod.is_some(),
         (F::ApiserverStorageCreate | F::ApiserverStorageUpdate, Point::Entry) => {

@@ -55,7 +55,10 @@ pub enum Phase {
     ContainerStart,
     /// kube-apiserver's handling of the create request.
     CreateRequest,
-    /// One admission pass (mutating or validating) of a Pod write.
+    /// One admission pass (mutating or validating) of a Pod write. Only
+    /// with `--apiserver-probes all`: the default probes the Pod registry,
+    /// whose spans hold admission together with authentication or the
+    /// storage write, so no sample would be admission's alone.
     Admission,
     /// The Pod in the scheduler's queue (added → its scheduling cycle).
     SchedulingQueue,

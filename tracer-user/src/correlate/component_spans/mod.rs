@@ -86,7 +86,10 @@ struct RequestCall {
     ret: FuncMessage,
 }
 
-/// An apiserver request, from its authentication on.
+/// An apiserver request, from its authentication on
+/// ([`ApiserverProbes::All`](crate::capture::kube_probes::ApiserverProbes)),
+/// or from the first Pod registry function it reached
+/// (`ApiserverProbes::Pods`).
 #[derive(Clone, Debug)]
 struct Request {
     tgid: u32,
@@ -94,10 +97,14 @@ struct Request {
     start_ns: u64,
     last_ns: u64,
     remote_addr: Option<String>,
-    path: String,
+    path: RequestPath,
     calls: Vec<RequestCall>,
-    /// The Pod its storage write named (`/pods/NS/NAME`).
+    /// The Pod its storage write named (`/pods/NS/NAME`), or the Pod its
+    /// registry call named.
     stored: Option<(String, String)>,
+    /// Started by a Pod registry function: a write of a Pod, whose phases
+    /// before the registry are one span from the wire's start.
+    registry: bool,
 }
 
 impl Request {
@@ -106,6 +113,52 @@ impl Request {
             "apiserver/request/{}/{}/{}",
             self.tgid, self.goid, self.start_ns
         )
+    }
+
+    /// The key of a registry request's span before the registry (from the
+    /// wire's start).
+    fn before_registry_key(&self) -> String {
+        format!("{}/before-registry", self.key())
+    }
+
+    /// The key of a create's span after its Pod's validation (admission
+    /// (validating) and the storage write).
+    fn after_validation_key(&self) -> String {
+        format!("{}/after-validation", self.key())
+    }
+}
+
+/// What a request's path on the wire must be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum RequestPath {
+    /// The path itself: the authenticator's, or built from the Pod the
+    /// registry named (a create, a binding).
+    Exact(String),
+    /// Its tail, `/pods/NAME/status`: a status update names its Pod but
+    /// not the Pod's namespace.
+    Tail(String),
+}
+
+impl RequestPath {
+    fn matches(&self, path: &str) -> bool {
+        match self {
+            RequestPath::Exact(exact) => path == exact,
+            RequestPath::Tail(tail) => path.ends_with(tail.as_str()),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            RequestPath::Exact(path) | RequestPath::Tail(path) => path,
+        }
+    }
+
+    /// Namespace and name of the Pod an exact path names.
+    fn pod(&self) -> Option<(String, Option<String>)> {
+        match self {
+            RequestPath::Exact(path) => path_pod(path),
+            RequestPath::Tail(_) => None,
+        }
     }
 }
 
@@ -130,9 +183,10 @@ struct WaitingServer {
 #[derive(Clone, Debug)]
 struct ParentCall {
     function: GoFunction,
-    /// The Pod's UID, or its namespace and name (storage calls).
+    /// The Pod's UID, or its namespace (when known: a status update names
+    /// only its Pod) and name (storage and registry calls).
     uid: Option<String>,
-    name: Option<(String, String)>,
+    name: Option<(Option<String>, String)>,
     start_ns: u64,
     end_ns: Option<u64>,
     key: String,
@@ -150,6 +204,10 @@ pub struct ComponentSpans {
     creator_order: VecDeque<(u32, u64)>,
     requests: HashMap<(u32, u64), Request>,
     parents: VecDeque<ParentCall>,
+    /// Webhook calls made before their request was known (a create's
+    /// mutating webhooks precede the Pod registry), oldest first: claimed
+    /// by the request its goroutine starts.
+    unclaimed: VecDeque<RequestCall>,
     /// Pods the scheduler queued (UID → when).
     queued: HashMap<String, u64>,
     /// Pods handed to the kubelet (UID → when).
@@ -208,6 +266,7 @@ impl ComponentSpans {
             creator_order: VecDeque::new(),
             requests: HashMap::new(),
             parents: VecDeque::new(),
+            unclaimed: VecDeque::new(),
             queued: HashMap::new(),
             dispatched: HashMap::new(),
             syncs: HashMap::new(),
@@ -331,14 +390,18 @@ impl ComponentSpans {
                                 start_ns: entry.ids.ts_ns,
                                 last_ns: entry.ids.ts_ns,
                                 remote_addr: entry.remote_addr.clone(),
-                                path: entry.path.clone().unwrap_or_default(),
+                                path: RequestPath::Exact(entry.path.clone().unwrap_or_default()),
                                 calls: Vec::new(),
                                 stored: None,
+                                registry: false,
                             },
                         );
                     }
                 }
             }
+            GoFunction::ApiserverPodValidate
+            | GoFunction::ApiserverPodBinding
+            | GoFunction::ApiserverPodStatusUpdate => self.registry_entry(&entry),
             GoFunction::ApiserverStorageCreate | GoFunction::ApiserverStorageUpdate => {
                 if let (Some(name), Some(request)) = (
                     entry.text.as_deref().and_then(pod_key),
@@ -351,7 +414,7 @@ impl ComponentSpans {
                     self.remember_parent(ParentCall {
                         function: entry.function,
                         uid: None,
-                        name: Some(name),
+                        name: Some((Some(name.0), name.1)),
                         start_ns: entry.ids.ts_ns,
                         end_ns: None,
                         key,
@@ -386,6 +449,68 @@ impl ComponentSpans {
             return;
         }
         stack.push(entry);
+    }
+
+    /// A Pod registry function was entered: the request it serves begins
+    /// here, unless an earlier call of the goroutine began it. Its binding
+    /// and status update hold the etcd write they make.
+    fn registry_entry(&mut self, entry: &FuncMessage) {
+        let goroutine = (entry.ids.tgid, entry.goid);
+        let (path, stored) = match (entry.function, &entry.path, &entry.text) {
+            (GoFunction::ApiserverPodStatusUpdate, _, Some(name)) => {
+                (RequestPath::Tail(format!("/pods/{name}/status")), None)
+            }
+            (_, Some(path), _) => {
+                let stored = path_pod(path).and_then(|(ns, name)| {
+                    let name = name.or_else(|| entry.pod.as_ref()?.name.clone())?;
+                    Some((ns, name))
+                });
+                (RequestPath::Exact(path.clone()), stored)
+            }
+            _ => return,
+        };
+        if entry.function != GoFunction::ApiserverPodValidate {
+            self.remember_parent(ParentCall {
+                function: entry.function,
+                uid: None,
+                name: match (&path, &stored) {
+                    (_, Some((ns, name))) => Some((Some(ns.clone()), name.clone())),
+                    (RequestPath::Tail(_), None) => entry.text.clone().map(|name| (None, name)),
+                    _ => None,
+                },
+                start_ns: entry.ids.ts_ns,
+                end_ns: None,
+                key: call_key(entry),
+            });
+        }
+        if self.request_of(goroutine).is_some() {
+            return;
+        }
+        if self.requests.len() >= MAX_REQUESTS {
+            self.dropped += 1;
+            return;
+        }
+        // Webhook calls this goroutine made before (a create's mutating
+        // webhooks) belong to the request.
+        let (calls, others): (Vec<RequestCall>, Vec<RequestCall>) =
+            std::mem::take(&mut self.unclaimed)
+                .into_iter()
+                .partition(|call| (call.entry.ids.tgid, call.entry.goid) == goroutine);
+        self.unclaimed = others.into();
+        self.requests.insert(
+            goroutine,
+            Request {
+                tgid: entry.ids.tgid,
+                goid: entry.goid,
+                start_ns: entry.ids.ts_ns,
+                last_ns: entry.ids.ts_ns,
+                remote_addr: None,
+                path,
+                calls,
+                stored,
+                registry: true,
+            },
+        );
     }
 
     /// The request (by its authentication's goroutine) a goroutine works
@@ -463,23 +588,66 @@ impl ComponentSpans {
             | GoFunction::ApiserverMutatingWebhook
             | GoFunction::ApiserverValidatingWebhook
             | GoFunction::ApiserverStorageCreate
-            | GoFunction::ApiserverStorageUpdate => {
+            | GoFunction::ApiserverStorageUpdate
+            | GoFunction::ApiserverPodValidate
+            | GoFunction::ApiserverPodBinding
+            | GoFunction::ApiserverPodStatusUpdate => {
                 if matches!(
                     entry.function,
-                    GoFunction::ApiserverStorageCreate | GoFunction::ApiserverStorageUpdate
+                    GoFunction::ApiserverStorageCreate
+                        | GoFunction::ApiserverStorageUpdate
+                        | GoFunction::ApiserverPodBinding
+                        | GoFunction::ApiserverPodStatusUpdate
                 ) {
                     self.close_parent(&call_key(&entry), ret.ids.ts_ns);
                 }
-                if let Some(request) = self
+                match self
                     .request_of(goroutine)
                     .and_then(|key| self.requests.get_mut(&key))
                 {
-                    request.last_ns = request.last_ns.max(ret.ids.ts_ns);
-                    if request.calls.len() < MAX_DEPTH {
-                        request.calls.push(RequestCall { entry, ret });
-                    } else {
-                        self.dropped += 1;
+                    Some(request) => {
+                        request.last_ns = request.last_ns.max(ret.ids.ts_ns);
+                        // A create's admission (validating) and storage
+                        // follow its Pod's validation: the etcd write nests
+                        // under the span they share (`requests::AFTER_VALIDATION`).
+                        let stored = (entry.function == GoFunction::ApiserverPodValidate
+                            && request.registry)
+                            .then(|| {
+                                (
+                                    request.after_validation_key(),
+                                    request.stored.clone(),
+                                    ret.ids.ts_ns,
+                                )
+                            });
+                        if request.calls.len() < MAX_DEPTH {
+                            request.calls.push(RequestCall { entry, ret });
+                        } else {
+                            self.dropped += 1;
+                        }
+                        if let Some((key, Some((ns, name)), start_ns)) = stored {
+                            self.remember_parent(ParentCall {
+                                function: GoFunction::ApiserverPodValidate,
+                                uid: None,
+                                name: Some((Some(ns), name)),
+                                start_ns,
+                                end_ns: None,
+                                key,
+                            });
+                        }
                     }
+                    None if matches!(
+                        entry.function,
+                        GoFunction::ApiserverMutatingWebhook
+                            | GoFunction::ApiserverValidatingWebhook
+                    ) =>
+                    {
+                        if self.unclaimed.len() >= MAX_EXCHANGES {
+                            self.unclaimed.pop_front();
+                            self.dropped += 1;
+                        }
+                        self.unclaimed.push_back(RequestCall { entry, ret });
+                    }
+                    None => {}
                 }
                 Vec::new()
             }
@@ -556,11 +724,14 @@ impl ComponentSpans {
             let same_pod = if etcd {
                 matches!(
                     parent.function,
-                    GoFunction::ApiserverStorageCreate | GoFunction::ApiserverStorageUpdate
-                ) && parent
-                    .name
-                    .as_ref()
-                    .is_some_and(|(ns, n)| ns == namespace && n == name)
+                    GoFunction::ApiserverStorageCreate
+                        | GoFunction::ApiserverStorageUpdate
+                        | GoFunction::ApiserverPodValidate
+                        | GoFunction::ApiserverPodBinding
+                        | GoFunction::ApiserverPodStatusUpdate
+                ) && parent.name.as_ref().is_some_and(|(ns, n)| {
+                    ns.as_deref().is_none_or(|ns| ns == namespace) && n == name
+                })
             } else if cri {
                 parent.function == GoFunction::KubeletSyncPod
                     && uid.is_some()

@@ -50,7 +50,7 @@ impl ComponentSpans {
             .iter()
             .filter(|(_, request)| {
                 request.tgid == rest.conn.tgid
-                    && request.path == rest.path
+                    && request.path.matches(&rest.path)
                     && request.start_ns + MATCH_SLACK_NS >= start
                     && request.start_ns <= end
             })
@@ -226,7 +226,11 @@ impl ComponentSpans {
         for key in expired {
             // Without its exchange, a request that stored nothing was a
             // read (a GET of the Pod): not part of a trace.
-            let Some(request) = self.requests.remove(&key).filter(|r| r.stored.is_some()) else {
+            let Some(request) = self
+                .requests
+                .remove(&key)
+                .filter(|r| r.stored.is_some() || r.registry)
+            else {
                 continue;
             };
             // The server's side of the exchange was lost; the client's
@@ -236,7 +240,7 @@ impl ComponentSpans {
                 .iter()
                 .rev()
                 .find(|client| {
-                    client.rest.path == request.path
+                    request.path.matches(&client.rest.path)
                         && client
                             .rest
                             .start_ts_ns
@@ -264,7 +268,7 @@ impl ComponentSpans {
         uids: UidLookup<'_>,
     ) -> Vec<Span> {
         // Which Pod: the response's, the path's, the storage write's.
-        let from_path = request.as_ref().and_then(|r| path_pod(&r.path));
+        let from_path = request.as_ref().and_then(|r| r.path.pod());
         let namespace = rest
             .and_then(|r| r.namespace.clone())
             .or_else(|| {
@@ -297,7 +301,7 @@ impl ComponentSpans {
             || {
                 request
                     .as_ref()
-                    .is_some_and(|r| path_pod(&r.path).is_some_and(|(_, n)| n.is_none()))
+                    .is_some_and(|r| r.path.pod().is_some_and(|(_, n)| n.is_none()))
             },
             |r| r.verb == "create" && r.subresource.is_none(),
         );
@@ -368,7 +372,7 @@ impl ComponentSpans {
             let subresource = rest.and_then(|r| r.subresource.as_deref()).or_else(|| {
                 request
                     .as_ref()
-                    .and_then(|r| r.path.rsplit('/').next())
+                    .and_then(|r| r.path.as_str().rsplit('/').next())
                     .filter(|s| *s == "binding" || *s == "status")
             });
             Some(match &uid {
@@ -383,7 +387,12 @@ impl ComponentSpans {
             .map(|r| r.method.clone())
             .unwrap_or_else(|| "?".to_owned());
         let route = rest.map_or_else(
-            || request.as_ref().map(|r| r.path.clone()).unwrap_or_default(),
+            || {
+                request
+                    .as_ref()
+                    .map(|r| r.path.as_str().to_owned())
+                    .unwrap_or_default()
+            },
             |r| r.route.clone(),
         );
         let mut attributes = pod_attributes;
@@ -404,6 +413,17 @@ impl ComponentSpans {
                 AttributeValue::Bool(true),
             ));
         }
+        let registry = request.as_ref().filter(|r| r.registry).map(|r| {
+            (
+                r.before_registry_key(),
+                r.after_validation_key(),
+                r.calls
+                    .iter()
+                    .filter(|call| is_registry(call.entry.function))
+                    .min_by_key(|call| call.entry.ids.ts_ns)
+                    .cloned(),
+            )
+        });
         let calls = request.map(|r| r.calls).unwrap_or_default();
         if let Some(user) = calls
             .iter()
@@ -464,10 +484,27 @@ impl ComponentSpans {
             .filter(|(key, _)| key.starts_with("k8s."))
             .cloned()
             .collect();
-        let call_spans: Vec<Span> = calls
+        let mut call_spans: Vec<Span> = calls
             .iter()
             .map(|call| self.request_call_span(trace, span_id, &base, call, failed))
             .collect();
+        if let Some((before_key, after_key, Some(first))) = registry {
+            let wire_start = rest.and_then(|r| r.start_ts_ns);
+            call_spans.extend(self.registry_phase_spans(
+                trace,
+                span_id,
+                &base,
+                RegistryPhases {
+                    first: &first,
+                    wire_start,
+                    end_ns,
+                    before_key: &before_key,
+                    after_key: &after_key,
+                    failed,
+                },
+            ));
+            self.close_parent(&after_key, end_ns);
+        }
         // Admission of an update runs inside the storage write's
         // read-modify-write: nest a call under the shortest one containing it.
         for (index, mut span) in call_spans.iter().cloned().enumerate() {
@@ -486,6 +523,75 @@ impl ComponentSpans {
                 span.parent_span_id = Some(container.span_id);
             }
             spans.push(span);
+        }
+        spans
+    }
+
+    /// A registry request's phases that no probe marks (kube-apiserver's
+    /// filters and admission chain run for every request, so
+    /// `ApiserverProbes::Pods` leaves them unprobed): before the registry,
+    /// from the wire's start to its first registry call; after a create's
+    /// Pod validation, to the request's end (admission (validating) and the
+    /// storage write). Each says where its bounds come from.
+    fn registry_phase_spans(
+        &self,
+        trace: TraceId,
+        parent: SpanId,
+        base: &[(String, AttributeValue)],
+        phases: RegistryPhases<'_>,
+    ) -> Vec<Span> {
+        let RegistryPhases {
+            first,
+            wire_start,
+            end_ns,
+            before_key,
+            after_key,
+            failed,
+        } = phases;
+        let create = first.entry.function == GoFunction::ApiserverPodValidate;
+        let span = |name: &str, key: &str, start_ns: u64, end_ns: u64, bounds: &str| {
+            let mut attributes = base.to_vec();
+            attributes.push(string_attribute(PHASE_BOUNDS, bounds));
+            Span {
+                trace_id: trace,
+                span_id: SpanId::for_key(trace, key.as_bytes()),
+                parent_span_id: Some(parent),
+                name: name.to_owned(),
+                kind: SpanKind::Internal,
+                start_unix_ns: self.clock.unix_ns(start_ns),
+                end_unix_ns: self.clock.unix_ns(end_ns),
+                attributes,
+                status: SpanStatus::Unset,
+                links: Vec::new(),
+            }
+        };
+        let mut spans = Vec::new();
+        if let Some(start) = wire_start.filter(|start| *start < first.entry.ids.ts_ns) {
+            let name = if create {
+                "apiserver authentication, authorization, admission (mutating)"
+            } else {
+                "apiserver authentication, authorization"
+            };
+            spans.push(span(
+                name,
+                before_key,
+                start,
+                first.entry.ids.ts_ns,
+                "the request's arrival (wire) to the Pod registry (probe)",
+            ));
+        }
+        if create && first.ret.ids.ts_ns < end_ns {
+            let mut after = span(
+                "apiserver admission (validating), storage create",
+                after_key,
+                first.ret.ids.ts_ns,
+                end_ns,
+                "the Pod's validation (probe) to the response (wire)",
+            );
+            if failed && first.ret.failed != Some(true) {
+                after.status = SpanStatus::Error("admission or the storage write failed".into());
+            }
+            spans.push(after);
         }
         spans
     }
@@ -521,6 +627,9 @@ impl ComponentSpans {
             }
             GoFunction::ApiserverAdmit => "apiserver admission (mutating)".to_owned(),
             GoFunction::ApiserverValidate => "apiserver admission (validating)".to_owned(),
+            GoFunction::ApiserverPodValidate => "apiserver Pod validation".to_owned(),
+            GoFunction::ApiserverPodBinding => "apiserver binding".to_owned(),
+            GoFunction::ApiserverPodStatusUpdate => "apiserver status update".to_owned(),
             GoFunction::ApiserverMutatingWebhook | GoFunction::ApiserverValidatingWebhook => {
                 let hook = call.entry.text.clone().unwrap_or_default();
                 attributes.push(string_attribute("podtrace.k8s.admission.webhook", &hook));
@@ -545,6 +654,9 @@ impl ComponentSpans {
                 | GoFunction::ApiserverValidatingWebhook => "admission rejected the request",
                 GoFunction::ApiserverAuthenticate => "not authenticated",
                 GoFunction::ApiserverAuthorize => "not authorized",
+                GoFunction::ApiserverPodValidate => "the Pod is not valid",
+                GoFunction::ApiserverPodBinding => "the binding failed",
+                GoFunction::ApiserverPodStatusUpdate => "the status update failed",
                 _ => "the storage write failed",
             };
             if request_failed || call.entry.function != GoFunction::ApiserverAuthenticate {
@@ -568,6 +680,34 @@ impl ComponentSpans {
             links: Vec::new(),
         }
     }
+}
+
+/// The attribute of a span whose bounds are not one probed call's: where
+/// its start and end come from.
+const PHASE_BOUNDS: &str = "podtrace.k8s.apiserver.phase_bounds";
+
+/// What [`ComponentSpans::registry_phase_spans`] derives its spans from.
+struct RegistryPhases<'a> {
+    /// The request's first registry call.
+    first: &'a RequestCall,
+    /// When the request arrived, on the wire.
+    wire_start: Option<u64>,
+    /// The request span's end.
+    end_ns: u64,
+    before_key: &'a str,
+    after_key: &'a str,
+    /// The request failed (HTTP status ≥ 400).
+    failed: bool,
+}
+
+/// The Pod registry's functions (`ApiserverProbes::Pods`).
+fn is_registry(function: GoFunction) -> bool {
+    matches!(
+        function,
+        GoFunction::ApiserverPodValidate
+            | GoFunction::ApiserverPodBinding
+            | GoFunction::ApiserverPodStatusUpdate
+    )
 }
 
 /// Whether two sides of REST requests are one exchange: the same HTTP/2

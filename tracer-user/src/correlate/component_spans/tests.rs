@@ -459,3 +459,139 @@ fn creates_at_once_are_told_apart_by_the_pod_they_stored() {
         );
     }
 }
+
+/// The default probes (`--apiserver-probes pods`): the request starts at
+/// the Pod registry's validation, reached only by Pod creates. What came
+/// before it on the wire is authentication, authorization and mutating
+/// admission; what follows, validating admission and the storage write,
+/// which hold the create's etcd call.
+#[test]
+fn a_create_seen_from_the_pod_registry_is_split_at_its_validation() {
+    let mut spans = components();
+    let path = "/api/v1/namespaces/default/pods";
+    let mut validate = hit(GoFunction::ApiserverPodValidate, Point::Entry, 3, 2, 13);
+    validate.path = Some(path.into());
+    validate.pod = Some(PodRef {
+        uid: UID.into(),
+        namespace: Some("default".into()),
+        name: Some("web".into()),
+    });
+    for call in [
+        validate,
+        hit(GoFunction::ApiserverPodValidate, Point::Return, 3, 2, 14),
+    ] {
+        assert!(spans.on_func(call).is_empty());
+    }
+    let no_uids = |_: &str, _: &str| None;
+    assert!(spans.on_rest(&rest(path, 9, 20), &no_uids).is_empty());
+    let out = spans.tick(20 * MS + CLIENT_WAIT_NS, &no_uids);
+    let named = |name: &str| {
+        out.iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no {name:?} in {out:#?}"))
+    };
+    let request = named("apiserver POST /api/v1/namespaces/{namespace}/pods");
+    let before = named("apiserver authentication, authorization, admission (mutating)");
+    let validation = named("apiserver Pod validation");
+    let after = named("apiserver admission (validating), storage create");
+    assert_eq!(out.len(), 4, "{out:#?}");
+    for (span, start, end) in [(before, 9, 13), (validation, 13, 14), (after, 14, 20)] {
+        assert_eq!(span.parent_span_id, Some(request.span_id), "{}", span.name);
+        assert_eq!(
+            (span.start_unix_ns, span.end_unix_ns),
+            (start * MS, end * MS),
+            "{}",
+            span.name
+        );
+    }
+    assert!(
+        before
+            .string_attribute("podtrace.k8s.apiserver.phase_bounds")
+            .is_some_and(|bounds| bounds.contains("wire")),
+        "the trace says where a phase's bounds come from"
+    );
+    assert_eq!(spans.take_create_requests(), [(UID.to_owned(), 9 * MS)]);
+
+    // The create's etcd call nests under the span after validation.
+    let trace = TraceId::for_pod("c", UID);
+    let mut etcd = Span {
+        trace_id: trace,
+        span_id: SpanId::for_key(trace, b"etcd/client/x"),
+        parent_span_id: Some(SpanId::well_known(trace, "root")),
+        name: "etcdserverpb.KV/Txn".into(),
+        kind: SpanKind::Client,
+        start_unix_ns: 16 * MS,
+        end_unix_ns: 18 * MS,
+        attributes: vec![
+            string_attribute("k8s.pod.name", "web"),
+            string_attribute("k8s.namespace.name", "default"),
+            string_attribute("db.system.name", "etcd"),
+        ],
+        status: SpanStatus::Unset,
+        links: Vec::new(),
+    };
+    spans.adopt(&mut etcd);
+    assert_eq!(etcd.parent_span_id, Some(after.span_id));
+}
+
+/// A `pods/status` update reaches the registry with the Pod's name only:
+/// the request is found by its path's tail, and the etcd write it makes
+/// nests under the status update's span.
+#[test]
+fn a_status_update_seen_from_the_pod_registry() {
+    let mut spans = components();
+    let path = "/api/v1/namespaces/default/pods/web/status";
+    let mut update = hit(GoFunction::ApiserverPodStatusUpdate, Point::Entry, 3, 2, 12);
+    update.text = Some("web".into());
+    for call in [
+        update,
+        hit(
+            GoFunction::ApiserverPodStatusUpdate,
+            Point::Return,
+            3,
+            2,
+            18,
+        ),
+    ] {
+        assert!(spans.on_func(call).is_empty());
+    }
+    let mut exchange = rest(path, 10, 19);
+    exchange.method = "PUT".into();
+    exchange.route = "/api/v1/namespaces/{namespace}/pods/{name}/status".into();
+    exchange.verb = "update".into();
+    exchange.name = Some("web".into());
+    exchange.subresource = Some("status".into());
+    exchange.status = Some(200);
+    let no_uids = |_: &str, _: &str| None;
+    assert!(spans.on_rest(&exchange, &no_uids).is_empty());
+    let out = spans.tick(19 * MS + CLIENT_WAIT_NS, &no_uids);
+    let names: Vec<&str> = out.iter().map(|s| s.name.as_str()).collect();
+    assert!(
+        names.contains(&"apiserver authentication, authorization")
+            && names.contains(&"apiserver status update"),
+        "{names:?}"
+    );
+    let status = out
+        .iter()
+        .find(|s| s.name == "apiserver status update")
+        .expect("status update span");
+    let trace = TraceId::for_pod("c", UID);
+    let mut etcd = Span {
+        trace_id: trace,
+        span_id: SpanId::for_key(trace, b"etcd/client/y"),
+        parent_span_id: Some(SpanId::well_known(trace, "root")),
+        name: "etcdserverpb.KV/Txn".into(),
+        kind: SpanKind::Client,
+        start_unix_ns: 14 * MS,
+        end_unix_ns: 16 * MS,
+        attributes: vec![
+            string_attribute("k8s.pod.name", "web"),
+            string_attribute("k8s.namespace.name", "default"),
+            string_attribute("db.system.name", "etcd"),
+        ],
+        status: SpanStatus::Unset,
+        links: Vec::new(),
+    };
+    spans.adopt(&mut etcd);
+    assert_eq!(etcd.parent_span_id, Some(status.span_id));
+}
