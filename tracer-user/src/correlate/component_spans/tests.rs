@@ -595,3 +595,67 @@ fn a_status_update_seen_from_the_pod_registry() {
     spans.adopt(&mut etcd);
     assert_eq!(etcd.parent_span_id, Some(status.span_id));
 }
+
+/// A `pods/binding` create reaches the registry with the Binding's
+/// namespace and name, which make its path: the request matches its
+/// exchange by that path, and the binding's etcd write nests under the
+/// binding's span.
+#[test]
+fn a_binding_seen_from_the_pod_registry() {
+    let mut spans = components();
+    let path = "/api/v1/namespaces/default/pods/web/binding";
+    let mut binding = hit(GoFunction::ApiserverPodBinding, Point::Entry, 3, 2, 12);
+    binding.path = Some(path.into());
+    binding.text = Some("web".into());
+    for call in [
+        binding,
+        hit(GoFunction::ApiserverPodBinding, Point::Return, 3, 2, 17),
+    ] {
+        assert!(spans.on_func(call).is_empty());
+    }
+    let mut exchange = rest(path, 10, 18);
+    exchange.route = "/api/v1/namespaces/{namespace}/pods/{name}/binding".into();
+    exchange.name = Some("web".into());
+    exchange.subresource = Some("binding".into());
+    let uids = |namespace: &str, name: &str| {
+        (namespace == "default" && name == "web").then(|| UID.to_owned())
+    };
+    assert!(spans.on_rest(&exchange, &uids).is_empty());
+    let out = spans.tick(18 * MS + CLIENT_WAIT_NS, &uids);
+    let named = |name: &str| {
+        out.iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no {name:?} in {out:#?}"))
+    };
+    let before = named("apiserver authentication, authorization");
+    let bind = named("apiserver binding");
+    assert_eq!(
+        (before.start_unix_ns, before.end_unix_ns),
+        (10 * MS, 12 * MS)
+    );
+    assert_eq!((bind.start_unix_ns, bind.end_unix_ns), (12 * MS, 17 * MS));
+    assert!(
+        out.iter()
+            .all(|s| s.name != "apiserver admission (validating), storage create"),
+        "only a create has a phase after its validation"
+    );
+    let trace = TraceId::for_pod("c", UID);
+    let mut etcd = Span {
+        trace_id: trace,
+        span_id: SpanId::for_key(trace, b"etcd/client/z"),
+        parent_span_id: Some(SpanId::well_known(trace, "root")),
+        name: "etcdserverpb.KV/Txn".into(),
+        kind: SpanKind::Client,
+        start_unix_ns: 14 * MS,
+        end_unix_ns: 16 * MS,
+        attributes: vec![
+            string_attribute("k8s.pod.name", "web"),
+            string_attribute("k8s.namespace.name", "default"),
+            string_attribute("db.system.name", "etcd"),
+        ],
+        status: SpanStatus::Unset,
+        links: Vec::new(),
+    };
+    spans.adopt(&mut etcd);
+    assert_eq!(etcd.parent_span_id, Some(bind.span_id));
+}
