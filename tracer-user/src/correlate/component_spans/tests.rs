@@ -65,6 +65,28 @@ fn rest(path: &str, start_ms: u64, end_ms: u64) -> RestMessage {
     }
 }
 
+/// kube-apiserver's etcd client call writing Pod default/web, as the etcd
+/// spans hand it over: under the trace's root until [`ComponentSpans::adopt`]
+/// finds the apiserver call that made it.
+fn etcd_txn_of_web(trace: TraceId, key: &[u8], start_ms: u64, end_ms: u64) -> Span {
+    Span {
+        trace_id: trace,
+        span_id: SpanId::for_key(trace, key),
+        parent_span_id: Some(SpanId::well_known(trace, "root")),
+        name: "etcdserverpb.KV/Txn".into(),
+        kind: SpanKind::Client,
+        start_unix_ns: start_ms * MS,
+        end_unix_ns: end_ms * MS,
+        attributes: vec![
+            string_attribute("k8s.pod.name", "web"),
+            string_attribute("k8s.namespace.name", "default"),
+            string_attribute("db.system.name", "etcd"),
+        ],
+        status: SpanStatus::Unset,
+        links: Vec::new(),
+    }
+}
+
 /// kube-apiserver's shape: the handler goroutine (1) spawns the timeout
 /// filter's (2), which authenticates (the union authenticator nests
 /// itself) and authorizes, and spawns the create handler's (3), which
@@ -132,22 +154,7 @@ fn a_request_gathers_the_calls_of_the_goroutines_it_spawned() {
     assert_eq!(spans.take_create_requests(), [(UID.to_owned(), 9 * MS)]);
 
     // The apiserver's etcd client call, inside the storage write.
-    let mut etcd = Span {
-        trace_id: trace,
-        span_id: SpanId::for_key(trace, b"etcd/client/x"),
-        parent_span_id: Some(SpanId::well_known(trace, "root")),
-        name: "etcdserverpb.KV/Txn".into(),
-        kind: SpanKind::Client,
-        start_unix_ns: 16 * MS,
-        end_unix_ns: 18 * MS,
-        attributes: vec![
-            string_attribute("k8s.pod.name", "web"),
-            string_attribute("k8s.namespace.name", "default"),
-            string_attribute("db.system.name", "etcd"),
-        ],
-        status: SpanStatus::Unset,
-        links: Vec::new(),
-    };
+    let mut etcd = etcd_txn_of_web(trace, b"etcd/client/x", 16, 18);
     spans.adopt(&mut etcd);
     assert_eq!(etcd.parent_span_id, Some(out[4].span_id));
 }
@@ -514,22 +521,7 @@ fn a_create_seen_from_the_pod_registry_is_split_at_its_validation() {
 
     // The create's etcd call nests under the span after validation.
     let trace = TraceId::for_pod("c", UID);
-    let mut etcd = Span {
-        trace_id: trace,
-        span_id: SpanId::for_key(trace, b"etcd/client/x"),
-        parent_span_id: Some(SpanId::well_known(trace, "root")),
-        name: "etcdserverpb.KV/Txn".into(),
-        kind: SpanKind::Client,
-        start_unix_ns: 16 * MS,
-        end_unix_ns: 18 * MS,
-        attributes: vec![
-            string_attribute("k8s.pod.name", "web"),
-            string_attribute("k8s.namespace.name", "default"),
-            string_attribute("db.system.name", "etcd"),
-        ],
-        status: SpanStatus::Unset,
-        links: Vec::new(),
-    };
+    let mut etcd = etcd_txn_of_web(trace, b"etcd/client/x", 16, 18);
     spans.adopt(&mut etcd);
     assert_eq!(etcd.parent_span_id, Some(after.span_id));
 }
@@ -576,22 +568,7 @@ fn a_status_update_seen_from_the_pod_registry() {
         .find(|s| s.name == "apiserver status update")
         .expect("status update span");
     let trace = TraceId::for_pod("c", UID);
-    let mut etcd = Span {
-        trace_id: trace,
-        span_id: SpanId::for_key(trace, b"etcd/client/y"),
-        parent_span_id: Some(SpanId::well_known(trace, "root")),
-        name: "etcdserverpb.KV/Txn".into(),
-        kind: SpanKind::Client,
-        start_unix_ns: 14 * MS,
-        end_unix_ns: 16 * MS,
-        attributes: vec![
-            string_attribute("k8s.pod.name", "web"),
-            string_attribute("k8s.namespace.name", "default"),
-            string_attribute("db.system.name", "etcd"),
-        ],
-        status: SpanStatus::Unset,
-        links: Vec::new(),
-    };
+    let mut etcd = etcd_txn_of_web(trace, b"etcd/client/y", 14, 16);
     spans.adopt(&mut etcd);
     assert_eq!(etcd.parent_span_id, Some(status.span_id));
 }
@@ -640,22 +617,7 @@ fn a_binding_seen_from_the_pod_registry() {
         "only a create has a phase after its validation"
     );
     let trace = TraceId::for_pod("c", UID);
-    let mut etcd = Span {
-        trace_id: trace,
-        span_id: SpanId::for_key(trace, b"etcd/client/z"),
-        parent_span_id: Some(SpanId::well_known(trace, "root")),
-        name: "etcdserverpb.KV/Txn".into(),
-        kind: SpanKind::Client,
-        start_unix_ns: 14 * MS,
-        end_unix_ns: 16 * MS,
-        attributes: vec![
-            string_attribute("k8s.pod.name", "web"),
-            string_attribute("k8s.namespace.name", "default"),
-            string_attribute("db.system.name", "etcd"),
-        ],
-        status: SpanStatus::Unset,
-        links: Vec::new(),
-    };
+    let mut etcd = etcd_txn_of_web(trace, b"etcd/client/z", 14, 16);
     spans.adopt(&mut etcd);
     assert_eq!(etcd.parent_span_id, Some(bind.span_id));
 }
