@@ -307,6 +307,15 @@ impl Stages {
                     "TLS 1.3 records decrypted with the secrets read from the processes"
                 );
             }
+            if tls.rekeys > 0 {
+                tracing::info!(
+                    asked = tls.rekeys,
+                    readers_adrift = tls.readers_adrift,
+                    "TLS secrets read again: ciphertext came that no reader could open (a secret's \
+                     record or more records than a reader can skip were lost, or a connection older \
+                     than podtrace)"
+                );
+            }
             if tls.secrets_missed > 0 {
                 tracing::info!(
                     connections = tls.secrets_missed,

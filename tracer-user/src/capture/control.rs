@@ -3,13 +3,21 @@
 //! The decode stage is the only one that knows what a connection carries; it
 //! tells capture which HPACK tables to copy ([`HpackControl`]), which
 //! connections' bytes are not worth copying at all ([`CaptureControl::Mute`]),
-//! and which processes need their per-call TLS probes
-//! ([`CaptureControl::TlsProbes`]).
+//! which processes need their per-call TLS probes
+//! ([`CaptureControl::TlsProbes`]), and which TLS secrets to read again
+//! ([`CaptureControl::Rekey`]).
 
 use std::collections::HashSet;
 
-use aya::{Ebpf, maps::HashMap as BpfHashMap};
-use tracer_common::{gofunc::GoFunction, io::ProcessConnKey, names::MAP_MUTED_CONNS};
+use aya::{
+    Ebpf,
+    maps::{HashMap as BpfHashMap, MapError},
+};
+use tracer_common::{
+    gofunc::GoFunction,
+    io::{Direction, FD_TLS_KEYED_IN, FD_TLS_KEYED_OUT, FdInfo, FdKey, ProcessConnKey},
+    names::{MAP_FDS, MAP_MUTED_CONNS},
+};
 
 use super::{CaptureError, ConnKey, HpackControl};
 
@@ -32,6 +40,19 @@ pub enum CaptureControl {
         /// Attach (true) or detach (false).
         needed: bool,
     },
+    /// Read the TLS secret of `direction` of socket `fd` of `conn`'s process
+    /// again: its ciphertext comes with no reader able to open it (the
+    /// secret's record or too many records were lost). The kernel's mark of
+    /// that direction as keyed is cleared, so that the per-call TLS probes,
+    /// which skip a keyed direction, read the secret at its next call.
+    Rekey {
+        /// The connection.
+        conn: ConnKey,
+        /// Its file descriptor in the process.
+        fd: u32,
+        /// The direction whose secret is wanted.
+        direction: Direction,
+    },
     /// Process `tgid` ended: it needs no probes, and what was asked for its
     /// connections goes.
     Exited(u32),
@@ -47,16 +68,66 @@ pub enum CaptureControl {
 }
 
 impl CaptureControl {
-    /// The process whose probes the request attaches or detaches, if it is
-    /// such a request.
+    /// The process whose probes (or socket's kernel state) the request
+    /// changes, if it is such a request: a failure is expected when that
+    /// process has exited.
     pub fn process(&self) -> Option<u32> {
         match *self {
             Self::Hpack(HpackControl::FieldProbes { tgid, .. })
             | Self::TlsProbes { tgid, .. }
             | Self::DisableFunction { tgid, .. }
             | Self::Exited(tgid) => Some(tgid),
+            Self::Rekey { conn, .. } => Some(conn.tgid),
             _ => None,
         }
+    }
+}
+
+/// `BPF_EXIST` map update flag (include/uapi/linux/bpf.h): update only if present.
+const BPF_EXIST: u64 = 2;
+
+/// Carries out a [`CaptureControl::Rekey`]: clears the keyed mark of
+/// `direction` in `FDS`'s entry of socket `fd` of `conn`'s process, if the
+/// entry is still that connection's (a reused fd is left alone). Returns
+/// whether a mark was cleared.
+///
+/// A read, then a write of the whole entry: a mark the kernel sets on the
+/// other direction in between is lost, and that direction's secret is then
+/// read again too — the same secret, at its current record, which replaces
+/// its reader without a gap.
+pub(crate) fn clear_keyed(
+    ebpf: &mut Ebpf,
+    conn: ConnKey,
+    fd: u32,
+    direction: Direction,
+) -> Result<bool, CaptureError> {
+    let name = MAP_FDS;
+    let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
+    let mut fds: BpfHashMap<_, FdKey, FdInfo> =
+        BpfHashMap::try_from(map).map_err(|source| CaptureError::Map { name, source })?;
+    let key = FdKey {
+        tgid: conn.tgid,
+        fd,
+    };
+    let bit = match direction {
+        Direction::Ingress => FD_TLS_KEYED_IN,
+        Direction::Egress => FD_TLS_KEYED_OUT,
+    };
+    let Ok(mut info) = fds.get(&key, 0) else {
+        // Closed meanwhile: nothing to read again.
+        return Ok(false);
+    };
+    if info.conn_id != conn.conn_id || info.flags & bit == 0 {
+        return Ok(false);
+    }
+    info.flags &= !bit;
+    match fds.insert(key, info, BPF_EXIST) {
+        Ok(()) => Ok(true),
+        // Closed between the read and the write.
+        Err(MapError::SyscallError(err)) if err.io_error.raw_os_error() == Some(libc::ENOENT) => {
+            Ok(false)
+        }
+        Err(source) => Err(CaptureError::Map { name, source }),
     }
 }
 
@@ -138,6 +209,12 @@ mod tests {
         };
         assert_eq!(CaptureControl::from(fields).process(), Some(43));
         assert_eq!(CaptureControl::Exited(44).process(), Some(44));
+        let rekey = CaptureControl::Rekey {
+            conn,
+            fd: 9,
+            direction: Direction::Ingress,
+        };
+        assert_eq!(rekey.process(), Some(7));
         assert_eq!(CaptureControl::Mute(conn).process(), None);
         assert_eq!(
             CaptureControl::from(HpackControl::Ask(conn)).process(),

@@ -39,7 +39,7 @@ use tracer_gobin::GoBinError;
 
 use super::{
     clock::monotonic_now_ns,
-    control::{CaptureControl, MutedConns},
+    control::{self, CaptureControl, MutedConns},
     go_probes::{ARGS_AT_RET_CHECKED, NoGoPlan, ResolvedFunction, go_plan},
     hpack_probes::HpackProbes,
     io_processes::{self, PID_MAX_FILE},
@@ -639,6 +639,15 @@ impl Probes {
                 CaptureControl::Mute(conn) => self.muted.set(&mut self.ebpf, conn, true),
                 CaptureControl::Unmute(conn) => self.muted.set(&mut self.ebpf, conn, false),
                 CaptureControl::TlsProbes { tgid, needed } => self.set_tls_calls(tgid, needed),
+                CaptureControl::Rekey {
+                    conn,
+                    fd,
+                    direction,
+                } => control::clear_keyed(&mut self.ebpf, conn, fd, direction).map(|cleared| {
+                    if cleared {
+                        tracing::debug!(?conn, fd, ?direction, "TLS secret to be read again");
+                    }
+                }),
                 CaptureControl::Exited(tgid) => self
                     .hpack
                     .exited(&mut self.ebpf, &self.uprobes, tgid)

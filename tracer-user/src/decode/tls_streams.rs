@@ -74,6 +74,10 @@ const TLS_CALLS_CHECK_NS: u64 = 500_000_000;
 /// detached is lost, and the next one brings them back only after a round
 /// trip through capture.
 const UNKEYED_HOLD_NS: u64 = 30_000_000_000;
+/// How often one socket direction's secret is asked again
+/// ([`CaptureControl::Rekey`]): the probes that read it need a call of the
+/// process's, and the ciphertext before that call comes on meanwhile.
+const REKEY_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// A socket direction.
 type Slot = (ConnKey, Direction);
@@ -120,6 +124,8 @@ pub struct TlsStreams {
     /// plaintext, or application records on a direction neither keyed nor
     /// held), and when they last did.
     unkeyed: FxHashMap<Slot, u64>,
+    /// Directions whose secret capture was asked to read again, and when.
+    rekeying: FxHashMap<Slot, u64>,
     /// When the idle processes are looked for next.
     next_check_ns: u64,
     /// What capture is asked to do, in order; the stage takes it.
@@ -128,6 +134,12 @@ pub struct TlsStreams {
     finished: TlsStats,
     /// Secrets that could not be used (not a TLS 1.3 suite, a wrong length).
     pub keys_refused: u64,
+    /// Times capture was asked to read a direction's secret again: its
+    /// ciphertext came with no reader (the secret's record lost), or its
+    /// reader went adrift (more records lost than a search can skip).
+    pub rekeys: u64,
+    /// Readers given up as adrift (see [`TlsReader::adrift`]).
+    pub readers_adrift: u64,
     /// Directions not decrypted (or not held) because the table was full.
     pub skipped: u64,
     /// Directions whose handshake outgrew [`MAX_HELD_BYTES`] before a
@@ -185,6 +197,7 @@ impl TlsStreams {
             }
         }
         self.unkeyed.remove(&slot);
+        self.rekeying.remove(&slot);
         if let Some(old) = self.readers.insert(slot, reader) {
             // A reader whose bytes the new one reads again from the start
             // (it had a handshake secret) did nothing that counts.
@@ -226,6 +239,15 @@ impl TlsStreams {
         } = data;
         let mut pieces = reader.push(ciphertext, truncated);
         let opened = reader.stats().application_records > 0;
+        if reader.adrift() {
+            // Nothing it reads will open again; a secret read anew will.
+            // (What it delivered so far stays delivered: its gap says the rest.)
+            if let Some(reader) = self.readers.remove(&slot) {
+                add(&mut self.finished, reader.stats());
+            }
+            self.readers_adrift += 1;
+            self.ask_secret_again(slot, fd, ids.ts_ns);
+        }
         if !opened && matches!(self.held.get(&slot), Some(Held::Tls(_))) {
             // Go before 1.21 installs handshake and application secrets
             // through the same function, with nothing to tell them apart:
@@ -273,12 +295,19 @@ impl TlsStreams {
     fn note_call_probes(&mut self, data: &DataRecord, missed: bool) {
         let now = data.ids.ts_ns;
         let slot = (data.conn, data.direction);
-        let needs = data.tls_plaintext
-            || missed
-            || (data.data.starts_with(&APPLICATION_DATA_RECORD)
-                && data.data.len() > MAX_CONTROL_RECORD_BYTES
-                && !self.readers.contains_key(&slot)
-                && !matches!(self.held.get(&slot), Some(Held::Tls(_))));
+        let unread_records = data.data.starts_with(&APPLICATION_DATA_RECORD)
+            && data.data.len() > MAX_CONTROL_RECORD_BYTES
+            && !self.readers.contains_key(&slot)
+            && !matches!(self.held.get(&slot), Some(Held::Tls(_)));
+        if unread_records && !data.tls_plaintext {
+            // Either a connection older than podtrace whose secret was
+            // never read, or one whose secret's record was lost (a full
+            // ring): capture then copies its ciphertext and its probes skip
+            // it as keyed, so that nothing would ever read it. Asked again,
+            // the probes read the secret at the next call either way.
+            self.ask_secret_again(slot, data.fd, now);
+        }
+        let needs = data.tls_plaintext || missed || unread_records;
         if needs
             && self.older.contains(&data.conn)
             && (self.unkeyed.len() < MAX_READERS || self.unkeyed.contains_key(&slot))
@@ -297,6 +326,34 @@ impl TlsStreams {
         if now >= self.next_check_ns {
             self.check_idle(now);
         }
+    }
+
+    /// Asks capture to read the secret of direction `slot` (socket `fd`)
+    /// again, at most once per [`REKEY_INTERVAL_NS`]; its process needs the
+    /// per-call probes that read it.
+    fn ask_secret_again(&mut self, slot: Slot, fd: u32, now: u64) {
+        if let Some(&asked) = self.rekeying.get(&slot) {
+            if now.saturating_sub(asked) < REKEY_INTERVAL_NS {
+                return;
+            }
+        }
+        if self.rekeying.len() >= MAX_READERS && !self.rekeying.contains_key(&slot) {
+            self.rekeying
+                .retain(|_, asked| now.saturating_sub(*asked) < REKEY_INTERVAL_NS);
+            if self.rekeying.len() >= MAX_READERS {
+                self.skipped += 1;
+                return;
+            }
+        }
+        self.rekeying.insert(slot, now);
+        self.rekeys += 1;
+        let (conn, direction) = slot;
+        self.control.push(CaptureControl::Rekey {
+            conn,
+            fd,
+            direction,
+        });
+        self.need_call_probes(conn.tgid, now);
     }
 
     /// Process `tgid` needs its per-call TLS probes at `now`: capture is
@@ -462,6 +519,7 @@ impl TlsStreams {
         self.clients.remove(conn);
         for direction in [Direction::Egress, Direction::Ingress] {
             self.unkeyed.remove(&(*conn, direction));
+            self.rekeying.remove(&(*conn, direction));
             self.held.remove(&(*conn, direction));
             self.gap_withheld.remove(&(*conn, direction));
             if let Some(reader) = self.readers.remove(&(*conn, direction)) {
@@ -484,6 +542,7 @@ impl TlsStreams {
         self.gap_withheld.retain(|(conn, _)| conn.tgid != tgid);
         self.call_probes.remove(&tgid);
         self.unkeyed.retain(|(conn, _), _| conn.tgid != tgid);
+        self.rekeying.retain(|(conn, _), _| conn.tgid != tgid);
         self.older.retain(|conn| conn.tgid != tgid);
         self.clients.retain(|conn| conn.tgid != tgid);
     }
@@ -917,13 +976,94 @@ mod tests {
         request[..5].copy_from_slice(&[23, 3, 3, 0, 35]);
         let mut idle = data(5 * SECOND, &request, false);
         idle.conn.conn_id = 8;
+        let conn = idle.conn;
         assert!(streams.decrypt(idle).is_err());
         assert_eq!(
             streams.control,
-            [CaptureControl::TlsProbes {
-                tgid: TGID,
-                needed: true
-            }]
+            [
+                CaptureControl::Rekey {
+                    conn,
+                    fd: 9,
+                    direction: Direction::Egress
+                },
+                CaptureControl::TlsProbes {
+                    tgid: TGID,
+                    needed: true
+                }
+            ]
         );
+    }
+
+    /// The secret's record was lost (a full ring): capture copies the
+    /// direction's ciphertext, its probes skip it as keyed, and nothing
+    /// would read it ever (found in the benchmark's watch leg: the
+    /// apiserver's per-call TLS probes never left). Its secret is asked
+    /// again, once a second at most, with the probes that read it.
+    #[test]
+    fn ciphertext_no_reader_opens_asks_for_its_secret_again() {
+        let mut streams = TlsStreams::default();
+        let mut record = vec![0_u8; 100];
+        record[..5].copy_from_slice(&[23, 3, 3, 0, 95]);
+        assert!(streams.decrypt(data(SECOND, &record, false)).is_err());
+        let rekey = CaptureControl::Rekey {
+            conn: conn(),
+            fd: 9,
+            direction: Direction::Egress,
+        };
+        assert_eq!(
+            std::mem::take(&mut streams.control),
+            [
+                rekey,
+                CaptureControl::TlsProbes {
+                    tgid: TGID,
+                    needed: true
+                }
+            ]
+        );
+        assert!(streams.decrypt(data(SECOND + 1, &record, false)).is_err());
+        assert!(streams.control.is_empty(), "asked a second ago");
+        assert!(
+            streams
+                .decrypt(data(2 * SECOND + 1, &record, false))
+                .is_err()
+        );
+        assert_eq!(streams.control, [rekey]);
+        assert_eq!(streams.rekeys, 2);
+        // The secret read again: a reader, nothing more asked.
+        streams.control.clear();
+        assert!(streams.on_key(&key(&session(), 0)).is_empty());
+        assert!(streams.decrypt(data(3 * SECOND, &record, false)).is_ok());
+        assert!(streams.control.is_empty(), "{:?}", streams.control);
+    }
+
+    /// A reader that lost more records than it can skip (a full ring in a
+    /// burst) opens nothing ever again: it goes, and the secret is asked
+    /// again.
+    #[test]
+    fn a_reader_adrift_is_given_up_and_its_secret_asked_again() {
+        let session = session();
+        let mut streams = TlsStreams::default();
+        assert!(streams.on_key(&key(&session, 0)).is_empty());
+        let opened = streams
+            .decrypt(data(SECOND, &session.client_to_server, false))
+            .unwrap();
+        assert!(plaintext(&opened) == session.messages);
+        // Records of a number far past the reader's: none opens.
+        let mut lost = vec![0_u8; 64];
+        lost[..5].copy_from_slice(&[23, 3, 3, 0, 59]);
+        let mut at = 2 * SECOND;
+        while streams.readers_adrift == 0 {
+            assert!(at < 2 * SECOND + 1000, "never adrift");
+            assert!(streams.decrypt(data(at, &lost, false)).is_ok());
+            at += 1;
+        }
+        assert!(streams.readers.is_empty());
+        assert_eq!(streams.rekeys, 1);
+        assert!(streams.control.contains(&CaptureControl::Rekey {
+            conn: conn(),
+            fd: 9,
+            direction: Direction::Egress,
+        }));
+        assert!(streams.stats().application_records >= 4, "its work is kept");
     }
 }

@@ -40,6 +40,11 @@ const KEY_UPDATE: u8 = 24;
 /// secret read while another goroutine was writing can be a few records
 /// behind, and a cut capture loses a few records at most.
 const SEQ_WINDOW: u64 = 64;
+/// Records in a row that do not open after which a reader is adrift: past
+/// the records a new secret may find sealed before it (at most a write's,
+/// within [`SEQ_WINDOW`]), a gap that the window cannot bridge (the capture
+/// lost more records than it spans) leaves nothing to open ever again.
+const ADRIFT_RECORDS: u32 = 2 * SEQ_WINDOW as u32;
 
 /// The TLS 1.3 cipher suites (§B.4) Go implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,6 +306,8 @@ pub struct TlsReader {
     place: Place,
     /// Bytes of a record not yet whole (at most one record).
     pending: Vec<u8>,
+    /// Whole records since the last one that opened (see [`Self::adrift`]).
+    failed_in_a_row: u32,
     stats: TlsStats,
 }
 
@@ -313,8 +320,16 @@ impl TlsReader {
             seq,
             place: if exact { Place::Exact } else { Place::Near },
             pending: Vec::new(),
+            failed_in_a_row: 0,
             stats: TlsStats::default(),
         }
+    }
+
+    /// Whether so many records in a row did not open that none will: the
+    /// secret was wrong for these bytes, or the capture lost more records
+    /// than a search can skip. Only a secret read again brings it back.
+    pub fn adrift(&self) -> bool {
+        self.failed_in_a_row >= ADRIFT_RECORDS
     }
 
     /// What the reader has done so far.
@@ -386,13 +401,17 @@ impl TlsReader {
                 pieces.deliver(base + HEADER..base + HEADER + content);
             }
             None if self.place == Place::Exact => {
+                self.failed_in_a_row += 1;
                 // The number should have been right: bytes were lost unseen.
                 self.stats.undecryptable += 1;
                 self.place = Place::Near;
                 pieces.gap();
             }
             // Before the first record that opens: sealed before the secret was read.
-            None => self.stats.skipped += 1,
+            None => {
+                self.failed_in_a_row += 1;
+                self.stats.skipped += 1;
+            }
         }
         Some(total)
     }
@@ -406,7 +425,11 @@ impl TlsReader {
             match record_header(&buf[at..]) {
                 Some((APPLICATION_DATA, Some(len))) if at + HEADER + len <= buf.len() => {
                     let mut trial = buf[at..at + HEADER + len].to_vec();
-                    if let Some(content) = self.open_any(&mut trial, SEQ_WINDOW) {
+                    let opened = self.open_any(&mut trial, SEQ_WINDOW);
+                    if opened.is_none() {
+                        self.failed_in_a_row += 1;
+                    }
+                    if let Some(content) = opened {
                         self.place = Place::Exact;
                         let content = at + HEADER..at + HEADER + content;
                         buf[content.clone()]
@@ -458,6 +481,7 @@ impl TlsReader {
             };
             if let Some(len) = opened {
                 self.seq = seq + 1;
+                self.failed_in_a_row = 0;
                 self.stats.records += 1;
                 return Some(self.inner_content(&payload[..len]));
             }

@@ -213,3 +213,34 @@ fn every_suite_and_a_key_update_are_followed() {
         assert_eq!(reader.stats().key_updates, 1);
     }
 }
+
+#[test]
+fn a_gap_wider_than_the_search_window_leaves_the_reader_adrift_and_a_smaller_one_does_not() {
+    let keys = || TrafficKeys::new(0x1301, &[0x42; 32]).unwrap();
+    let sender = keys();
+    let records = |seqs: std::ops::Range<u64>| -> Vec<u8> {
+        seqs.flat_map(|seq| seal(&sender, seq, b"watch event", APPLICATION_DATA))
+            .collect()
+    };
+    // Records 0..10, then the capture loses 30 (within the window): the
+    // reader finds its place again, at the record after the one whose
+    // number it expected exactly.
+    let mut reader = TlsReader::new(keys(), 0, true);
+    let mut stream = records(0..10);
+    stream.extend(records(40..50));
+    let pieces = reader.push(stream, false);
+    assert_eq!(concat(&pieces).len(), 19 * b"watch event".len());
+    assert!(!reader.adrift());
+    // Records 0..10, then a loss of 1000: nothing later opens, and once
+    // more records failed than a new secret could find sealed before it,
+    // the reader says so.
+    let mut reader = TlsReader::new(keys(), 0, true);
+    let mut stream = records(0..10);
+    stream.extend(records(1010..1010 + u64::from(ADRIFT_RECORDS) - 1));
+    let pieces = reader.push(stream, false);
+    assert_eq!(concat(&pieces).len(), 10 * b"watch event".len());
+    assert!(!reader.adrift(), "one record short of adrift");
+    reader.push(records(2000..2001), false);
+    assert!(reader.adrift());
+    assert_eq!(reader.stats().undecryptable, 1);
+}
