@@ -17,10 +17,19 @@
 //! the wire decodes without the connection's table: `:method`, `:scheme`,
 //! literal paths), the latest first; the others wait for a later write.
 //!
+//! A decoded field's thread can mislead too: two connections' read loops
+//! take turns on one thread, and the second one's frames may already be in
+//! Go's buffers, read with no syscall and no probe hit to say it switched
+//! (found at a load's first requests after the agent joined: a block of
+//! one connection given to the other, its request left without a `:path`).
 //! The probes also say which HPACK coder a field came from (a tag of the
-//! `*hpack.Encoder`, one per connection). Once writes on a connection have
-//! taken blocks of one encoder twice with nothing to doubt, that encoder's
-//! fields go to the connection as they come, whichever thread encodes or
+//! `*hpack.Decoder` or `*hpack.Encoder`, one each per connection): a decoder
+//! already seen on another connection, while the thread's last read's
+//! connection has a decoder of its own, decodes for that other connection.
+//!
+//! For encoders: once writes on a connection have taken blocks of one
+//! encoder twice with nothing to doubt, that encoder's fields go to the
+//! connection as they come, whichever thread encodes or
 //! writes them: grpc-go's writer resumes on another thread as often as not
 //! under load, and its blocks would otherwise wait in vain.
 
@@ -75,6 +84,10 @@ pub struct HeaderAttributor {
     /// Per (process, encoder tag): the connection its blocks went to, and
     /// how many times in a row.
     coders: FxHashMap<(u32, u16), (ConnKey, u32)>,
+    /// Per (process, decoder tag): the connection it last decoded for; and
+    /// per connection, its decoder's tag.
+    decoders: FxHashMap<(u32, u16), ConnKey>,
+    decoder_of: FxHashMap<ConnKey, u16>,
     /// Fields that could not be tied to a connection (dropped).
     pub unattributed: u64,
 }
@@ -127,8 +140,11 @@ impl HeaderAttributor {
     pub fn on_header(&mut self, field: HeaderRecord) -> Option<HeaderMessage> {
         let thread = (field.ids.tgid, field.ids.tid);
         match field.side {
-            HeaderSide::Decoder => match self.last_read.get(&thread) {
-                Some(conn) => Some(message(*conn, Direction::Ingress, field)),
+            HeaderSide::Decoder => match self.last_read.get(&thread).copied() {
+                Some(conn) => {
+                    let conn = self.decoding_for(conn, field.ids.tgid, field.coder_tag);
+                    Some(message(conn, Direction::Ingress, field))
+                }
                 None => {
                     self.unattributed += 1;
                     None
@@ -154,10 +170,44 @@ impl HeaderAttributor {
         }
     }
 
-    /// A socket closed: its encoders are forgotten (their memory, and so
+    /// A socket closed: its coders are forgotten (their memory, and so
     /// their tags, may serve another connection next).
     pub fn on_closed(&mut self, conn: &ConnKey) {
         self.coders.retain(|_, (known, _)| known != conn);
+        if let Some(tag) = self.decoder_of.remove(conn) {
+            self.decoders.remove(&(conn.tgid, tag));
+        }
+    }
+
+    /// The connection a field of decoder `tag` (0: unknown) belongs to,
+    /// when its thread last read from `last_read`: that one, unless the
+    /// decoder was seen on another connection and `last_read` has a
+    /// decoder of its own — then the thread's goroutine switched to the
+    /// other connection's buffered frames. What is seen is learnt.
+    fn decoding_for(&mut self, last_read: ConnKey, tgid: u32, tag: u16) -> ConnKey {
+        if tag == 0 {
+            return last_read;
+        }
+        if let Some(&known) = self.decoders.get(&(tgid, tag)) {
+            let other_decoder = self
+                .decoder_of
+                .get(&last_read)
+                .is_some_and(|&own| own != tag);
+            if known != last_read && other_decoder {
+                return known;
+            }
+        }
+        if self.decoders.len() >= MAX_CODERS {
+            self.decoders.clear();
+            self.decoder_of.clear();
+        }
+        if let Some(old) = self.decoder_of.insert(last_read, tag) {
+            if old != tag && self.decoders.get(&(tgid, old)) == Some(&last_read) {
+                self.decoders.remove(&(tgid, old));
+            }
+        }
+        self.decoders.insert((tgid, tag), last_read);
+        last_read
     }
 
     /// A write on `conn` took `block` with nothing to doubt: one more time
@@ -445,6 +495,37 @@ mod tests {
             conn_id: 40,
         });
         assert!(headers.on_header(tagged(2, ":method", "POST")).is_none());
+    }
+
+    /// Two connections' read loops on one thread: the second read (conn
+    /// 20), then the first connection's goroutine decodes a block it had
+    /// buffered, with no read of its own to say so — its decoder, seen on
+    /// conn 10 before, tells.
+    #[test]
+    fn a_decoder_seen_on_another_connection_decodes_for_that_one() {
+        let mut headers = HeaderAttributor::default();
+        let decoded = |tag: u16| HeaderRecord {
+            coder_tag: tag,
+            ..field(1, HeaderSide::Decoder, ":path", "/etcdserverpb.KV/Txn")
+        };
+        headers.on_data(&data(1, 10, Direction::Ingress));
+        assert_eq!(headers.on_header(decoded(7)).unwrap().conn.conn_id, 10);
+        headers.on_data(&data(1, 20, Direction::Ingress));
+        assert_eq!(headers.on_header(decoded(8)).unwrap().conn.conn_id, 20);
+        // conn 10's buffered block, then conn 20's.
+        assert_eq!(headers.on_header(decoded(7)).unwrap().conn.conn_id, 10);
+        assert_eq!(headers.on_header(decoded(8)).unwrap().conn.conn_id, 20);
+        // A connection whose decoder is not known yet keeps the thread's
+        // word (conn 30, decoder 9, whose first block it is).
+        headers.on_data(&data(1, 30, Direction::Ingress));
+        assert_eq!(headers.on_header(decoded(9)).unwrap().conn.conn_id, 30);
+        // conn 10 closed: its decoder's memory may decode for another next.
+        headers.on_closed(&ConnKey {
+            tgid: 100,
+            conn_id: 10,
+        });
+        headers.on_data(&data(1, 40, Direction::Ingress));
+        assert_eq!(headers.on_header(decoded(7)).unwrap().conn.conn_id, 40);
     }
 
     /// One HEADERS frame (END_HEADERS) of stream 1 holding `fragment`.
