@@ -93,7 +93,18 @@ pub async fn read_ring_buffer(
             _ = drain_timer.tick() => {
                 drain(ring.get_mut(), &stats, recorder.as_mut(), &new_components)?
             }
-            () = shutdown.cancelled() => return Ok(recorder),
+            () = shutdown.cancelled() => {
+                // What the kernel wrote since the last drain: below the
+                // wakeup threshold, it would wait for the timer — the last
+                // messages before a stop (a load's last responses) were
+                // lost with it.
+                let (batch, _) = drain(ring.get_mut(), &stats, recorder.as_mut(), &new_components)?;
+                if !batch.is_empty() {
+                    // Downstream gone already: nothing more to hand it.
+                    let _ = events.send(batch).await;
+                }
+                return Ok(recorder);
+            }
         };
         if !batch.is_empty() && events.send(batch).await.is_err() {
             return Ok(recorder);
