@@ -811,6 +811,42 @@ fn a_burst_of_20_pods_gets_their_traces() {
     }
 }
 
+/// Pods created while kube-apiserver serves a load of requests that are not
+/// about Pods (#45): 16 clients of the overhead benchmark's mixed apiserver
+/// load (GETs and LISTs of ConfigMaps, Lease renewals, Event creates) on one
+/// connection older than the agent, which starts after the cluster. Each
+/// Pod gets its complete trace, with its create's phases; nothing of the
+/// load is exported.
+#[test]
+#[ignore = "needs PODTRACE_K8S_BIN, a directory of Kubernetes binaries (none ship with podtrace); cargo xtask test runs it when set"]
+fn pods_created_under_an_apiserver_request_load_get_complete_traces() {
+    let demo_args = ["--apiserver-load", "mixed", "--pods", "5"].map(str::to_owned);
+    let Some((pods, all, _)) = traced_demo_with(
+        "pods_created_under_an_apiserver_request_load_get_complete_traces",
+        &demo_args,
+        AgentStart::AfterCluster,
+    ) else {
+        return;
+    };
+    assert_eq!(pods.len(), 5, "{pods:#?}");
+    for pod in &pods {
+        assert_eq!(pod.outcome, "Running");
+        assert_running_pod_trace(&Trace::of_pod(&all, pod), pod);
+    }
+    // The load's objects are all named bench-…: no span names one.
+    let of_the_load: Vec<&ExportedSpan> = all
+        .iter()
+        .filter(|span| {
+            span.name.contains("bench-")
+                || span
+                    .attributes
+                    .values()
+                    .any(|value| value.as_str().is_some_and(|text| text.contains("bench-")))
+        })
+        .collect();
+    assert!(of_the_load.is_empty(), "{of_the_load:#?}");
+}
+
 /// The common case in real clusters: Pods made by the ReplicaSet controller
 /// of a Deployment scaled from 0 to 20 (its creates come from
 /// kube-controller-manager, not kubectl), then deleted by it when scaled

@@ -56,11 +56,13 @@ use clap::Parser;
 use podtrace_tests::components::{
     ApiserverRole, Containerd, ContainerdOptions, ControlPlane, ControlPlaneOptions, CreatedPod,
     CriClient, DemoApiserverBinary, Etcd, EtcdOptions, PodHandles, PodTemplate,
+    apiserver_load::{ApiserverLoadBinary, ApiserverMix},
     apiserver_role::{self, RunningContainer},
     control_plane::PodCreation,
     cri::api,
     demo_apiserver,
-    etcd_load::{BackgroundLoad, EtcdLoadBinary, KeyMix, apiserver_tls},
+    etcd_load::{EtcdLoadBinary, KeyMix, apiserver_tls},
+    load_client::{BackgroundLoad, LegResult},
 };
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -206,6 +208,14 @@ struct Args {
         conflicts_with = "plain_etcd"
     )]
     etcd_load: usize,
+    /// With --k8s-bin: from before `ready` until the scenarios are done, 16
+    /// closed-loop clients of kube-apiserver (`apiserver-load`, Go's
+    /// net/http over TLS on one HTTP/2 connection, as client-go) send this
+    /// mix of requests that are not about Pods (leases, reads, events,
+    /// mixed, watches), as a cluster's other traffic does. The demo fails if
+    /// one of them fails.
+    #[arg(long, value_name = "MIX", requires = "k8s_bin")]
+    apiserver_load: Option<ApiserverMix>,
     /// Where the built images and demo-apiserver are cached and etcd's and
     /// containerd's directories are made (those are removed on exit).
     #[arg(long, value_name = "DIR", default_value = "/var/tmp/podtrace-demo")]
@@ -627,12 +637,11 @@ fn start_etcd_load(args: &Args, etcd: &Etcd, writers: usize) -> anyhow::Result<B
         None => args.state_dir.join("podtrace-demo-apiserver"),
     };
     let binary = EtcdLoadBinary::build(&dir).context("building etcd-load")?;
+    let (endpoint, tls) = (etcd.endpoint().to_owned(), apiserver_tls(etcd)?);
+    let conns = writers.clamp(1, 4);
     let load = BackgroundLoad::start(
-        binary,
-        etcd.endpoint().to_owned(),
-        apiserver_tls(etcd)?,
-        KeyMix::NotPods,
-        writers,
+        podtrace_tests::components::etcd_load::BINARY_NAME,
+        move || binary.start(&endpoint, &tls, KeyMix::NotPods, writers, conns),
     )?;
     say!("podtrace-demo: etcd-load: {writers} writers of lease and event keys started");
     Ok(load)
@@ -927,6 +936,52 @@ const ABSENT_IMAGE: &str = "podtrace.invalid/absent:never";
 
 /// `--k8s-bin`: etcd, containerd and a real control plane on them; the Pods
 /// created with kubectl.
+/// Starts `--apiserver-load` against `plane`, built next to demo-apiserver.
+fn start_apiserver_load(
+    args: &Args,
+    plane: &ControlPlane,
+    mix: ApiserverMix,
+) -> anyhow::Result<(ApiserverMix, BackgroundLoad)> {
+    let dir = match &args.build_dir {
+        Some(dir) => dir.clone(),
+        None => args.state_dir.join("podtrace-demo-apiserver"),
+    };
+    let binary = ApiserverLoadBinary::build(&dir).context("building apiserver-load")?;
+    let load = binary.in_background(plane, mix, APISERVER_LOAD_WORKERS)?;
+    say!(
+        "podtrace-demo: apiserver-load: {APISERVER_LOAD_WORKERS} clients of {} started",
+        mix.label()
+    );
+    Ok((mix, load))
+}
+
+/// `--apiserver-load`'s clients, as in the overhead benchmark's apiserver legs.
+const APISERVER_LOAD_WORKERS: usize = 16;
+
+/// Says what `--apiserver-load` did; an error if a request failed or none
+/// was answered.
+fn report_apiserver_load(mix: ApiserverMix, done: &LegResult) -> anyhow::Result<()> {
+    say!(
+        "podtrace-demo: apiserver-load ({}) made {} requests ({:.0}/s, worst p99 {:.1} ms, {} \
+         watch events) while the Pods were created; {} failed",
+        mix.flag(),
+        done.requests,
+        done.rate(),
+        done.p99_us as f64 / 1000.0,
+        done.watch_events,
+        done.errors
+    );
+    if done.errors > 0 || done.requests == 0 {
+        bail!(
+            "apiserver-load: {} requests failed, {} answered; first failure: {}",
+            done.errors,
+            done.requests,
+            done.first_error.as_deref().unwrap_or("none")
+        );
+    }
+    Ok(())
+}
+
 fn run_kubernetes(
     args: &Args,
     bin_dir: &Path,
@@ -1567,28 +1622,42 @@ fn drive_kubernetes(
         std::fs::write(file, info.to_string())
             .with_context(|| format!("writing {}", file.display()))?;
     }
-    emit("ready")?;
-    if let Some(file) = &args.wait_for {
-        runtime.block_on(wait_for_file(file, "creating Pods", shutdown))?;
-    }
-    for (index, &scenario) in scenarios.iter().enumerate() {
-        shutdown.check()?;
-        let step = Instant::now();
-        let reports = cluster
-            .run(scenario, index)
-            .with_context(|| format!("scenario {}", scenario.name()))?;
-        // `running` reports each Pod as soon as it runs.
-        if scenario != Scenario::Running {
-            for report in &reports {
-                report.emit()?;
-            }
+    // Started before `ready`: its connection is older than an agent started then.
+    let apiserver_load = args
+        .apiserver_load
+        .map(|mix| start_apiserver_load(args, cluster.plane, mix))
+        .transpose()?;
+    let mut run_scenarios = || -> anyhow::Result<()> {
+        emit("ready")?;
+        if let Some(file) = &args.wait_for {
+            runtime.block_on(wait_for_file(file, "creating Pods", shutdown))?;
         }
-        say!(
-            "podtrace-demo: scenario {} done in {:.1?}",
-            scenario.name(),
-            step.elapsed()
-        );
+        for (index, &scenario) in scenarios.iter().enumerate() {
+            shutdown.check()?;
+            let step = Instant::now();
+            let reports = cluster
+                .run(scenario, index)
+                .with_context(|| format!("scenario {}", scenario.name()))?;
+            // `running` reports each Pod as soon as it runs.
+            if scenario != Scenario::Running {
+                for report in &reports {
+                    report.emit()?;
+                }
+            }
+            say!(
+                "podtrace-demo: scenario {} done in {:.1?}",
+                scenario.name(),
+                step.elapsed()
+            );
+        }
+        Ok(())
+    };
+    let scenarios_done = run_scenarios();
+    if let Some((mix, load)) = apiserver_load {
+        let done = load.stop().context("the apiserver load")?;
+        report_apiserver_load(mix, &done)?;
     }
+    scenarios_done?;
     if args.linger > 0 {
         say!(
             "podtrace-demo: Pods created; everything keeps running for {} s (Ctrl-C ends it \

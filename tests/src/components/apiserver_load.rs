@@ -10,7 +10,7 @@
 //!
 //! In: a running [`ControlPlane`], an [`ApiserverMix`] and the number of
 //! workers. Out: a [`LoadClient`] whose [`LoadClient::leg`] runs the workers
-//! flat out for a while.
+//! flat out for a while, or a [`BackgroundLoad`] that keeps them at it.
 
 use std::{
     path::{Path, PathBuf},
@@ -19,7 +19,12 @@ use std::{
 
 use anyhow::Context as _;
 
-use super::{ControlPlane, go_program, load_client::LoadClient};
+use super::{
+    ControlPlane,
+    demo_apiserver::ClientTls,
+    go_program,
+    load_client::{BackgroundLoad, LoadClient},
+};
 
 /// The load client's executable name.
 pub const BINARY_NAME: &str = "apiserver-load";
@@ -54,8 +59,8 @@ impl ApiserverMix {
         ApiserverMix::Watches,
     ];
 
-    /// Its name for `apiserver-load -mix`.
-    fn flag(self) -> &'static str {
+    /// Its name for `apiserver-load -mix` (and `podtrace-demo --apiserver-load`).
+    pub fn flag(self) -> &'static str {
         match self {
             ApiserverMix::Leases => "leases",
             ApiserverMix::Reads => "reads",
@@ -88,6 +93,20 @@ impl ApiserverMix {
     }
 }
 
+impl std::str::FromStr for ApiserverMix {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|mix| mix.flag() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|mix| mix.flag()).collect();
+                format!("no mix {name:?}: one of {}", names.join(", "))
+            })
+    }
+}
+
 /// A built apiserver-load.
 #[derive(Debug, Clone)]
 pub struct ApiserverLoadBinary {
@@ -114,15 +133,38 @@ impl ApiserverLoadBinary {
         mix: ApiserverMix,
         workers: usize,
     ) -> anyhow::Result<LoadClient> {
+        self.start_at(plane.server(), &plane.admin_tls(), mix, workers)
+    }
+
+    /// [`Self::start`] on a thread of its own, in the background until
+    /// [`BackgroundLoad::stop`].
+    pub fn in_background(
+        &self,
+        plane: &ControlPlane,
+        mix: ApiserverMix,
+        workers: usize,
+    ) -> anyhow::Result<BackgroundLoad> {
+        let (binary, server, tls) = (self.clone(), plane.server().to_owned(), plane.admin_tls());
+        BackgroundLoad::start(BINARY_NAME, move || {
+            binary.start_at(&server, &tls, mix, workers)
+        })
+    }
+
+    fn start_at(
+        &self,
+        server: &str,
+        tls: &ClientTls,
+        mix: ApiserverMix,
+        workers: usize,
+    ) -> anyhow::Result<LoadClient> {
         let dir = tempfile::Builder::new()
             .prefix("apiserver-load-")
             .tempdir()
             .context("creating the load client's directory")?;
-        let tls = plane.admin_tls();
         let mut command = Command::new(&self.path);
         command
             .arg("-server")
-            .arg(plane.server())
+            .arg(server)
             .arg("-cacert")
             .arg(&tls.ca_cert)
             .arg("-cert")

@@ -15,15 +15,9 @@
 use std::{
     path::{Path, PathBuf},
     process::Command,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    thread,
-    time::Duration,
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 
 use super::{
     Etcd, PodTemplate,
@@ -31,7 +25,7 @@ use super::{
     demo_apiserver::{ClientTls, hex_encode},
     etcd::APISERVER_USER,
     go_program,
-    load_client::{LegResult, LoadClient},
+    load_client::LoadClient,
 };
 
 /// The load client's executable name.
@@ -170,62 +164,5 @@ impl EtcdLoadBinary {
             .arg("-conns")
             .arg(conns.to_string());
         LoadClient::start(BINARY_NAME, &mut command, dir)
-    }
-}
-
-/// etcd-load writing in the background, in legs of [`BACKGROUND_LEG`], on a
-/// thread of its own (which owns the process) until [`BackgroundLoad::stop`].
-#[derive(Debug)]
-pub struct BackgroundLoad {
-    stop: Arc<AtomicBool>,
-    thread: thread::JoinHandle<anyhow::Result<LegResult>>,
-}
-
-/// One leg of a [`BackgroundLoad`]: the longest it runs on after a stop.
-const BACKGROUND_LEG: Duration = Duration::from_secs(1);
-
-impl BackgroundLoad {
-    /// Starts the load as [`EtcdLoadBinary::start`] does and returns once it
-    /// writes.
-    pub fn start(
-        binary: EtcdLoadBinary,
-        endpoint: String,
-        tls: ClientTls,
-        mix: KeyMix,
-        workers: usize,
-    ) -> anyhow::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready) = std::sync::mpsc::channel();
-        let stopping = Arc::clone(&stop);
-        let thread = thread::spawn(move || {
-            let conns = workers.clamp(1, 4);
-            let mut load = match binary.start(&endpoint, &tls, mix, workers, conns) {
-                Ok(load) => load,
-                Err(err) => {
-                    let _ = ready_tx.send(Err(format!("{err:#}")));
-                    return Err(err);
-                }
-            };
-            let _ = ready_tx.send(Ok(load.pid()));
-            let mut total = LegResult::empty();
-            while !stopping.load(Ordering::Relaxed) {
-                total.join(load.leg(BACKGROUND_LEG)?);
-            }
-            Ok(total)
-        });
-        match ready.recv() {
-            Ok(Ok(_)) => Ok(Self { stop, thread }),
-            Ok(Err(err)) => bail!("starting {BINARY_NAME}: {err}"),
-            Err(_) => bail!("{BINARY_NAME}'s thread ended before it started"),
-        }
-    }
-
-    /// Stops the load after its current leg; what it did in all (p50 and p99
-    /// are the worst leg's).
-    pub fn stop(self) -> anyhow::Result<LegResult> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .join()
-            .map_err(|_| anyhow::anyhow!("{BINARY_NAME}'s thread panicked"))?
     }
 }

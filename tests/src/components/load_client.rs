@@ -9,6 +9,11 @@
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     process::{ChildStdin, ChildStdout, Command},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
     time::Duration,
 };
 
@@ -144,5 +149,62 @@ impl LoadClient {
             );
         }
         Ok(line.trim_end().to_owned())
+    }
+}
+
+/// A load client running in the background, in legs of [`BACKGROUND_LEG`],
+/// on a thread of its own (which starts, and so owns, the process) until
+/// [`BackgroundLoad::stop`]: the other traffic of a control plane while a
+/// test or the demo creates Pods.
+#[derive(Debug)]
+pub struct BackgroundLoad {
+    name: &'static str,
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<anyhow::Result<LegResult>>,
+}
+
+/// One leg of a [`BackgroundLoad`]: the longest it runs on after a stop.
+const BACKGROUND_LEG: Duration = Duration::from_secs(1);
+
+impl BackgroundLoad {
+    /// Starts the client `name` with `start` (on the load's thread) and
+    /// returns once it is ready.
+    pub fn start(
+        name: &'static str,
+        start: impl FnOnce() -> anyhow::Result<LoadClient> + Send + 'static,
+    ) -> anyhow::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let stopping = Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            let mut load = match start() {
+                Ok(load) => load,
+                Err(err) => {
+                    let _ = ready_tx.send(Err(format!("{err:#}")));
+                    return Err(err);
+                }
+            };
+            let _ = ready_tx.send(Ok(load.pid()));
+            let mut total = LegResult::empty();
+            while !stopping.load(Ordering::Relaxed) {
+                total.join(load.leg(BACKGROUND_LEG)?);
+            }
+            Ok(total)
+        });
+        match ready.recv() {
+            Ok(Ok(_)) => Ok(Self { name, stop, thread }),
+            Ok(Err(err)) => bail!("starting {name}: {err}"),
+            Err(_) => bail!("{name}'s thread ended before it started"),
+        }
+    }
+
+    /// Stops the load after its current leg; what it did in all (p50 and p99
+    /// are the worst leg's).
+    pub fn stop(self) -> anyhow::Result<LegResult> {
+        self.stop.store(true, Ordering::Relaxed);
+        let name = self.name;
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("{name}'s thread panicked"))?
     }
 }
