@@ -126,6 +126,8 @@ struct Args {
 enum Mix {
     Pods,
     NotPods,
+    /// Pod keys whose values are not Kubernetes objects.
+    OpaquePods,
 }
 
 impl From<Mix> for KeyMix {
@@ -133,6 +135,7 @@ impl From<Mix> for KeyMix {
         match mix {
             Mix::Pods => KeyMix::Pods,
             Mix::NotPods => KeyMix::NotPods,
+            Mix::OpaquePods => KeyMix::OpaquePods,
         }
     }
 }
@@ -193,7 +196,7 @@ fn main() -> anyhow::Result<()> {
         if args.seconds == 0 || (args.mixes.is_empty() && !args.apiserver_mixes.is_empty()) {
             Vec::new()
         } else if args.mixes.is_empty() {
-            vec![KeyMix::NotPods, KeyMix::Pods]
+            vec![KeyMix::NotPods, KeyMix::Pods, KeyMix::OpaquePods]
         } else {
             args.mixes.iter().copied().map(KeyMix::from).collect()
         };

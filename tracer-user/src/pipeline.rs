@@ -289,6 +289,12 @@ impl Stages {
                     "Pod objects in etcd values and etcd requests naming Pods, decoded once"
                 );
             }
+            if decoder.once.kv_requests.opaque > 0 {
+                tracing::info!(
+                    requests = decoder.once.kv_requests.opaque,
+                    "not followed: etcd writes of Pod keys whose values are no stored object (not kube-apiserver's)"
+                );
+            }
             if decoder.once.not_followed > 0 {
                 tracing::info!(
                     requests = decoder.once.not_followed,

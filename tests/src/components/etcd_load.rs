@@ -45,6 +45,10 @@ pub enum KeyMix {
     /// What a control plane writes far more often and podtrace must not pay
     /// for: node leases (`/registry/leases/`) and events (`/registry/events/`).
     NotPods,
+    /// Keys under `/registry/pods/` whose values are not Kubernetes objects
+    /// (2 KiB of bytes with no `k8s\0` magic): what podtrace cannot decode
+    /// must cost no more than what it can.
+    OpaquePods,
 }
 
 impl KeyMix {
@@ -53,6 +57,7 @@ impl KeyMix {
         match self {
             KeyMix::Pods => "Pod writes",
             KeyMix::NotPods => "lease/event writes",
+            KeyMix::OpaquePods => "Pod keys, values not Kubernetes objects",
         }
     }
 
@@ -91,6 +96,19 @@ impl KeyMix {
                     let mut value = tracer_decode::kube::PROTOBUF_MAGIC.to_vec();
                     value.resize(VALUE_BYTES, b'l');
                     (key, value)
+                }
+                KeyMix::OpaquePods => {
+                    // Bytes of no format: a xorshift stream, different per key.
+                    let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ index as u64;
+                    let value: Vec<u8> = (0..VALUE_BYTES)
+                        .map(|_| {
+                            state ^= state << 13;
+                            state ^= state >> 7;
+                            state ^= state << 17;
+                            state.to_le_bytes()[0]
+                        })
+                        .collect();
+                    (pod_key("bench", &format!("opaque-{index}")), value)
                 }
             };
             file.push_str(&format!("{key} {}\n", hex_encode(&value)));

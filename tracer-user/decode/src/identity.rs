@@ -199,21 +199,42 @@ pub fn pod_in_value(value: &[u8]) -> Option<PodIdentity> {
     }
 }
 
+/// The prefix of a value encrypted at rest by kube-apiserver
+/// (`k8s:enc:PROVIDER:v1:NAME:`): a Pod only its key names.
+const ENCRYPTED_VALUE_PREFIX: &[u8] = b"k8s:enc:";
+
+/// Whether `value`, written under a Pod key, is no object kube-apiserver
+/// stores: neither its protobuf nor JSON, nor encrypted at rest. Such a
+/// write is not kube-apiserver's, and names no Pod podtrace can follow.
+pub fn opaque_value(value: &[u8]) -> bool {
+    !value.starts_with(crate::kube::PROTOBUF_MAGIC)
+        && !value.starts_with(ENCRYPTED_VALUE_PREFIX)
+        && value.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{')
+}
+
 /// [`clues_from_kv_request`], with the Pods in values written under Pod keys
 /// decoded by `decode_pod` (a caller that sees the same value several times
-/// can keep what it decoded).
+/// can keep what it decoded). A Pod key written an [`opaque_value`] is no
+/// clue: the write is not kube-apiserver's storing a Pod.
 pub fn clues_from_kv_request_with(
     request: &crate::etcd::KvRequest,
     mut decode_pod: impl FnMut(&[u8]) -> Option<PodIdentity>,
 ) -> Vec<PodClue> {
+    let puts = request.puts();
+    let opaque: Vec<&[u8]> = puts
+        .iter()
+        .filter(|put| opaque_value(&put.value))
+        .map(|put| put.key.as_slice())
+        .collect();
     let mut clues: Vec<PodClue> = request
         .keys()
         .into_iter()
+        .filter(|key| !opaque.contains(key))
         .filter_map(pod_from_storage_key)
         .collect();
     clues.dedup();
-    for put in request.puts() {
-        if pod_from_storage_key(&put.key).is_some() {
+    for put in puts {
+        if pod_from_storage_key(&put.key).is_some() && !opaque_value(&put.value) {
             if let Some(pod) = decode_pod(&put.value) {
                 clues.push(PodClue::Object(pod));
             }
@@ -369,6 +390,56 @@ mod tests {
             assert_eq!(pods_put_created_unix_s("Txn", &request), None, "{what}");
         }
         assert_eq!(pods_put_created_unix_s("Range", &update), None);
+    }
+
+    /// A Pod key written bytes that are no stored object (not kube-apiserver's
+    /// write) names no Pod: dropped at the first check, however many come.
+    /// One encrypted at rest still names its Pod by its key; a delete too.
+    #[test]
+    fn a_pod_key_written_an_opaque_value_is_no_clue() {
+        use crate::pb::etcdserverpb::{
+            Compare, DeleteRangeRequest, PutRequest, RequestOp, TxnRequest, compare,
+            request_op::Request,
+        };
+        let key = b"/registry/pods/default/web".to_vec();
+        let txn = |value: &[u8]| {
+            crate::etcd::KvRequest::Txn(TxnRequest {
+                compare: vec![Compare {
+                    target: compare::CompareTarget::Mod as i32,
+                    key: key.clone(),
+                    target_union: Some(compare::TargetUnion::ModRevision(0)),
+                    ..Compare::default()
+                }],
+                success: vec![RequestOp {
+                    request: Some(Request::RequestPut(PutRequest {
+                        key: key.clone(),
+                        value: value.to_vec(),
+                        ..PutRequest::default()
+                    })),
+                }],
+                failure: Vec::new(),
+            })
+        };
+        let by_key = PodClue::StorageKey {
+            namespace: "default".into(),
+            name: "web".into(),
+        };
+        for opaque in [&b"\x93\x1f\x00binary"[..], b"", b"k8s-not-magic"] {
+            let mut decoded = 0;
+            let clues = clues_from_kv_request_with(&txn(opaque), |_| {
+                decoded += 1;
+                None
+            });
+            assert!(clues.is_empty(), "{opaque:?}: {clues:?}");
+            assert_eq!(decoded, 0, "not decoded");
+        }
+        let encrypted = clues_from_kv_request(&txn(b"k8s:enc:aescbc:v1:key1:\x01\x02"));
+        assert_eq!(encrypted, std::slice::from_ref(&by_key));
+        let delete = crate::etcd::KvRequest::DeleteRange(DeleteRangeRequest {
+            key: key.clone(),
+            ..DeleteRangeRequest::default()
+        });
+        assert_eq!(clues_from_kv_request(&delete), [by_key]);
     }
 
     #[test]

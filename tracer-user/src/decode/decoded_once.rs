@@ -18,7 +18,8 @@ use rustc_hash::FxHashMap;
 use tracer_decode::{
     etcd::{KvRequest, WriteKind},
     identity::{
-        PodClue, PodIdentity, clues_from_kv_request_with, pod_in_value, pods_put_created_unix_s,
+        PodClue, PodIdentity, clues_from_kv_request_with, opaque_value, pod_from_storage_key,
+        pod_in_value, pods_put_created_unix_s,
     },
 };
 
@@ -155,7 +156,12 @@ pub fn request_fingerprint(request: &KvRequest) -> [u8; 16] {
 
 /// etcd KV requests decoded from gRPC messages.
 #[derive(Debug, Default)]
-pub struct KvRequests(ByDigest<Option<KvRequestFacts>>);
+pub struct KvRequests {
+    decoded: ByDigest<Option<KvRequestFacts>>,
+    /// Requests that wrote only values that are no stored object under Pod
+    /// keys (not kube-apiserver's writes): no clue, no span.
+    pub opaque: u64,
+}
 
 impl KvRequests {
     /// The facts of the `method` request in `message` (uncompressed: from
@@ -172,10 +178,19 @@ impl KvRequests {
         let mut seed = rustc_hash::FxHasher::default();
         method.hash(&mut seed);
         let seed = seed.finish();
-        self.0.get_or_decode(digest(seed, message), || {
+        let opaque = &mut self.opaque;
+        self.decoded.get_or_decode(digest(seed, message), || {
             let request = KvRequest::decode(method, message).ok()?;
             let write = request.write_kind();
             let clues = clues_from_kv_request_with(&request, |value| pods.pod(value));
+            if clues.is_empty()
+                && request
+                    .puts()
+                    .iter()
+                    .any(|put| pod_from_storage_key(&put.key).is_some() && opaque_value(&put.value))
+            {
+                *opaque += 1;
+            }
             (!clues.is_empty()).then(|| KvRequestFacts {
                 method: request.method(),
                 write,
@@ -187,7 +202,7 @@ impl KvRequests {
 
     /// Requests decoded, and sightings answered from the cache.
     pub fn counts(&self) -> (u64, u64) {
-        (self.0.decoded, self.0.reused)
+        (self.decoded.decoded, self.decoded.reused)
     }
 }
 
