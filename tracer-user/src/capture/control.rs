@@ -19,7 +19,7 @@ use tracer_common::{
     names::{MAP_FDS, MAP_MUTED_CONNS},
 };
 
-use super::{CaptureError, ConnKey, HpackControl};
+use super::{CaptureError, ConnKey, HpackControl, loader::map_mut};
 
 /// A request of the decode stage to capture.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,10 +101,7 @@ pub(crate) fn clear_keyed(
     fd: u32,
     direction: Direction,
 ) -> Result<bool, CaptureError> {
-    let name = MAP_FDS;
-    let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
-    let mut fds: BpfHashMap<_, FdKey, FdInfo> =
-        BpfHashMap::try_from(map).map_err(|source| CaptureError::Map { name, source })?;
+    let mut fds: BpfHashMap<_, FdKey, FdInfo> = map_mut(ebpf, MAP_FDS)?;
     let key = FdKey {
         tgid: conn.tgid,
         fd,
@@ -127,7 +124,10 @@ pub(crate) fn clear_keyed(
         Err(MapError::SyscallError(err)) if err.io_error.raw_os_error() == Some(libc::ENOENT) => {
             Ok(false)
         }
-        Err(source) => Err(CaptureError::Map { name, source }),
+        Err(source) => Err(CaptureError::Map {
+            name: MAP_FDS,
+            source,
+        }),
     }
 }
 
@@ -162,9 +162,7 @@ impl MutedConns {
         muted: bool,
     ) -> Result<(), CaptureError> {
         let name = MAP_MUTED_CONNS;
-        let map = ebpf.map_mut(name).ok_or(CaptureError::MissingMap(name))?;
-        let mut map: BpfHashMap<_, ProcessConnKey, u8> =
-            BpfHashMap::try_from(map).map_err(|source| CaptureError::Map { name, source })?;
+        let mut map: BpfHashMap<_, ProcessConnKey, u8> = map_mut(ebpf, name)?;
         let key = conn.map_key();
         if !muted {
             if self.conns.remove(&conn) {

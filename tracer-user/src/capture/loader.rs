@@ -1072,7 +1072,7 @@ impl DropCounts {
     }
 }
 
-fn map_mut<'a, K: aya::Pod, V: aya::Pod>(
+pub(super) fn map_mut<'a, K: aya::Pod, V: aya::Pod>(
     ebpf: &'a mut Ebpf,
     name: &'static str,
 ) -> Result<BpfHashMap<&'a mut MapData, K, V>, CaptureError> {
