@@ -285,6 +285,15 @@ impl Scenario {
 }
 
 /// A namespace name: an RFC 1123 label, as the apiserver validates it.
+impl Args {
+    /// `--build-dir`, or its default: where the demo's Go programs are built.
+    fn build_dir(&self) -> PathBuf {
+        self.build_dir
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("podtrace-demo-apiserver"))
+    }
+}
+
 fn parse_dns_label(text: &str) -> Result<String, String> {
     let valid_chars = text
         .bytes()
@@ -524,10 +533,7 @@ fn write_etcd_members(file: &Path, members: &[Etcd]) -> anyhow::Result<()> {
 
 /// Builds demo-apiserver in `--build-dir`, saying how long it took.
 fn build_demo_apiserver(args: &Args) -> anyhow::Result<DemoApiserverBinary> {
-    let dir = match &args.build_dir {
-        Some(dir) => dir.clone(),
-        None => args.state_dir.join("podtrace-demo-apiserver"),
-    };
+    let dir = args.build_dir();
     if !dir.join(demo_apiserver::BINARY_NAME).exists() {
         say!(
             "podtrace-demo: building demo-apiserver in {} for the first time: Go compiles the \
@@ -632,10 +638,7 @@ async fn drive(
 
 /// Starts `--etcd-load` writers on `etcd`, built next to demo-apiserver.
 fn start_etcd_load(args: &Args, etcd: &Etcd, writers: usize) -> anyhow::Result<BackgroundLoad> {
-    let dir = match &args.build_dir {
-        Some(dir) => dir.clone(),
-        None => args.state_dir.join("podtrace-demo-apiserver"),
-    };
+    let dir = args.build_dir();
     let binary = EtcdLoadBinary::build(&dir).context("building etcd-load")?;
     let (endpoint, tls) = (etcd.endpoint().to_owned(), apiserver_tls(etcd)?);
     let conns = writers.clamp(1, 4);
@@ -942,10 +945,7 @@ fn start_apiserver_load(
     plane: &ControlPlane,
     mix: ApiserverMix,
 ) -> anyhow::Result<(ApiserverMix, BackgroundLoad)> {
-    let dir = match &args.build_dir {
-        Some(dir) => dir.clone(),
-        None => args.state_dir.join("podtrace-demo-apiserver"),
-    };
+    let dir = args.build_dir();
     let binary = ApiserverLoadBinary::build(&dir).context("building apiserver-load")?;
     let load = binary.in_background(plane, mix, APISERVER_LOAD_WORKERS)?;
     say!(
