@@ -175,7 +175,15 @@ impl HeaderAttributor {
     pub fn on_closed(&mut self, conn: &ConnKey) {
         self.coders.retain(|_, (known, _)| known != conn);
         if let Some(tag) = self.decoder_of.remove(conn) {
-            self.decoders.remove(&(conn.tgid, tag));
+            self.forget_decoder(conn.tgid, tag, *conn);
+        }
+    }
+
+    /// Forgets that decoder `tag` decodes for `conn`, unless it was seen on
+    /// another connection since (a tag is 16 bits of an address: reused).
+    fn forget_decoder(&mut self, tgid: u32, tag: u16, conn: ConnKey) {
+        if self.decoders.get(&(tgid, tag)) == Some(&conn) {
+            self.decoders.remove(&(tgid, tag));
         }
     }
 
@@ -202,8 +210,8 @@ impl HeaderAttributor {
             self.decoder_of.clear();
         }
         if let Some(old) = self.decoder_of.insert(last_read, tag) {
-            if old != tag && self.decoders.get(&(tgid, old)) == Some(&last_read) {
-                self.decoders.remove(&(tgid, old));
+            if old != tag {
+                self.forget_decoder(tgid, old, last_read);
             }
         }
         self.decoders.insert((tgid, tag), last_read);
