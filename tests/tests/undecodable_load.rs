@@ -2,8 +2,10 @@
 //! it can (#45). A client writes keys under `/registry/pods/` whose values
 //! are no object kube-apiserver stores (not its writes), flat out, on
 //! connections older than the agent; the agent drops each at the first
-//! check that fails (the value's first bytes), counts it, exports nothing
-//! of it, keeps up with the load and stays within a bounded memory.
+//! check that fails (the value's first bytes) and counts it, then mutes
+//! the connections that wrote nothing else (their bytes are copied no more),
+//! exports nothing of them, keeps up with the load and stays within a
+//! bounded memory.
 
 #![allow(
     clippy::unwrap_used,
@@ -69,15 +71,16 @@ fn pod_keys_written_values_that_are_no_objects_are_counted_and_dropped_at_load()
         .iter()
         .find(|line| line.contains("values are no stored object"))
         .unwrap_or_else(|| panic!("no count of such writes: {:#?}", stopped.log));
-    let requests: u64 = counted
-        .split("requests=")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|count| count.parse().ok())
-        .unwrap_or_else(|| panic!("{counted}"));
-    // Every write of the legs the agent saw, once (its second sighting,
-    // etcd's, is answered by the first's decode).
-    assert!(requests >= leg.requests, "{requests} < {}", leg.requests);
+    assert!(field(counted, "requests") > 0, "{counted}");
+    // Both ends of both connections (etcd-load is traced as kube-apiserver's
+    // client, etcd as the server): muted after their first writes, so the
+    // load's writes were not all counted.
+    let muted = stopped
+        .log
+        .iter()
+        .find(|line| line.contains("muted: connections"))
+        .unwrap_or_else(|| panic!("no connection muted: {:#?}", stopped.log));
+    assert_eq!(field(muted, "opaque_pod_writers"), 4, "{muted}");
     let spans = read_spans(out.path()).unwrap();
     assert!(spans.is_empty(), "{:#?}", &spans[..spans.len().min(3)]);
     assert!(
@@ -85,6 +88,15 @@ fn pod_keys_written_values_that_are_no_objects_are_counted_and_dropped_at_load()
         "the agent grew from {rss_before} KiB to {rss_after} KiB over {} writes",
         leg.requests
     );
+}
+
+/// The number `name=` says in a log line.
+fn field(line: &str, name: &str) -> u64 {
+    line.split(&format!("{name}="))
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}= in {line}"))
 }
 
 /// Resident memory of process `pid`, KiB.

@@ -339,7 +339,8 @@ impl Stages {
             if decoder.grpc.muted_total > 0 {
                 tracing::info!(
                     connections = decoder.grpc.muted_total,
-                    "muted: connections whose bytes were no longer copied (etcd clients of one resource other than Pods, ttrpc)"
+                    opaque_pod_writers = decoder.grpc.muted_opaque,
+                    "muted: connections whose bytes were no longer copied (etcd clients of one resource other than Pods, clients writing Pod keys values that are no stored object, ttrpc)"
                 );
             }
             if decoder.wal.bad_records > 0 {

@@ -212,6 +212,20 @@ pub fn opaque_value(value: &[u8]) -> bool {
         && value.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{')
 }
 
+/// Whether `request` writes values under Pod keys, each an
+/// [`opaque_value`], and names no other key: a client that is not
+/// kube-apiserver storing what podtrace cannot read. A read, a write of
+/// another key or of a stored object says no.
+pub fn writes_only_opaque_pods(request: &crate::etcd::KvRequest) -> bool {
+    let puts = request.puts();
+    !puts.is_empty()
+        && puts.iter().all(|put| opaque_value(&put.value))
+        && request
+            .keys()
+            .into_iter()
+            .all(|key| pod_from_storage_key(key).is_some())
+}
+
 /// [`clues_from_kv_request`], with the Pods in values written under Pod keys
 /// decoded by `decode_pod` (a caller that sees the same value several times
 /// can keep what it decoded). A Pod key written an [`opaque_value`] is no
@@ -432,14 +446,33 @@ mod tests {
             });
             assert!(clues.is_empty(), "{opaque:?}: {clues:?}");
             assert_eq!(decoded, 0, "not decoded");
+            assert!(writes_only_opaque_pods(&txn(opaque)), "{opaque:?}");
         }
-        let encrypted = clues_from_kv_request(&txn(b"k8s:enc:aescbc:v1:key1:\x01\x02"));
-        assert_eq!(encrypted, std::slice::from_ref(&by_key));
+        let encrypted = txn(b"k8s:enc:aescbc:v1:key1:\x01\x02");
+        assert_eq!(
+            clues_from_kv_request(&encrypted),
+            std::slice::from_ref(&by_key)
+        );
         let delete = crate::etcd::KvRequest::DeleteRange(DeleteRangeRequest {
             key: key.clone(),
             ..DeleteRangeRequest::default()
         });
         assert_eq!(clues_from_kv_request(&delete), [by_key]);
+        // What kube-apiserver writes, a read, and an opaque write beside
+        // another resource's key are not "only opaque Pod writes".
+        let mut beside_a_lease = txn(b"\x93binary");
+        if let crate::etcd::KvRequest::Txn(request) = &mut beside_a_lease {
+            request.compare[0].key = b"/registry/leases/kube-node-lease/n1".to_vec();
+        }
+        for not_only in [
+            encrypted,
+            txn(b"k8s\x00\x0a\x09\x0a\x02v1\x12\x03Pod"),
+            txn(b"{\"kind\":\"Pod\"}"),
+            delete,
+            beside_a_lease,
+        ] {
+            assert!(!writes_only_opaque_pods(&not_only), "{not_only:?}");
+        }
     }
 
     #[test]

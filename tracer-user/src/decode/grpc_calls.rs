@@ -30,14 +30,17 @@ use tracer_common::io::{ConnAction, Direction, FdKind, HeaderSide};
 use tracer_decode::{
     Decoded,
     cri::{ContainerFacts, CriCall},
-    etcd::{KvCall, KvResponse, WriteKind},
+    etcd::{KvCall, KvRequest, KvResponse, WriteKind},
     grpc::{GrpcCall, parse_message},
     http1::{self, Http1Connection},
     http2::{
         Exchange, Http2Connection, Limits, Lost, SeenStream, TableCopy, TableLoadError, TablePoint,
         frame,
     },
-    identity::{PodClue, PodIdentity, ResourcesNamed, may_hold_pod_clue, resources_named},
+    identity::{
+        PodClue, PodIdentity, ResourcesNamed, may_hold_pod_clue, resources_named,
+        writes_only_opaque_pods,
+    },
     kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
     rest::{RestRequest, Verb},
 };
@@ -289,13 +292,20 @@ enum KeysSeen {
     Nothing,
     /// This many finished requests, all of keys of this one resource.
     One { resource: Box<[u8]>, requests: u32 },
+    /// This many finished requests, each writing under Pod keys only values
+    /// that are no stored object ([`writes_only_opaque_pods`]): not
+    /// kube-apiserver, whose every Pod write is its protobuf, JSON or
+    /// encrypted at rest. Its bytes cost a copy and a decode each, and can
+    /// never become a span.
+    OpaquePods { requests: u32 },
     /// Pods, several resources, compressed requests, or not etcd: kept.
     Kept,
 }
 
 impl KeysSeen {
     /// Notes a finished exchange; returns whether the connection has now
-    /// carried `mute_after` requests of one resource other than Pods.
+    /// carried `mute_after` requests of one resource other than Pods, or
+    /// of values under Pod keys that are no stored object.
     fn note(&mut self, exchange: &Exchange, mute_after: u32) -> bool {
         if matches!(self, Self::Kept) {
             return false;
@@ -318,6 +328,16 @@ impl KeysSeen {
         }
         let named = match resources_named(&exchange.request.body) {
             ResourcesNamed::None => return false,
+            ResourcesNamed::PodsOrSeveral if opaque_pod_writes(path, &exchange.request.body) => {
+                *self = match self {
+                    Self::Nothing => Self::OpaquePods { requests: 1 },
+                    Self::OpaquePods { requests } => Self::OpaquePods {
+                        requests: *requests + 1,
+                    },
+                    _ => Self::Kept,
+                };
+                return matches!(self, Self::OpaquePods { requests } if *requests >= mute_after);
+            }
             ResourcesNamed::PodsOrSeveral => None,
             ResourcesNamed::One(resource) => Some(resource),
         };
@@ -334,6 +354,23 @@ impl KeysSeen {
         };
         matches!(self, Self::One { requests, .. } if *requests >= mute_after)
     }
+}
+
+/// Whether the gRPC request `body` of KV method `path` writes only values
+/// under Pod keys that are no stored object ([`writes_only_opaque_pods`]).
+/// Decoded in full only while a connection has not been kept (its first
+/// Pod request that is kube-apiserver's keeps it).
+fn opaque_pod_writes(path: &str, body: &[u8]) -> bool {
+    let Some(method) = path.strip_prefix("/etcdserverpb.KV/") else {
+        return false;
+    };
+    let Ok(Decoded::Message { msg, consumed }) = parse_message(body) else {
+        return false;
+    };
+    consumed == body.len()
+        && !msg.compressed
+        && KvRequest::decode(method, msg.bytes)
+            .is_ok_and(|request| writes_only_opaque_pods(&request))
 }
 
 impl Connection {
@@ -587,6 +624,9 @@ pub struct GrpcDecoder {
     pub mute_after: u32,
     /// Connections muted since start.
     pub muted_total: u64,
+    /// Of them, the ones muted for writing under Pod keys only values that
+    /// are no stored object ([`KeysSeen::OpaquePods`]).
+    pub muted_opaque: u64,
     /// Connections not decoded because the table was full.
     pub skipped_connections: u64,
     /// What capture is asked to do, in order; the stage takes it.
@@ -607,6 +647,7 @@ impl Default for GrpcDecoder {
             muted: rustc_hash::FxHashSet::default(),
             mute_after: MUTE_AFTER_REQUESTS,
             muted_total: 0,
+            muted_opaque: 0,
             skipped_connections: 0,
             control: Vec::new(),
             field_probes: FxHashMap::default(),
@@ -904,8 +945,19 @@ impl GrpcDecoder {
         if connection.needs_fields(now_ns) {
             self.update_field_probes(conn.tgid, now_ns);
         }
-        if let KeysSeen::One { resource, requests } = &connection.keys {
-            tracing::debug!(?conn, resource = %String::from_utf8_lossy(resource), requests, "connection muted");
+        match &connection.keys {
+            KeysSeen::One { resource, requests } => {
+                tracing::debug!(?conn, resource = %String::from_utf8_lossy(resource), requests, "connection muted");
+            }
+            KeysSeen::OpaquePods { requests } => {
+                tracing::debug!(
+                    ?conn,
+                    requests,
+                    "connection muted: its Pod-key values are no stored object"
+                );
+                self.muted_opaque += 1;
+            }
+            KeysSeen::Nothing | KeysSeen::Kept => {}
         }
         self.muted.insert(conn);
         self.muted_total += 1;
@@ -1775,6 +1827,53 @@ mod tests {
         // A lease grant names no key: neither counted nor keeping.
         assert!(!keys.note(&request("/etcdserverpb.Lease/LeaseGrant", b"\x08\x3c"), 4));
         assert!(keys.note(&lease, 4));
+    }
+
+    /// A gRPC Txn putting `value` under `key`, framed as on the wire.
+    fn framed_put(key: &str, value: &[u8]) -> Exchange {
+        use prost::Message as _;
+        use tracer_decode::pb::etcdserverpb::{PutRequest, RequestOp, TxnRequest, request_op};
+        let txn = TxnRequest {
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: key.as_bytes().to_vec(),
+                    value: value.to_vec(),
+                    ..PutRequest::default()
+                })),
+            }],
+            ..TxnRequest::default()
+        }
+        .encode_to_vec();
+        let mut body = vec![0];
+        body.extend_from_slice(&u32::try_from(txn.len()).unwrap().to_be_bytes());
+        body.extend_from_slice(&txn);
+        request(TXN, &body)
+    }
+
+    /// A client writing under Pod keys bytes that are no stored object is
+    /// muted as a client of one other resource is; one of kube-apiserver's
+    /// Pod writes keeps a connection for good.
+    #[test]
+    fn a_connection_writing_opaque_pod_values_is_muted_after_enough_requests() {
+        let opaque = framed_put("/registry/pods/bench/opaque-1", b"\x93\x1f\x00bytes");
+        let stored = framed_put("/registry/pods/default/web", b"k8s\x00\x0a\x09\x0a\x02v1");
+        let mut keys = KeysSeen::default();
+        for _ in 1..4 {
+            assert!(!keys.note(&opaque, 4));
+        }
+        assert!(keys.note(&opaque, 4));
+
+        let mut keys = KeysSeen::default();
+        assert!(!keys.note(&opaque, 2));
+        assert!(!keys.note(&stored, 2));
+        for _ in 0..4 {
+            assert!(!keys.note(&opaque, 2), "kept after a stored Pod");
+        }
+        // Unframed bytes (not gRPC) do not count as opaque writes.
+        let mut keys = KeysSeen::default();
+        let raw = request(TXN, b"/registry/pods/default/web");
+        assert!(!keys.note(&raw, 1));
+        assert!(!keys.note(&opaque, 1));
     }
 
     #[test]

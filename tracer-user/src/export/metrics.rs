@@ -276,7 +276,7 @@ impl Default for Metrics {
         let muted_connections: Gauge = registered(
             &mut registry,
             "muted_connections",
-            "Connections whose bytes the kernel programs no longer copy (etcd clients of one resource other than Pods, connections that speak neither HTTP/2 nor HTTP/1: ttrpc)",
+            "Connections whose bytes the kernel programs no longer copy (etcd clients of one resource other than Pods, clients writing under Pod keys values that are no stored object, connections that speak neither HTTP/2 nor HTTP/1: ttrpc)",
         );
         let muted_connections_total: Gauge = registered(
             &mut registry,
