@@ -63,7 +63,7 @@ use podtrace_tests::{
     components::{
         Containerd, ContainerdOptions, ControlPlane, ControlPlaneOptions, Etcd, EtcdOptions,
         apiserver_load::{ApiserverLoadBinary, ApiserverMix},
-        etcd_load::{EtcdLoadBinary, KeyMix, VALUE_BYTES, apiserver_tls},
+        etcd_load::{BINARY_NAME, EtcdLoadBinary, KeyMix, VALUE_BYTES, apiserver_tls},
         load_client::{LegResult, LoadClient},
     },
 };
@@ -84,6 +84,11 @@ struct Args {
     /// `--apiserver-mix` is given).
     #[arg(long = "mix", value_enum)]
     mixes: Vec<Mix>,
+    /// Clients of the etcd mixes (default: both): Go's crypto/tls and
+    /// HTTP/2, as kube-apiserver; gRPC's C core (Python grpcio), as etcd's
+    /// clients in other languages. Every mix runs with each.
+    #[arg(long = "etcd-client", value_enum)]
+    etcd_clients: Vec<EtcdClient>,
     /// kube-apiserver mixes to run (default: all, unless only `--mix` is
     /// given); they need `PODTRACE_K8S_BIN`.
     #[arg(long = "apiserver-mix", value_enum)]
@@ -138,6 +143,12 @@ impl From<Mix> for KeyMix {
             Mix::OpaquePods => KeyMix::OpaquePods,
         }
     }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum EtcdClient {
+    Go,
+    Python,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -201,8 +212,22 @@ fn main() -> anyhow::Result<()> {
             args.mixes.iter().copied().map(KeyMix::from).collect()
         };
     let apiserver = args.seconds > 0 && (args.mixes.is_empty() || !args.apiserver_mixes.is_empty());
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("etcd-load");
-    let load_binary = EtcdLoadBinary::build(&cache)?;
+    let clients = if args.etcd_clients.is_empty() {
+        vec![EtcdClient::Go, EtcdClient::Python]
+    } else {
+        args.etcd_clients.clone()
+    };
+    let mut load_binaries = Vec::new();
+    if !mixes.is_empty() {
+        for client in clients {
+            load_binaries.push(match client {
+                EtcdClient::Go => EtcdLoadBinary::build(
+                    &Path::new(env!("CARGO_TARGET_TMPDIR")).join("etcd-load"),
+                )?,
+                EtcdClient::Python => EtcdLoadBinary::python()?,
+            });
+        }
+    }
     // Two agents in a round run one after the other, and this VM's
     // throughput drifts within a round: an A/A run (the same binary as
     // both agents, three rounds) had the agent that ran first in two of
@@ -217,7 +242,8 @@ fn main() -> anyhow::Result<()> {
     let rounds = even_rounds(args.rounds);
     println!(
         "podtrace overhead on etcd {} (mTLS): {} closed-loop writers on {} HTTP/2 connections \
-         (Go crypto/tls, gRPC Txns as kube-apiserver makes them, {VALUE_BYTES}-byte values), \
+         (Go crypto/tls as kube-apiserver, or gRPC's C core from Python; gRPC Txns as \
+         kube-apiserver makes them, {VALUE_BYTES}-byte values), \
          {}-s legs without podtrace and {} with (alternating, starting and ending without), {} CPUs",
         etcd_version(),
         args.workers,
@@ -227,21 +253,30 @@ fn main() -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(0, usize::from),
     );
     let mut reports = Vec::new();
-    for mix in mixes {
-        let etcd = Etcd::start(EtcdOptions {
-            tls: true,
-            auth: false,
-        })?;
-        let tls = apiserver_tls(&etcd)?;
-        let mut load = load_binary.start(etcd.endpoint(), &tls, mix, args.workers, args.conns)?;
-        let subject = Subject {
-            label: mix.label().to_owned(),
-            unit: "write",
-            processes: vec![("etcd", etcd.pid()), ("etcd-load", load.pid())],
-            // etcd-load plays kube-apiserver's etcd client: traced as it.
-            agent_args: vec!["--target", "etcd-load"],
-        };
-        reports.push(measure(subject, &mut load, &args, rounds)?);
+    for load_binary in &load_binaries {
+        for &mix in &mixes {
+            let etcd = Etcd::start(EtcdOptions {
+                tls: true,
+                auth: false,
+            })?;
+            let tls = apiserver_tls(&etcd)?;
+            let mut load =
+                load_binary.start(etcd.endpoint(), &tls, mix, args.workers, args.conns)?;
+            let (label, agent_args) = match load_binary.name() {
+                // etcd-load plays kube-apiserver's etcd client: traced as it.
+                BINARY_NAME => (mix.label().to_owned(), vec!["--target", BINARY_NAME]),
+                // A client in another language is no component podtrace
+                // follows: only etcd's side of its calls is traced.
+                other => (format!("{}, from {other}", mix.label()), Vec::new()),
+            };
+            let subject = Subject {
+                label,
+                unit: "write",
+                processes: vec![("etcd", etcd.pid()), (load_binary.name(), load.pid())],
+                agent_args,
+            };
+            reports.push(measure(subject, &mut load, &args, rounds)?);
+        }
     }
     if apiserver {
         reports.extend(apiserver_legs(&args, rounds)?);

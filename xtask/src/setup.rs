@@ -45,6 +45,8 @@ const TEST_PACKAGES: &[&str] = &[
     "busybox-static",
     // podtrace-demo --scenario http1: a non-Go HTTP/1.1 client of the apiserver.
     "curl",
+    // The overhead benchmark's etcd client that is not Go (gRPC's C core).
+    "python3-grpcio",
     // A live test keeps one etcd member's WAL on a throttled ext4 loop disk.
     "e2fsprogs",
     "mount",

@@ -1,11 +1,14 @@
-//! `etcd-load`, the closed-loop etcd write load of the overhead benchmark
-//! (source: `tests/fixtures/go/etcd-load`).
+//! `etcd-load`, the closed-loop etcd write load of the overhead benchmark,
+//! in two languages (sources: `tests/fixtures/go/etcd-load`,
+//! `tests/fixtures/python/etcd-load.py`).
 //!
 //! kube-apiserver writes to etcd from Go, through crypto/tls, as gRPC over
 //! HTTP/2 on connections older than any tracer; etcd-load writes the same
 //! way (Txns shaped as kube-apiserver's store.Create and GuaranteedUpdate),
 //! so the cost a tracer puts on it is the cost it would put on the apiserver
-//! and etcd.
+//! and etcd. etcd-load.py makes the same writes through gRPC's C core
+//! (Debian's python3-grpcio): another TLS stack and another HPACK encoder,
+//! as etcd's clients that are not Go bring.
 //!
 //! In: an etcd with TLS, a [`KeyMix`] and the number of writers and
 //! connections. Out: a [`LoadClient`], a running client whose connections are
@@ -17,7 +20,7 @@ use std::{
     process::Command,
 };
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 
 use super::{
     Etcd, PodTemplate,
@@ -28,8 +31,11 @@ use super::{
     load_client::LoadClient,
 };
 
-/// The load client's executable name.
+/// The Go load client's executable name.
 pub const BINARY_NAME: &str = "etcd-load";
+/// Debian's interpreter, which python3-grpcio is installed for (a `python3`
+/// earlier on `PATH`, pyenv's say, may lack it).
+const PYTHON: &str = "/usr/bin/python3";
 /// `http.Transport` with `ForceAttemptHTTP2` over TLS and Go's current
 /// crypto/tls: the demo relay's release floor, kept the same.
 const MIN_GO_RELEASE: (u32, u32) = (1, 24);
@@ -130,10 +136,15 @@ pub fn apiserver_tls(etcd: &Etcd) -> anyhow::Result<ClientTls> {
     })
 }
 
-/// A built etcd-load.
+/// A runnable etcd-load: the built Go program, or the Python script.
 #[derive(Debug, Clone)]
 pub struct EtcdLoadBinary {
-    path: PathBuf,
+    /// What the benchmark calls it.
+    name: &'static str,
+    /// The executable.
+    program: PathBuf,
+    /// Arguments before the flags (the script, for Python).
+    leading: Vec<PathBuf>,
 }
 
 impl EtcdLoadBinary {
@@ -141,7 +152,38 @@ impl EtcdLoadBinary {
     pub fn build(cache_dir: &Path) -> anyhow::Result<Self> {
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/go/etcd-load");
         let built = go_program::build(cache_dir, BINARY_NAME, &source, MIN_GO_RELEASE)?;
-        Ok(Self { path: built.path })
+        Ok(Self {
+            name: BINARY_NAME,
+            program: built.path,
+            leading: Vec::new(),
+        })
+    }
+
+    /// etcd-load.py, once Debian's python3 is found to import grpc.
+    pub fn python() -> anyhow::Result<Self> {
+        let output = Command::new(PYTHON)
+            .args(["-c", "import grpc"])
+            .output()
+            .with_context(|| format!("running {PYTHON}"))?;
+        if !output.status.success() {
+            bail!(
+                "{PYTHON} cannot import grpc (Debian's python3-grpcio; `cargo xtask setup` \
+                 installs it): {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(Self {
+            name: "etcd-load.py",
+            program: PathBuf::from(PYTHON),
+            leading: vec![
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/python/etcd-load.py"),
+            ],
+        })
+    }
+
+    /// What the benchmark calls it: `etcd-load`, `etcd-load.py`.
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     /// Starts `workers` writers of `mix` sharing `conns` connections to the
@@ -165,8 +207,9 @@ impl EtcdLoadBinary {
         // Four keys per writer: a Pod's status is rewritten every few writes.
         std::fs::write(&keys, mix.keys_file(workers * 4)?)
             .with_context(|| format!("writing {}", keys.display()))?;
-        let mut command = Command::new(&self.path);
+        let mut command = Command::new(&self.program);
         command
+            .args(&self.leading)
             .arg("-endpoint")
             .arg(endpoint)
             .arg("-cacert")
@@ -181,6 +224,6 @@ impl EtcdLoadBinary {
             .arg(workers.to_string())
             .arg("-conns")
             .arg(conns.to_string());
-        LoadClient::start(BINARY_NAME, &mut command, dir)
+        LoadClient::start(self.name, &mut command, dir)
     }
 }
