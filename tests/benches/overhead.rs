@@ -53,13 +53,14 @@ use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
     process::Command,
+    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use podtrace_tests::{
-    agent::Agent,
+    agent::{self, Agent},
     components::{
         Containerd, ContainerdOptions, ControlPlane, ControlPlaneOptions, Etcd, EtcdOptions,
         apiserver_load::{ApiserverLoadBinary, ApiserverMix},
@@ -122,6 +123,18 @@ struct Args {
     /// what every other process on a node pays); 0 skips them.
     #[arg(long, default_value_t = 3)]
     syscall_rounds: usize,
+    /// An agent's start lasts until its on-demand probes have stayed
+    /// detached for this long (they come back whenever a connection older
+    /// than the agent talks for the first time): a leg then measures a
+    /// settled agent, as a DaemonSet's is most of its life. What the start
+    /// cost is printed apart.
+    #[arg(long, default_value_t = 15)]
+    settle: u64,
+    /// The start is cut off after this many seconds whatever the probes
+    /// say (the report says how long each start took, and how much of the
+    /// leg the probes were attached).
+    #[arg(long, default_value_t = 150)]
+    start_max: u64,
     /// cargo bench passes `--bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -174,20 +187,18 @@ impl From<ApiserverMixArg> for ApiserverMix {
 
 /// Seconds the load runs before the first leg (etcd's and Go's caches warm).
 const WARM_UP: Duration = Duration::from_secs(3);
-/// The agent's start, measured apart from its leg, lasts until its
-/// on-demand probes are detached: the HPACK probes while it copies the
-/// tables of the connections open before it, the per-call TLS probes until
-/// it has read those connections' TLS secrets and they went unneeded for
-/// 2 s (`TLS_CALLS_IDLE_NS`). A leg measures what the agent costs once
-/// settled; the start is printed apart, with how long it took.
+/// The agent's start, measured apart from its leg, lasts at least this
+/// long, then until its on-demand probes have stayed detached for
+/// `--settle`: the HPACK probes come back while it copies the tables of
+/// connections open before it, the per-call TLS probes until it has read
+/// those connections' TLS secrets — each such connection calls them back
+/// when it first talks, and a control plane's idle ones (kube-apiserver's
+/// per-resource etcd clients, the components' watches) talk every few
+/// seconds to a minute. A leg measures what the agent costs once settled;
+/// the start is printed apart, with how long it took (cut off at
+/// `--start-max`).
 const AGENT_START_MIN: Duration = Duration::from_millis(1500);
-/// The start is cut off here whatever the probes say (and the report says
-/// so). A control plane's idle gRPC connections (kube-apiserver's
-/// per-resource etcd clients) talk only when their keep-alive pings or their
-/// per-minute object counts come, and the per-call TLS probes can read a
-/// connection's secret only when it talks: a minute covers them.
-const AGENT_START_MAX: Duration = Duration::from_secs(60);
-/// How often the agent's metrics are looked at during its start.
+/// How often the agent's metrics are looked at during its start and leg.
 const AGENT_START_SLICE: Duration = Duration::from_millis(250);
 /// The gauges of the agent's on-demand probes (an earlier build may lack
 /// the second: absent counts as detached).
@@ -244,12 +255,15 @@ fn main() -> anyhow::Result<()> {
         "podtrace overhead on etcd {} (mTLS): {} closed-loop writers on {} HTTP/2 connections \
          (Go crypto/tls as kube-apiserver, or gRPC's C core from Python; gRPC Txns as \
          kube-apiserver makes them, {VALUE_BYTES}-byte values), \
-         {}-s legs without podtrace and {} with (alternating, starting and ending without), {} CPUs",
+         {}-s legs without podtrace and {} with (alternating, starting and ending without; each agent \
+         measured once its on-demand probes stayed detached for {} s, at most {} s after its start), {} CPUs",
         etcd_version(),
         args.workers,
         args.conns,
         args.seconds,
         rounds,
+        args.settle,
+        args.start_max,
         std::thread::available_parallelism().map_or(0, usize::from),
     );
     let mut reports = Vec::new();
@@ -361,7 +375,14 @@ fn measure(
             }
         }
         for (binary, agent_args, results) in agents {
-            results.push(leg_with_agent(load, leg, binary, &agent_args, &traced)?);
+            results.push(leg_with_agent(
+                load,
+                leg,
+                binary,
+                &agent_args,
+                &traced,
+                args,
+            )?);
         }
         without.push(leg_with_cpu(&traced, || load.leg(leg))?);
     }
@@ -782,6 +803,8 @@ struct WithAgent {
     load: LegResult,
     /// The load during the agent's start ([`agent_start`]), before the leg.
     start: LegResult,
+    /// The share of the leg during which an on-demand probe was attached.
+    probes_attached: f64,
     /// Agent CPU seconds (user + system) during the leg.
     agent_cpu_s: f64,
     /// Per BPF program: runs and total ns during [`program_window`].
@@ -796,23 +819,53 @@ struct WithAgent {
     spans: BTreeMap<(String, &'static str), usize>,
 }
 
+/// Whether none of the on-demand probes of the agent serving its metrics
+/// at `metrics` is attached now.
+fn probes_detached(metrics: &str) -> bool {
+    let scrape = agent::scrape(metrics);
+    ON_DEMAND_GAUGES.iter().all(|gauge| {
+        scrape
+            .lines()
+            .filter_map(|line| line.strip_prefix(gauge)?.split_whitespace().last())
+            .all(|value| value.parse::<f64>().is_ok_and(|value| value == 0.0))
+    })
+}
+
 /// The load while `agent` starts: at least [`AGENT_START_MIN`], then until
-/// no on-demand probe of it is attached or [`AGENT_START_MAX`].
-fn agent_start(load: &mut LoadClient, agent: &Agent) -> anyhow::Result<LegResult> {
+/// its on-demand probes have stayed detached for `settle`, or `max`.
+fn agent_start(
+    load: &mut LoadClient,
+    agent: &Agent,
+    settle: Duration,
+    max: Duration,
+) -> anyhow::Result<LegResult> {
     let mut start = load.leg(AGENT_START_MIN)?;
-    let settled = |agent: &Agent| {
-        let scrape = agent.scrape();
-        ON_DEMAND_GAUGES.iter().all(|gauge| {
-            scrape
-                .lines()
-                .filter_map(|line| line.strip_prefix(gauge)?.split_whitespace().last())
-                .all(|value| value.parse::<f64>().is_ok_and(|value| value == 0.0))
-        })
-    };
-    while !settled(agent) && start.seconds < AGENT_START_MAX.as_secs_f64() {
-        start.join(load.leg(AGENT_START_SLICE)?);
+    let mut detached_for = Duration::ZERO;
+    while start.seconds < max.as_secs_f64() {
+        if probes_detached(&agent.metrics) {
+            if detached_for >= settle {
+                break;
+            }
+        } else {
+            detached_for = Duration::ZERO;
+        }
+        let slice = load.leg(AGENT_START_SLICE)?;
+        detached_for += Duration::from_secs_f64(slice.seconds);
+        start.join(slice);
     }
     Ok(start)
+}
+
+/// The share of a leg during which an on-demand probe of an agent was
+/// attached, looked at every [`AGENT_START_SLICE`] until `done`.
+fn probes_attached_share(metrics: &str, done: &AtomicBool) -> f64 {
+    let (mut looks, mut attached) = (0_u32, 0_u32);
+    while !done.load(Ordering::Relaxed) {
+        looks += 1;
+        attached += u32::from(!probes_detached(metrics));
+        std::thread::sleep(AGENT_START_SLICE);
+    }
+    f64::from(attached) / f64::from(looks.max(1))
 }
 
 /// A leg with the agent at `binary`, after its start; with the CPU the
@@ -823,19 +876,30 @@ fn leg_with_agent(
     binary: &Path,
     args: &[&str],
     traced: &[u32],
+    options: &Args,
 ) -> anyhow::Result<(WithAgent, LegCpu)> {
     let out = tempfile::NamedTempFile::new()?;
     let agent = Agent::start_binary(binary, args, out.path());
-    let start = agent_start(load, &agent)?;
+    let start = agent_start(
+        load,
+        &agent,
+        Duration::from_secs(options.settle),
+        Duration::from_secs(options.start_max),
+    )?;
     let cpu_before = process_cpu_s(agent.pid())?;
     let started = Instant::now();
-    let ((result, window), cpu_traced) = leg_with_cpu(traced, || {
+    let done = AtomicBool::new(false);
+    let ((result, window, probes_attached), cpu_traced) = leg_with_cpu(traced, || {
         Ok(std::thread::scope(|scope| {
             let window = scope.spawn(|| program_window(leg));
+            let attached = scope.spawn(|| probes_attached_share(&agent.metrics, &done));
             let result = load.leg(leg);
-            (result, window.join())
+            done.store(true, Ordering::Relaxed);
+            (result, window.join(), attached.join())
         }))
     })?;
+    let probes_attached =
+        probes_attached.map_err(|_| anyhow::anyhow!("the probe-gauge thread panicked"))?;
     let result = result?;
     let cpu = process_cpu_s(agent.pid())? - cpu_before;
     let elapsed = started.elapsed().as_secs_f64();
@@ -861,6 +925,7 @@ fn leg_with_agent(
     let with = WithAgent {
         load: result,
         start,
+        probes_attached,
         agent_cpu_s: cpu * result_seconds_ratio(elapsed, leg),
         programs,
         programs_s,
@@ -1184,16 +1249,20 @@ fn print_agent_legs(
         .iter()
         .map(|(with, _)| format!("{:.1}", with.start.seconds))
         .collect();
+    let attached: Vec<String> = legs
+        .iter()
+        .map(|(with, _)| format!("{:.0} %", with.probes_attached * 100.0))
+        .collect();
     println!(
-        "  agent start (until its on-demand probes were detached, at most {} s: {} s before the legs): throughput {:.3} of the legs without, p99 {:.1} ms at worst",
-        AGENT_START_MAX.as_secs(),
+        "  agent start ({} s before the legs): throughput {:.3} of the legs without, p99 {:.1} ms at worst; on-demand probes attached during the legs: {}",
         starts.join(", "),
         start_requests as f64 / start_s.max(f64::EPSILON) / base.rate().max(f64::EPSILON),
         legs.iter()
             .map(|(with, _)| with.start.p99_us)
             .max()
             .unwrap_or(0) as f64
-            / 1000.0
+            / 1000.0,
+        attached.join(", ")
     );
     let agent_cpu_s: f64 = legs.iter().map(|(with, _)| with.agent_cpu_s).sum();
     let cpu_share = agent_cpu_s / traced.seconds.max(f64::EPSILON);

@@ -115,23 +115,7 @@ impl Agent {
 
     /// The metrics exposition, as a scrape sees it.
     pub fn scrape(&self) -> String {
-        let mut stream =
-            TcpStream::connect(&self.metrics).unwrap_or_else(|_| panic!("connect to the metrics"));
-        write!(
-            stream,
-            "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n",
-            self.metrics
-        )
-        .unwrap_or_else(|_| panic!("send the scrape"));
-        let mut response = String::new();
-        stream
-            .read_to_string(&mut response)
-            .unwrap_or_else(|_| panic!("read the scrape"));
-        assert!(
-            response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
-            "{response}"
-        );
-        response
+        scrape(&self.metrics)
     }
 
     /// Lets waiting spans settle, then stops it as Ctrl-C would; it must
@@ -194,4 +178,23 @@ impl Drop for Agent {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The metrics exposition of the agent serving them at `metrics`
+/// (`host:port`, [`Agent::metrics`]), as a scrape sees it: for a thread
+/// that looks while another holds the [`Agent`].
+pub fn scrape(metrics: &str) -> String {
+    let mut stream =
+        TcpStream::connect(metrics).unwrap_or_else(|_| panic!("connect to the metrics"));
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {metrics}\r\n\r\n")
+        .unwrap_or_else(|_| panic!("send the scrape"));
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .unwrap_or_else(|_| panic!("read the scrape"));
+    assert!(
+        response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+        "{response}"
+    );
+    response
 }

@@ -907,10 +907,16 @@ impl GrpcDecoder {
         }
         pair_probe_headers(connection);
         let exchanges = connection.http2.take_exchanges();
-        if exchanges
+        if let Some(exchange) = exchanges
             .iter()
-            .any(|exchange| connection.calls_probes_back(exchange))
+            .find(|exchange| connection.calls_probes_back(exchange))
         {
+            tracing::debug!(
+                conn = ?data.conn,
+                side = ?connection.side,
+                named = ?resources_named(&exchange.request.body),
+                "a request whose :path the wire could not decode calls the HPACK probes back"
+            );
             connection.last_request_ns = data.ids.ts_ns;
             fields_changed = true;
         }

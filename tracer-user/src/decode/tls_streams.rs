@@ -316,7 +316,14 @@ impl TlsStreams {
         }
         let tgid = data.conn.tgid;
         if needs {
-            self.need_call_probes(tgid, now);
+            let why = if data.tls_plaintext {
+                "plaintext from the per-call probes"
+            } else if missed {
+                "a handshake whose secrets were missed"
+            } else {
+                "TLS records that no reader opens"
+            };
+            self.need_call_probes(data.conn, now, why);
         } else {
             self.call_probes.entry(tgid).or_insert(CallProbes {
                 last_needed_ns: now,
@@ -353,12 +360,14 @@ impl TlsStreams {
             fd,
             direction,
         });
-        self.need_call_probes(conn.tgid, now);
+        self.need_call_probes(conn, now, "its secret asked for again");
     }
 
-    /// Process `tgid` needs its per-call TLS probes at `now`: capture is
-    /// told when that is news.
-    fn need_call_probes(&mut self, tgid: u32, now: u64) {
+    /// The process of `conn` needs its per-call TLS probes at `now`, for
+    /// `why`: capture is told when that is news (and the connection and
+    /// reason logged at debug level, to find what calls them back).
+    fn need_call_probes(&mut self, conn: ConnKey, now: u64, why: &'static str) {
+        let tgid = conn.tgid;
         let probes = self.call_probes.entry(tgid).or_insert(CallProbes {
             last_needed_ns: now,
             said: None,
@@ -366,6 +375,7 @@ impl TlsStreams {
         probes.last_needed_ns = now;
         if probes.said != Some(true) {
             probes.said = Some(true);
+            tracing::debug!(?conn, why, "per-call TLS probes needed");
             self.control
                 .push(CaptureControl::TlsProbes { tgid, needed: true });
         }
@@ -490,7 +500,7 @@ impl TlsStreams {
         }
         if self.read_secret_missed(slot) {
             self.on_secrets_missed(slot.0);
-            self.need_call_probes(slot.0.tgid, now);
+            self.need_call_probes(slot.0, now, "a read direction whose secret was missed");
         }
         self.held.insert(slot, Held::Nothing);
     }
