@@ -74,6 +74,14 @@ const TLS_CALLS_CHECK_NS: u64 = 500_000_000;
 /// detached is lost, and the next one brings them back only after a round
 /// trip through capture.
 const UNKEYED_HOLD_NS: u64 = 30_000_000_000;
+/// The longest such hold. A direction that talks again after its hold
+/// ended (and so was not keyed: the probes read a secret only at a call
+/// made while they are attached) is held for 5/4 of the longest quiet
+/// between its talks: kube-apiserver's per-resource etcd clients count
+/// their objects once a minute, and with a fixed 30-s hold each brought the
+/// probes back for 30 s of every minute, never keyed. Held across one more
+/// of its talks, it is keyed for good.
+const MAX_UNKEYED_HOLD_NS: u64 = 150_000_000_000;
 /// How often one socket direction's secret is asked again
 /// ([`CaptureControl::Rekey`]): the probes that read it need a call of the
 /// process's, and the ciphertext before that call comes on meanwhile.
@@ -91,6 +99,37 @@ enum Held {
     /// Not a TLS connection seen from its start, more than
     /// [`MAX_HELD_BYTES`] before a secret, or opened already.
     Nothing,
+}
+
+/// A direction of a socket older than podtrace that talked TLS with no
+/// secret yet.
+#[derive(Debug, Clone, Copy)]
+struct Unkeyed {
+    /// When it last did (CLOCK_MONOTONIC ns).
+    last_ns: u64,
+    /// The longest quiet between two of its talks.
+    longest_quiet_ns: u64,
+    /// Until when it holds its process's per-call TLS probes.
+    hold_until_ns: u64,
+}
+
+impl Unkeyed {
+    /// It talked at `now`, after `before` if it had: held
+    /// [`UNKEYED_HOLD_NS`], or 5/4 of its longest quiet, at most
+    /// [`MAX_UNKEYED_HOLD_NS`].
+    fn talked(before: Option<Unkeyed>, now: u64) -> Self {
+        let longest_quiet_ns = before.map_or(0, |before| {
+            before
+                .longest_quiet_ns
+                .max(now.saturating_sub(before.last_ns))
+        });
+        let hold = (longest_quiet_ns / 4 * 5).clamp(UNKEYED_HOLD_NS, MAX_UNKEYED_HOLD_NS);
+        Self {
+            last_ns: now,
+            longest_quiet_ns,
+            hold_until_ns: now.saturating_add(hold),
+        }
+    }
 }
 
 /// Whether a process needs its per-call TLS probes, as last said to capture.
@@ -122,8 +161,10 @@ pub struct TlsStreams {
     clients: FxHashSet<ConnKey>,
     /// Directions of those that talked TLS with no secret yet (probe
     /// plaintext, or application records on a direction neither keyed nor
-    /// held), and when they last did.
-    unkeyed: FxHashMap<Slot, u64>,
+    /// held): when they last did, and how long they hold the probes.
+    /// Remembered for [`MAX_UNKEYED_HOLD_NS`] past a hold's end, so that a
+    /// direction that talks again is held longer.
+    unkeyed: FxHashMap<Slot, Unkeyed>,
     /// Directions whose secret capture was asked to read again, and when.
     rekeying: FxHashMap<Slot, u64>,
     /// When the idle processes are looked for next.
@@ -312,7 +353,8 @@ impl TlsStreams {
             && self.older.contains(&data.conn)
             && (self.unkeyed.len() < MAX_READERS || self.unkeyed.contains_key(&slot))
         {
-            self.unkeyed.insert(slot, now);
+            let before = self.unkeyed.get(&slot).copied();
+            self.unkeyed.insert(slot, Unkeyed::talked(before, now));
         }
         let tgid = data.conn.tgid;
         if needs {
@@ -383,14 +425,19 @@ impl TlsStreams {
 
     /// Tells capture which processes went without the per-call TLS probes
     /// for [`TLS_CALLS_IDLE_NS`] by `now` and have no direction that talked
-    /// unkeyed within [`UNKEYED_HOLD_NS`]: called as data comes, and on a
+    /// unkeyed within its hold ([`Unkeyed`]): called as data comes, and on a
     /// timer, since a process whose connections are all keyed or muted may
     /// send no data at all.
     pub fn check_idle(&mut self, now: u64) {
         self.next_check_ns = now + TLS_CALLS_CHECK_NS;
         self.unkeyed
-            .retain(|_, last| now.saturating_sub(*last) <= UNKEYED_HOLD_NS);
-        let waiting: FxHashSet<u32> = self.unkeyed.keys().map(|(conn, _)| conn.tgid).collect();
+            .retain(|_, held| now.saturating_sub(held.hold_until_ns) <= MAX_UNKEYED_HOLD_NS);
+        let waiting: FxHashSet<u32> = self
+            .unkeyed
+            .iter()
+            .filter(|(_, held)| now < held.hold_until_ns)
+            .map(|((conn, _), _)| conn.tgid)
+            .collect();
         for (&tgid, probes) in &mut self.call_probes {
             let idle = now.saturating_sub(probes.last_needed_ns) > TLS_CALLS_IDLE_NS
                 && !waiting.contains(&tgid);
@@ -935,6 +982,42 @@ mod tests {
                 needed: false
             }]
         );
+    }
+
+    /// A direction older than podtrace that talks once a minute (an idle
+    /// etcd client's object count): its first talk holds the probes for the
+    /// usual hold, which ends before it talks again; its second holds them
+    /// across the third, so that it is keyed, instead of calling them back
+    /// for half of every minute for good.
+    #[test]
+    fn a_direction_that_talks_once_a_minute_holds_the_probes_across_its_next_talk() {
+        const MINUTE: u64 = 60 * SECOND;
+        let mut streams = TlsStreams::default();
+        streams.on_open_at_start(conn());
+        let talk = |streams: &mut TlsStreams, at: u64| {
+            assert!(streams.decrypt(data(at, b"plaintext", true)).is_err());
+            streams.control.clear();
+        };
+        let released = |streams: &mut TlsStreams, at: u64| {
+            streams.check_idle(at);
+            std::mem::take(&mut streams.control).contains(&CaptureControl::TlsProbes {
+                tgid: TGID,
+                needed: false,
+            })
+        };
+        talk(&mut streams, SECOND);
+        assert!(released(&mut streams, SECOND + UNKEYED_HOLD_NS + 1));
+        talk(&mut streams, SECOND + MINUTE);
+        assert!(!released(&mut streams, SECOND + 2 * MINUTE - 1));
+        // Past 5/4 of its minute of quiet, let go.
+        assert!(released(&mut streams, SECOND + MINUTE + MINUTE / 4 * 5 + 1));
+        // A chatty direction is held the usual time after its last talk.
+        let mut streams = TlsStreams::default();
+        streams.on_open_at_start(conn());
+        for at in 1..=10 {
+            talk(&mut streams, at * SECOND);
+        }
+        assert!(released(&mut streams, 10 * SECOND + UNKEYED_HOLD_NS + 1));
     }
 
     #[test]
