@@ -421,6 +421,12 @@ impl Stages {
                     "Pod entries sent to etcd followers whose commit was not seen (the leader's fdatasync or enough followers' answers not decoded): no commit span"
                 );
             }
+            if correlator.control_spans.replication.syncs_without_appends > 0 {
+                tracing::info!(
+                    syncs = correlator.control_spans.replication.syncs_without_appends,
+                    "leader WAL syncs of Pod entries not kept while no member sent an append (a single member's): nothing to replicate"
+                );
+            }
             if correlator.assembly.after_creation > 0 {
                 tracing::info!(
                     spans = correlator.assembly.after_creation,

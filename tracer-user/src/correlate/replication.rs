@@ -125,6 +125,10 @@ pub struct Replication {
     /// Entries forgotten before their commit was seen (the leader's sync or
     /// enough answers not decoded).
     pub uncommitted: u64,
+    /// Leader syncs not kept while no member was ever seen sending an
+    /// append: a single member's syncs (no append will ever come for them),
+    /// not lost spans, so not in `dropped`.
+    pub syncs_without_appends: u64,
 }
 
 impl Replication {
@@ -265,6 +269,8 @@ impl Replication {
             // records): kept a little while.
             if self.early_syncs.len() < MAX_EARLY_SYNCS {
                 self.early_syncs.insert(entry.index, synced_ns);
+            } else if self.followers.is_empty() {
+                self.syncs_without_appends += 1;
             } else {
                 self.dropped += 1;
             }
@@ -586,6 +592,23 @@ mod tests {
             matches!(fast[1], Replicated::Committed { commit_ns: 130, .. }),
             "{fast:#?}"
         );
+    }
+
+    /// A single member syncs every entry and sends no append: the syncs
+    /// past the bound are counted apart, not as dropped spans. Once a member
+    /// was seen replicating, one past the bound is a loss.
+    #[test]
+    fn a_single_members_syncs_past_the_bound_are_not_dropped_spans() {
+        let mut replication = Replication::default();
+        let past = MAX_EARLY_SYNCS as u64 + 10;
+        for index in 0..past {
+            assert_eq!(replication.leader_synced(&entry(index), index), []);
+        }
+        assert_eq!(replication.dropped, 0);
+        assert_eq!(replication.syncs_without_appends, 10);
+        replication.on_message(&message(MessageKind::App, true, LEADER, FAST, past, past));
+        replication.leader_synced(&entry(past + 5), past + 5);
+        assert_eq!(replication.dropped, 1);
     }
 
     #[test]
