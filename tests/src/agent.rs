@@ -198,3 +198,12 @@ pub fn scrape(metrics: &str) -> String {
     );
     response
 }
+
+/// The number a podtrace log line says as the field `name=N` (a word of
+/// the line, as `tracing` writes its fields).
+pub fn logged_count(line: &str, name: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix(name)?.strip_prefix('='))
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}=N in {line}"))
+}

@@ -21,6 +21,7 @@ use std::{
 };
 
 use podtrace_tests::{
+    agent::logged_count,
     demo_pod::DemoPod,
     otlp_json::{ExportedSpan, read_spans},
     podtrace_binary,
@@ -404,13 +405,7 @@ fn replayed_demo_run_read_from_tls13_secrets_gives_the_same_traces() {
         .lines()
         .find(|line| line.contains("TLS 1.3 records decrypted"))
         .unwrap_or_else(|| panic!("nothing decrypted:\n{stderr}"));
-    let count = |field: &str| -> u64 {
-        let value = summary
-            .split_whitespace()
-            .find_map(|word| word.strip_prefix(&format!("{field}=")))
-            .unwrap_or_else(|| panic!("no {field} in {summary}"));
-        value.parse().unwrap()
-    };
+    let count = |field: &str| logged_count(summary, field);
     assert!(count("application_records") > 100, "{summary}");
     assert_eq!(count("undecryptable"), 0, "{summary}");
     assert!(!stderr.contains("TLS ciphertext not decrypted"), "{stderr}");

@@ -17,7 +17,7 @@
 use std::{path::Path, time::Duration};
 
 use podtrace_tests::{
-    agent::Agent,
+    agent::{Agent, logged_count},
     components::{
         Etcd, EtcdOptions,
         etcd_load::{EtcdLoadBinary, KeyMix, apiserver_tls},
@@ -71,7 +71,7 @@ fn pod_keys_written_values_that_are_no_objects_are_counted_and_dropped_at_load()
         .iter()
         .find(|line| line.contains("values are no stored object"))
         .unwrap_or_else(|| panic!("no count of such writes: {:#?}", stopped.log));
-    assert!(field(counted, "requests") > 0, "{counted}");
+    assert!(logged_count(counted, "requests") > 0, "{counted}");
     // Both ends of both connections (etcd-load is traced as kube-apiserver's
     // client, etcd as the server): muted after their first writes, so the
     // load's writes were not all counted.
@@ -80,7 +80,7 @@ fn pod_keys_written_values_that_are_no_objects_are_counted_and_dropped_at_load()
         .iter()
         .find(|line| line.contains("muted: connections"))
         .unwrap_or_else(|| panic!("no connection muted: {:#?}", stopped.log));
-    assert_eq!(field(muted, "opaque_pod_writers"), 4, "{muted}");
+    assert_eq!(logged_count(muted, "opaque_pod_writers"), 4, "{muted}");
     let spans = read_spans(out.path()).unwrap();
     assert!(spans.is_empty(), "{:#?}", &spans[..spans.len().min(3)]);
     assert!(
@@ -88,15 +88,6 @@ fn pod_keys_written_values_that_are_no_objects_are_counted_and_dropped_at_load()
         "the agent grew from {rss_before} KiB to {rss_after} KiB over {} writes",
         leg.requests
     );
-}
-
-/// The number `name=` says in a log line.
-fn field(line: &str, name: &str) -> u64 {
-    line.split(&format!("{name}="))
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|count| count.parse().ok())
-        .unwrap_or_else(|| panic!("no {name}= in {line}"))
 }
 
 /// Resident memory of process `pid`, KiB.
