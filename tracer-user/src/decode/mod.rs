@@ -227,7 +227,7 @@ impl Decoder {
             RawEvent::Conn(conn) => {
                 if conn.fd_kind == FdKind::Socket {
                     if conn.change.before_start() {
-                        self.tls.on_open_at_start(conn.conn);
+                        self.tls.on_open_at_start(conn.conn, conn.ids.ts_ns);
                     } else if conn.change == ConnAction::Connected {
                         self.tls.on_connected(conn.conn);
                     }

@@ -80,8 +80,24 @@ const UNKEYED_HOLD_NS: u64 = 30_000_000_000;
 /// between its talks: kube-apiserver's per-resource etcd clients count
 /// their objects once a minute, and with a fixed 30-s hold each brought the
 /// probes back for 30 s of every minute, never keyed. Held across one more
-/// of its talks, it is keyed for good.
+/// of its talks, it is keyed for good. One whose quiet is longer than
+/// a hold this long could reach is not held at all ([`Unkeyed::talked`]).
 const MAX_UNKEYED_HOLD_NS: u64 = 150_000_000_000;
+/// How long the per-call TLS probes of a process stay attached after podtrace
+/// found it with sockets open, unless each of those is keyed sooner: a
+/// connection older than podtrace is keyed only at a call made while they
+/// are attached, and many talk only now and then — kube-apiserver's etcd
+/// client of each resource counts its objects once a minute
+/// (`--etcd-count-metric-poll-period`). Held past that minute, every such
+/// client is keyed in the agent's first minute; let go before it, each first
+/// talk afterwards called the probes back for an [`UNKEYED_HOLD_NS`] of its
+/// own, for the agent's first three minutes (77 % of a benchmark leg).
+const STARTUP_HOLD_NS: u64 = 75_000_000_000;
+/// How long a direction's unkeyed talks are remembered after its hold: long
+/// enough to see that one talks too rarely to be held across
+/// ([`MAX_UNKEYED_HOLD_NS`]): kube-apiserver's compactor has an etcd client
+/// of its own that talks every 5 minutes (`--etcd-compaction-interval`).
+const UNKEYED_MEMORY_NS: u64 = 600_000_000_000;
 /// How often one socket direction's secret is asked again
 /// ([`CaptureControl::Rekey`]): the probes that read it need a call of the
 /// process's, and the ciphertext before that call comes on meanwhile.
@@ -115,15 +131,33 @@ struct Unkeyed {
 
 impl Unkeyed {
     /// It talked at `now`, after `before` if it had: held
-    /// [`UNKEYED_HOLD_NS`], or 5/4 of its longest quiet, at most
-    /// [`MAX_UNKEYED_HOLD_NS`].
-    fn talked(before: Option<Unkeyed>, now: u64) -> Self {
-        let longest_quiet_ns = before.map_or(0, |before| {
-            before
-                .longest_quiet_ns
-                .max(now.saturating_sub(before.last_ns))
-        });
-        let hold = (longest_quiet_ns / 4 * 5).clamp(UNKEYED_HOLD_NS, MAX_UNKEYED_HOLD_NS);
+    /// [`UNKEYED_HOLD_NS`], or 5/4 of its longest quiet; not at all once
+    /// that is more than [`MAX_UNKEYED_HOLD_NS`], since no hold would reach
+    /// its next talk — each would only keep
+    /// the probes on the process's every call for nothing (held 30 s after
+    /// each of the compactor's talks, the apiserver's and etcd's probes were
+    /// attached a tenth of the time, for good). Such a direction stays
+    /// unkeyed; what it says is lost, as any talk of a direction not keyed.
+    ///
+    /// A first talk is held [`UNKEYED_HOLD_NS`], unless the direction was
+    /// quiet since podtrace `found` it for longer than any hold could reach
+    /// either: one that did not talk in the agent's startup hold and talks
+    /// minutes later (the compactor) is as rare as a second talk would show.
+    fn talked(before: Option<Unkeyed>, found: u64, now: u64) -> Self {
+        let (longest_quiet_ns, too_quiet) = match before {
+            Some(before) => {
+                let quiet = before
+                    .longest_quiet_ns
+                    .max(now.saturating_sub(before.last_ns));
+                (quiet, quiet / 4 * 5 > MAX_UNKEYED_HOLD_NS)
+            }
+            None => (0, now.saturating_sub(found) / 4 * 5 > MAX_UNKEYED_HOLD_NS),
+        };
+        let hold = if too_quiet {
+            0
+        } else {
+            (longest_quiet_ns / 4 * 5).max(UNKEYED_HOLD_NS)
+        };
         Self {
             last_ns: now,
             longest_quiet_ns,
@@ -155,15 +189,20 @@ pub struct TlsStreams {
     /// Per process with socket data, its need for the per-call TLS probes.
     call_probes: FxHashMap<u32, CallProbes>,
     /// Sockets open when podtrace started, or whose secrets were missed:
-    /// read through the per-call probes until keyed.
-    older: FxHashSet<ConnKey>,
+    /// read through the per-call probes until keyed; when podtrace found
+    /// them so.
+    older: FxHashMap<ConnKey, u64>,
+    /// Processes found with sockets open when podtrace started, and until
+    /// when their per-call probes are held while one of those is not keyed
+    /// ([`STARTUP_HOLD_NS`]).
+    starting: FxHashMap<u32, u64>,
     /// Sockets podtrace saw their process connect (it is the TLS client).
     clients: FxHashSet<ConnKey>,
     /// Directions of those that talked TLS with no secret yet (probe
     /// plaintext, or application records on a direction neither keyed nor
     /// held): when they last did, and how long they hold the probes.
-    /// Remembered for [`MAX_UNKEYED_HOLD_NS`] past a hold's end, so that a
-    /// direction that talks again is held longer.
+    /// Remembered for [`UNKEYED_MEMORY_NS`] past a hold's end, so that a
+    /// direction that talks again is held longer, or not at all.
     unkeyed: FxHashMap<Slot, Unkeyed>,
     /// Directions whose secret capture was asked to read again, and when.
     rekeying: FxHashMap<Slot, u64>,
@@ -258,7 +297,8 @@ impl TlsStreams {
             return Err(data);
         }
         let slot = (data.conn, data.direction);
-        let missed = !data.tls_plaintext && self.hold(slot, &data.data, data.truncated);
+        let missed =
+            !data.tls_plaintext && self.hold(slot, &data.data, data.truncated, data.ids.ts_ns);
         self.note_call_probes(&data, missed);
         if data.tls_plaintext {
             return Err(data);
@@ -350,11 +390,13 @@ impl TlsStreams {
         }
         let needs = data.tls_plaintext || missed || unread_records;
         if needs
-            && self.older.contains(&data.conn)
+            && self.older.contains_key(&data.conn)
             && (self.unkeyed.len() < MAX_READERS || self.unkeyed.contains_key(&slot))
         {
             let before = self.unkeyed.get(&slot).copied();
-            self.unkeyed.insert(slot, Unkeyed::talked(before, now));
+            let found = self.older.get(&data.conn).copied().unwrap_or(now);
+            self.unkeyed
+                .insert(slot, Unkeyed::talked(before, found, now));
         }
         let tgid = data.conn.tgid;
         if needs {
@@ -431,12 +473,21 @@ impl TlsStreams {
     pub fn check_idle(&mut self, now: u64) {
         self.next_check_ns = now + TLS_CALLS_CHECK_NS;
         self.unkeyed
-            .retain(|_, held| now.saturating_sub(held.hold_until_ns) <= MAX_UNKEYED_HOLD_NS);
+            .retain(|_, held| now.saturating_sub(held.hold_until_ns) <= UNKEYED_MEMORY_NS);
+        self.starting.retain(|_, until| now < *until);
+        let readers = &self.readers;
+        let starting_unkeyed = self.older.keys().filter(|conn| {
+            self.starting.contains_key(&conn.tgid)
+                && [Direction::Egress, Direction::Ingress]
+                    .iter()
+                    .any(|&direction| !readers.contains_key(&(**conn, direction)))
+        });
         let waiting: FxHashSet<u32> = self
             .unkeyed
             .iter()
             .filter(|(_, held)| now < held.hold_until_ns)
             .map(|((conn, _), _)| conn.tgid)
+            .chain(starting_unkeyed.map(|conn| conn.tgid))
             .collect();
         for (&tgid, probes) in &mut self.call_probes {
             let idle = now.saturating_sub(probes.last_needed_ns) > TLS_CALLS_IDLE_NS
@@ -452,10 +503,10 @@ impl TlsStreams {
     }
 
     /// Keeps `bytes` of a direction that began with a TLS handshake, until
-    /// its reader opens application data. True when this shows that the
-    /// connection's secrets were missed: both its directions are then no
+    /// its reader opens application data. True when this shows (at `now`)
+    /// that the connection's secrets were missed: both its directions are then no
     /// longer held.
-    fn hold(&mut self, slot: Slot, bytes: &[u8], cut: bool) -> bool {
+    fn hold(&mut self, slot: Slot, bytes: &[u8], cut: bool, now: u64) -> bool {
         let held = match self.held.get_mut(&slot) {
             Some(held) => held,
             None => {
@@ -494,7 +545,7 @@ impl TlsStreams {
             && !self.readers.contains_key(&slot)
             && seals_a_record(kept);
         if missed {
-            self.on_secrets_missed(slot.0);
+            self.on_secrets_missed(slot.0, now);
         }
         missed
     }
@@ -505,12 +556,12 @@ impl TlsStreams {
     /// not keyed (kube-apiserver's etcd client of Pods, connected while a
     /// debug agent attached to it, lost a burst's first creations after a
     /// quiet spell when they were let go).
-    fn on_secrets_missed(&mut self, conn: ConnKey) {
+    fn on_secrets_missed(&mut self, conn: ConnKey, now: u64) {
         self.secrets_missed += 1;
         for direction in [Direction::Egress, Direction::Ingress] {
             self.held.insert((conn, direction), Held::Nothing);
         }
-        self.on_open_at_start(conn);
+        self.follow_until_keyed(conn, now);
         self.missed.push(conn);
     }
 
@@ -546,19 +597,31 @@ impl TlsStreams {
             return;
         }
         if self.read_secret_missed(slot) {
-            self.on_secrets_missed(slot.0);
+            self.on_secrets_missed(slot.0, now);
             self.need_call_probes(slot.0, now, "a read direction whose secret was missed");
         }
         self.held.insert(slot, Held::Nothing);
     }
 
-    /// A socket open when podtrace started: one whose per-call TLS probes
-    /// are held while it is not keyed ([`UNKEYED_HOLD_NS`]). (So is one
-    /// whose secrets were missed, [`Self::hold`]; one seen made and keyed
-    /// from its handshake needs them only while their plaintext comes.)
-    pub fn on_open_at_start(&mut self, conn: ConnKey) {
+    /// A socket open when podtrace started (found at `now`): one whose
+    /// per-call TLS probes are held while it is not keyed, for
+    /// [`STARTUP_HOLD_NS`] from the first such socket of its process, and
+    /// then for a while after each time it talks ([`Unkeyed`]).
+    pub fn on_open_at_start(&mut self, conn: ConnKey, now: u64) {
+        self.starting
+            .entry(conn.tgid)
+            .or_insert(now.saturating_add(STARTUP_HOLD_NS));
+        self.follow_until_keyed(conn, now);
+    }
+
+    /// A socket read through the per-call probes until keyed, holding them
+    /// for a while after each time it talks unkeyed ([`Unkeyed`]): one open
+    /// when podtrace started, or one whose secrets were missed
+    /// ([`Self::hold`]). One seen made and keyed from its handshake needs
+    /// them only while their plaintext comes.
+    fn follow_until_keyed(&mut self, conn: ConnKey, now: u64) {
         if self.older.len() < MAX_READERS {
-            self.older.insert(conn);
+            self.older.entry(conn).or_insert(now);
         }
     }
 
@@ -600,7 +663,8 @@ impl TlsStreams {
         self.call_probes.remove(&tgid);
         self.unkeyed.retain(|(conn, _), _| conn.tgid != tgid);
         self.rekeying.retain(|(conn, _), _| conn.tgid != tgid);
-        self.older.retain(|conn| conn.tgid != tgid);
+        self.older.retain(|conn, _| conn.tgid != tgid);
+        self.starting.remove(&tgid);
         self.clients.retain(|conn| conn.tgid != tgid);
     }
 
@@ -967,14 +1031,15 @@ mod tests {
                 needed: false
             })
         );
-        // One open when podtrace started does.
-        streams.on_open_at_start(conn());
-        assert!(streams.decrypt(data(SECOND, b"plaintext", true)).is_err());
+        // One open when podtrace started does, once the startup hold is over.
+        streams.on_open_at_start(conn(), 0);
+        let talked = STARTUP_HOLD_NS + SECOND;
+        assert!(streams.decrypt(data(talked, b"plaintext", true)).is_err());
         streams.control.clear();
-        streams.check_idle(SECOND + TLS_CALLS_IDLE_NS + 1);
+        streams.check_idle(talked + TLS_CALLS_IDLE_NS + 1);
         assert!(streams.control.is_empty(), "{:?}", streams.control);
         // Quiet for longer than the hold: let go.
-        streams.check_idle(SECOND + UNKEYED_HOLD_NS + 1);
+        streams.check_idle(talked + UNKEYED_HOLD_NS + 1);
         assert_eq!(
             streams.control,
             [CaptureControl::TlsProbes {
@@ -984,40 +1049,112 @@ mod tests {
         );
     }
 
-    /// A direction older than podtrace that talks once a minute (an idle
-    /// etcd client's object count): its first talk holds the probes for the
-    /// usual hold, which ends before it talks again; its second holds them
-    /// across the third, so that it is keyed, instead of calling them back
-    /// for half of every minute for good.
+    /// Talks of a direction not keyed, and whether the probes are let go.
+    fn talk(streams: &mut TlsStreams, at: u64) {
+        assert!(streams.decrypt(data(at, b"plaintext", true)).is_err());
+        streams.control.clear();
+    }
+
+    fn released(streams: &mut TlsStreams, at: u64) -> bool {
+        streams.check_idle(at);
+        std::mem::take(&mut streams.control).contains(&CaptureControl::TlsProbes {
+            tgid: TGID,
+            needed: false,
+        })
+    }
+
+    /// A direction older than podtrace that first talks once the startup
+    /// hold is over and then once a minute (an idle etcd client's object
+    /// count): its first talk holds the probes for the usual hold, which
+    /// ends before it talks again; its second holds them across the third,
+    /// so that it is keyed, instead of calling them back for half of every
+    /// minute for good.
     #[test]
     fn a_direction_that_talks_once_a_minute_holds_the_probes_across_its_next_talk() {
         const MINUTE: u64 = 60 * SECOND;
         let mut streams = TlsStreams::default();
-        streams.on_open_at_start(conn());
-        let talk = |streams: &mut TlsStreams, at: u64| {
-            assert!(streams.decrypt(data(at, b"plaintext", true)).is_err());
-            streams.control.clear();
-        };
-        let released = |streams: &mut TlsStreams, at: u64| {
-            streams.check_idle(at);
-            std::mem::take(&mut streams.control).contains(&CaptureControl::TlsProbes {
-                tgid: TGID,
-                needed: false,
-            })
-        };
-        talk(&mut streams, SECOND);
-        assert!(released(&mut streams, SECOND + UNKEYED_HOLD_NS + 1));
-        talk(&mut streams, SECOND + MINUTE);
-        assert!(!released(&mut streams, SECOND + 2 * MINUTE - 1));
+        streams.on_open_at_start(conn(), 0);
+        let first = STARTUP_HOLD_NS + SECOND;
+        talk(&mut streams, first);
+        assert!(released(&mut streams, first + UNKEYED_HOLD_NS + 1));
+        talk(&mut streams, first + MINUTE);
+        assert!(!released(&mut streams, first + 2 * MINUTE - 1));
         // Past 5/4 of its minute of quiet, let go.
-        assert!(released(&mut streams, SECOND + MINUTE + MINUTE / 4 * 5 + 1));
+        assert!(released(&mut streams, first + MINUTE + MINUTE / 4 * 5 + 1));
         // A chatty direction is held the usual time after its last talk.
         let mut streams = TlsStreams::default();
-        streams.on_open_at_start(conn());
+        streams.on_open_at_start(conn(), 0);
         for at in 1..=10 {
-            talk(&mut streams, at * SECOND);
+            talk(&mut streams, first + at * SECOND);
         }
-        assert!(released(&mut streams, 10 * SECOND + UNKEYED_HOLD_NS + 1));
+        assert!(released(
+            &mut streams,
+            first + 10 * SECOND + UNKEYED_HOLD_NS + 1
+        ));
+    }
+
+    /// A direction that talks every 5 minutes (kube-apiserver's compactor's
+    /// etcd client) is not held once that is seen: no hold could reach its
+    /// next talk, and each held the probes on every call of the apiserver
+    /// and etcd for nothing. Its talk still calls them back, for the idle
+    /// time only.
+    #[test]
+    fn a_direction_too_quiet_for_any_hold_to_reach_is_not_held() {
+        const MINUTE: u64 = 60 * SECOND;
+        let mut streams = TlsStreams::default();
+        streams.on_open_at_start(conn(), 0);
+        let first = STARTUP_HOLD_NS + SECOND;
+        talk(&mut streams, first);
+        assert!(released(&mut streams, first + UNKEYED_HOLD_NS + 1));
+        for n in 1..=3 {
+            let at = first + n * 5 * MINUTE;
+            talk(&mut streams, at);
+            assert!(
+                released(&mut streams, at + TLS_CALLS_IDLE_NS + 1),
+                "talk {n}"
+            );
+        }
+        // Nor is one whose first talk comes minutes after podtrace found it.
+        let mut streams = TlsStreams::default();
+        streams.on_open_at_start(conn(), 0);
+        talk(&mut streams, 3 * MINUTE);
+        assert!(released(&mut streams, 3 * MINUTE + TLS_CALLS_IDLE_NS + 1));
+    }
+
+    /// A process found with sockets open at podtrace's start keeps its
+    /// per-call probes for the startup hold, so that its connections that
+    /// talk once a minute are keyed in its first minute, not one by one at
+    /// each of their first talks after it; the hold ends as soon as each of
+    /// those sockets is keyed.
+    #[test]
+    fn the_startup_hold_lasts_until_every_socket_open_at_start_is_keyed() {
+        let made = ConnKey {
+            tgid: TGID,
+            conn_id: 8,
+        };
+        let plaintext_of_made = |at: u64| DataRecord {
+            conn: made,
+            ..data(at, b"plaintext", true)
+        };
+        let mut streams = TlsStreams::default();
+        streams.on_open_at_start(conn(), 0);
+        assert!(streams.decrypt(plaintext_of_made(SECOND)).is_err());
+        streams.control.clear();
+        assert!(!released(&mut streams, STARTUP_HOLD_NS - 1));
+        assert!(released(&mut streams, STARTUP_HOLD_NS + 1));
+        // Keyed both ways, it holds them no more.
+        let mut streams = TlsStreams::default();
+        streams.on_open_at_start(conn(), 0);
+        assert!(streams.decrypt(plaintext_of_made(SECOND)).is_err());
+        streams.control.clear();
+        let session = session();
+        streams.on_key(&key(&session, 0));
+        assert!(!released(&mut streams, SECOND + TLS_CALLS_IDLE_NS + 1));
+        streams.on_key(&TlsKeyRecord {
+            direction: Direction::Ingress,
+            ..key(&session, 0)
+        });
+        assert!(released(&mut streams, SECOND + TLS_CALLS_IDLE_NS + 2));
     }
 
     #[test]
