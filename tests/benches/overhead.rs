@@ -198,8 +198,12 @@ const WARM_UP: Duration = Duration::from_secs(3);
 /// the start is printed apart, with how long it took (cut off at
 /// `--start-max`).
 const AGENT_START_MIN: Duration = Duration::from_millis(1500);
-/// How often the agent's metrics are looked at during its start and leg.
+/// How often the agent's metrics are looked at during its start.
 const AGENT_START_SLICE: Duration = Duration::from_millis(250);
+/// How often they are looked at during its leg: each look renders every
+/// metric in the agent, whose CPU the leg measures (a Prometheus scrapes
+/// every 15–60 s; four looks a second would be the agent's own cost).
+const LEG_SAMPLE: Duration = Duration::from_secs(1);
 /// The gauges of the agent's on-demand probes (an earlier build may lack
 /// the second: absent counts as detached).
 const ON_DEMAND_GAUGES: [&str; 2] = [
@@ -231,12 +235,13 @@ fn main() -> anyhow::Result<()> {
     let mut load_binaries = Vec::new();
     if !mixes.is_empty() {
         for client in clients {
-            load_binaries.push(match client {
+            let binary = match client {
                 EtcdClient::Go => EtcdLoadBinary::build(
                     &Path::new(env!("CARGO_TARGET_TMPDIR")).join("etcd-load"),
                 )?,
                 EtcdClient::Python => EtcdLoadBinary::python()?,
-            });
+            };
+            load_binaries.push((client, binary));
         }
     }
     // Two agents in a round run one after the other, and this VM's
@@ -267,7 +272,7 @@ fn main() -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(0, usize::from),
     );
     let mut reports = Vec::new();
-    for load_binary in &load_binaries {
+    for (client, load_binary) in &load_binaries {
         for &mix in &mixes {
             let etcd = Etcd::start(EtcdOptions {
                 tls: true,
@@ -276,12 +281,15 @@ fn main() -> anyhow::Result<()> {
             let tls = apiserver_tls(&etcd)?;
             let mut load =
                 load_binary.start(etcd.endpoint(), &tls, mix, args.workers, args.conns)?;
-            let (label, agent_args) = match load_binary.name() {
+            let (label, agent_args) = match client {
                 // etcd-load plays kube-apiserver's etcd client: traced as it.
-                BINARY_NAME => (mix.label().to_owned(), vec!["--target", BINARY_NAME]),
+                EtcdClient::Go => (mix.label().to_owned(), vec!["--target", BINARY_NAME]),
                 // A client in another language is no component podtrace
                 // follows: only etcd's side of its calls is traced.
-                other => (format!("{}, from {other}", mix.label()), Vec::new()),
+                EtcdClient::Python => (
+                    format!("{}, from {}", mix.label(), load_binary.name()),
+                    Vec::new(),
+                ),
             };
             let subject = Subject {
                 label,
@@ -857,13 +865,13 @@ fn agent_start(
 }
 
 /// The share of a leg during which an on-demand probe of an agent was
-/// attached, looked at every [`AGENT_START_SLICE`] until `done`.
+/// attached, looked at every [`LEG_SAMPLE`] until `done`.
 fn probes_attached_share(metrics: &str, done: &AtomicBool) -> f64 {
     let (mut looks, mut attached) = (0_u32, 0_u32);
     while !done.load(Ordering::Relaxed) {
         looks += 1;
         attached += u32::from(!probes_detached(metrics));
-        std::thread::sleep(AGENT_START_SLICE);
+        std::thread::sleep(LEG_SAMPLE);
     }
     f64::from(attached) / f64::from(looks.max(1))
 }

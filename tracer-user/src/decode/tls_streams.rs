@@ -139,10 +139,12 @@ impl Unkeyed {
     /// attached a tenth of the time, for good). Such a direction stays
     /// unkeyed; what it says is lost, as any talk of a direction not keyed.
     ///
-    /// A first talk is held [`UNKEYED_HOLD_NS`], unless the direction was
-    /// quiet since podtrace `found` it for longer than any hold could reach
-    /// either: one that did not talk in the agent's startup hold and talks
-    /// minutes later (the compactor) is as rare as a second talk would show.
+    /// A first talk is held [`UNKEYED_HOLD_NS`], unless it comes after the
+    /// startup hold of the direction podtrace `found` open at its start:
+    /// silent through [`STARTUP_HOLD_NS`], it talks less often than a first
+    /// hold reaches (the compactor's client, talking 90 s into a benchmark
+    /// leg's agent, held the probes for 30 s of it); its next talk shows how
+    /// often.
     fn talked(before: Option<Unkeyed>, found: u64, now: u64) -> Self {
         let (longest_quiet_ns, too_quiet) = match before {
             Some(before) => {
@@ -151,7 +153,7 @@ impl Unkeyed {
                     .max(now.saturating_sub(before.last_ns));
                 (quiet, quiet / 4 * 5 > MAX_UNKEYED_HOLD_NS)
             }
-            None => (0, now.saturating_sub(found) / 4 * 5 > MAX_UNKEYED_HOLD_NS),
+            None => (0, now.saturating_sub(found) > STARTUP_HOLD_NS),
         };
         let hold = if too_quiet {
             0
@@ -1031,9 +1033,9 @@ mod tests {
                 needed: false
             })
         );
-        // One open when podtrace started does, once the startup hold is over.
+        // One open when podtrace started does, past the startup hold too.
         streams.on_open_at_start(conn(), 0);
-        let talked = STARTUP_HOLD_NS + SECOND;
+        let talked = STARTUP_HOLD_NS - 5 * SECOND;
         assert!(streams.decrypt(data(talked, b"plaintext", true)).is_err());
         streams.control.clear();
         streams.check_idle(talked + TLS_CALLS_IDLE_NS + 1);
@@ -1063,19 +1065,19 @@ mod tests {
         })
     }
 
-    /// A direction older than podtrace that first talks once the startup
-    /// hold is over and then once a minute (an idle etcd client's object
-    /// count): its first talk holds the probes for the usual hold, which
-    /// ends before it talks again; its second holds them across the third,
-    /// so that it is keyed, instead of calling them back for half of every
-    /// minute for good.
+    /// A direction older than podtrace that talks once a minute (an idle
+    /// etcd client's object count) but was not keyed at its first talk: that
+    /// holds the probes for the usual hold, which ends before it talks
+    /// again; its second holds them across the third, so that it is keyed,
+    /// instead of calling them back for half of every minute for good.
     #[test]
     fn a_direction_that_talks_once_a_minute_holds_the_probes_across_its_next_talk() {
         const MINUTE: u64 = 60 * SECOND;
         let mut streams = TlsStreams::default();
         streams.on_open_at_start(conn(), 0);
-        let first = STARTUP_HOLD_NS + SECOND;
+        let first = STARTUP_HOLD_NS - 5 * SECOND;
         talk(&mut streams, first);
+        assert!(!released(&mut streams, STARTUP_HOLD_NS + 1));
         assert!(released(&mut streams, first + UNKEYED_HOLD_NS + 1));
         talk(&mut streams, first + MINUTE);
         assert!(!released(&mut streams, first + 2 * MINUTE - 1));
@@ -1103,7 +1105,7 @@ mod tests {
         const MINUTE: u64 = 60 * SECOND;
         let mut streams = TlsStreams::default();
         streams.on_open_at_start(conn(), 0);
-        let first = STARTUP_HOLD_NS + SECOND;
+        let first = STARTUP_HOLD_NS - 5 * SECOND;
         talk(&mut streams, first);
         assert!(released(&mut streams, first + UNKEYED_HOLD_NS + 1));
         for n in 1..=3 {
@@ -1114,11 +1116,15 @@ mod tests {
                 "talk {n}"
             );
         }
-        // Nor is one whose first talk comes minutes after podtrace found it.
+        // Nor is one silent through the startup hold, at its first talk.
         let mut streams = TlsStreams::default();
         streams.on_open_at_start(conn(), 0);
-        talk(&mut streams, 3 * MINUTE);
-        assert!(released(&mut streams, 3 * MINUTE + TLS_CALLS_IDLE_NS + 1));
+        let first = STARTUP_HOLD_NS + SECOND;
+        talk(&mut streams, first);
+        assert!(released(&mut streams, first + TLS_CALLS_IDLE_NS + 1));
+        // Its second talk a minute later shows it can be held across its third.
+        talk(&mut streams, first + MINUTE);
+        assert!(!released(&mut streams, first + 2 * MINUTE));
     }
 
     /// A process found with sockets open at podtrace's start keeps its
