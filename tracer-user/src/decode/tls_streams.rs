@@ -133,11 +133,11 @@ impl Unkeyed {
     /// It talked at `now`, after `before` if it had: held
     /// [`UNKEYED_HOLD_NS`], or 5/4 of its longest quiet; not at all once
     /// that is more than [`MAX_UNKEYED_HOLD_NS`], since no hold would reach
-    /// its next talk — each would only keep
-    /// the probes on the process's every call for nothing (held 30 s after
-    /// each of the compactor's talks, the apiserver's and etcd's probes were
-    /// attached a tenth of the time, for good). Such a direction stays
-    /// unkeyed; what it says is lost, as any talk of a direction not keyed.
+    /// its next talk — each would only keep the probes on the process's
+    /// every call for nothing (held 30 s after each of the compactor's
+    /// talks, the apiserver's and etcd's probes were attached a tenth of the
+    /// time, for good). Such a direction stays unkeyed; what it says is
+    /// lost, as any talk of a direction not keyed.
     ///
     /// A first talk is held [`UNKEYED_HOLD_NS`], unless it comes after the
     /// startup hold of the direction podtrace `found` open at its start:
@@ -146,19 +146,20 @@ impl Unkeyed {
     /// leg's agent, held the probes for 30 s of it); its next talk shows how
     /// often.
     fn talked(before: Option<Unkeyed>, found: u64, now: u64) -> Self {
-        let (longest_quiet_ns, too_quiet) = match before {
-            Some(before) => {
-                let quiet = before
-                    .longest_quiet_ns
-                    .max(now.saturating_sub(before.last_ns));
-                (quiet, quiet / 4 * 5 > MAX_UNKEYED_HOLD_NS)
-            }
-            None => (0, now.saturating_sub(found) > STARTUP_HOLD_NS),
+        let longest_quiet_ns = before.map_or(0, |before| {
+            before
+                .longest_quiet_ns
+                .max(now.saturating_sub(before.last_ns))
+        });
+        let across = longest_quiet_ns / 4 * 5;
+        let too_quiet = match before {
+            Some(_) => across > MAX_UNKEYED_HOLD_NS,
+            None => now.saturating_sub(found) > STARTUP_HOLD_NS,
         };
         let hold = if too_quiet {
             0
         } else {
-            (longest_quiet_ns / 4 * 5).max(UNKEYED_HOLD_NS)
+            across.max(UNKEYED_HOLD_NS)
         };
         Self {
             last_ns: now,
@@ -391,12 +392,10 @@ impl TlsStreams {
             self.ask_secret_again(slot, data.fd, now);
         }
         let needs = data.tls_plaintext || missed || unread_records;
-        if needs
-            && self.older.contains_key(&data.conn)
+        if let Some(&found) = self.older.get(&data.conn).filter(|_| needs)
             && (self.unkeyed.len() < MAX_READERS || self.unkeyed.contains_key(&slot))
         {
             let before = self.unkeyed.get(&slot).copied();
-            let found = self.older.get(&data.conn).copied().unwrap_or(now);
             self.unkeyed
                 .insert(slot, Unkeyed::talked(before, found, now));
         }
@@ -506,8 +505,8 @@ impl TlsStreams {
 
     /// Keeps `bytes` of a direction that began with a TLS handshake, until
     /// its reader opens application data. True when this shows (at `now`)
-    /// that the connection's secrets were missed: both its directions are then no
-    /// longer held.
+    /// that the connection's secrets were missed: both its directions are
+    /// then no longer held.
     fn hold(&mut self, slot: Slot, bytes: &[u8], cut: bool, now: u64) -> bool {
         let held = match self.held.get_mut(&slot) {
             Some(held) => held,
