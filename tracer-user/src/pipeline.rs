@@ -343,6 +343,15 @@ impl Stages {
                     "muted: connections whose bytes were no longer copied (etcd clients of one resource other than Pods, clients writing Pod keys values that are no stored object, ttrpc)"
                 );
             }
+            let peers = &decoder.grpc.peers;
+            if peers.joined + peers.unnamed + peers.errors > 0 {
+                tracing::info!(
+                    joined = peers.joined,
+                    appends_unnamed = peers.unnamed,
+                    errors = peers.errors,
+                    "etcd peer streams older than podtrace placed from their bytes; Pod appends dropped before their stream named its members; frames that did not decode"
+                );
+            }
             if decoder.wal.bad_records > 0 {
                 tracing::info!(
                     records = decoder.wal.bad_records,

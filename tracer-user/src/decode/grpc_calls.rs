@@ -42,6 +42,10 @@ use tracer_decode::{
         writes_only_opaque_pods,
     },
     kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
+    raft::{
+        RaftMessage,
+        joined::{Joined, JoinedStream},
+    },
     rest::{RestRequest, Verb},
 };
 
@@ -51,6 +55,7 @@ use super::{
     headers::starts_block,
     raft_peers,
     tls_streams::{starts_tls_handshake, starts_tls_record},
+    wal_writes::PeerTraffic,
 };
 use crate::capture::{CaptureControl, ConnKey, ConnRecord, DataRecord, HpackControl};
 
@@ -282,6 +287,9 @@ struct Connection {
     called_probes_back: bool,
     /// What its etcd KV requests named so far.
     keys: KeysSeen,
+    /// For a connection open before podtrace started: an etcd peer stream
+    /// being placed in its body, then decoded ([`JoinedStream`]).
+    joined_raft: Option<Box<JoinedStream>>,
 }
 
 /// What a connection's etcd KV requests named so far: whether the
@@ -638,6 +646,38 @@ pub struct GrpcDecoder {
     /// Copies that could not be used (taken inside a header block, lost
     /// entries); another was asked for, up to [`MAX_TABLE_ATTEMPTS`].
     pub tables_refused: u64,
+    /// What etcd peer streams showed and lost.
+    pub peers: PeerStreams,
+}
+
+/// What the etcd peer streams decoded showed, and what they lost.
+#[derive(Debug, Default)]
+pub struct PeerStreams {
+    /// Each record's [`raft_peers::PeerMessages::traffic`], until the
+    /// decode stage hands it to the WAL decoder.
+    pub traffic: Vec<PeerTraffic>,
+    /// Streams older than podtrace placed from their bytes.
+    pub joined: u64,
+    /// Appends with Pod entries dropped: their stream had not named its
+    /// members yet.
+    pub unnamed: u64,
+    /// Stream frames that did not decode, or whose stream lost its framing.
+    pub errors: u64,
+}
+
+impl PeerStreams {
+    /// The messages of one record of a peer stream.
+    fn messages(
+        &mut self,
+        data: &DataRecord,
+        raft: Vec<RaftMessage>,
+        once: &mut DecodedOnce,
+    ) -> impl Iterator<Item = Message> + use<> {
+        let decoded = raft_peers::messages(data, raft, once);
+        self.traffic.extend(decoded.traffic);
+        self.unnamed += decoded.unnamed;
+        decoded.messages.into_iter().map(Message::Raft)
+    }
 }
 
 impl Default for GrpcDecoder {
@@ -653,6 +693,7 @@ impl Default for GrpcDecoder {
             field_probes: FxHashMap::default(),
             tables_loaded: 0,
             tables_refused: 0,
+            peers: PeerStreams::default(),
         }
     }
 }
@@ -723,6 +764,7 @@ impl GrpcDecoder {
                 last_request_ns: 0,
                 called_probes_back: false,
                 keys: KeysSeen::default(),
+                joined_raft: None,
             },
         );
         Vec::new()
@@ -780,6 +822,36 @@ impl GrpcDecoder {
             (Side::Server, Direction::Ingress) | (Side::Client, Direction::Egress) => true,
             (Side::Server, Direction::Egress) | (Side::Client, Direction::Ingress) => false,
         };
+        if !connection.from_start && !client_to_server && connection.http1.is_none() {
+            // An etcd peer stream older than podtrace: its request was never
+            // seen, its body is placed from the writer's bytes.
+            let joined = connection.joined_raft.get_or_insert_default();
+            let placed_before = joined.placed();
+            let pushed = joined.push(&data.data, data.truncated);
+            let first = placed_before == 0 && joined.placed() == 1;
+            if let Joined::Decoded {
+                messages, errors, ..
+            } = pushed
+            {
+                self.peers.errors += errors.len() as u64;
+                // Not HTTP/2: it needs no HPACK table and no probe.
+                let needed_fields = connection.needs_fields(data.ids.ts_ns);
+                connection.probe_headers = None;
+                if connection.tables.take().is_some() {
+                    self.control
+                        .push(CaptureControl::Hpack(HpackControl::Forget(data.conn)));
+                }
+                if first {
+                    self.peers.joined += 1;
+                    tracing::debug!(conn = ?data.conn, "etcd peer stream joined mid-way placed");
+                }
+                let out: Vec<Message> = self.peers.messages(data, messages, once).collect();
+                if needed_fields {
+                    self.update_field_probes(data.conn.tgid, data.ids.ts_ns);
+                }
+                return out;
+            }
+        }
         if !connection.from_start && !connection.tls && !starts_tls_record(&data.data) {
             // A connection older than podtrace may have been joined
             // mid-frame, so one direction's first bytes prove nothing
@@ -848,11 +920,8 @@ impl GrpcDecoder {
             let exchanges = http1.take_exchanges();
             let raft = http1.take_raft_messages();
             let mut messages = http1_messages(data.conn, connection.side, exchanges);
-            messages.extend(
-                raft_peers::messages(data, raft, once)
-                    .into_iter()
-                    .map(Message::Raft),
-            );
+            let raft = raft.into_iter().map(|update| update.message).collect();
+            messages.extend(self.peers.messages(data, raft, once));
             return messages;
         }
         // A cut syscall's record says how much it moved: what was lost

@@ -304,6 +304,9 @@ impl Decoder {
         }
         let mut messages: Vec<Message> = headers.into_iter().map(Message::Header).collect();
         messages.extend(self.grpc.on_data(data, &mut self.once));
+        for traffic in self.grpc.peers.traffic.drain(..) {
+            self.wal.on_peer_traffic(traffic);
+        }
         messages.extend(self.wal.on_data(data, &mut self.once).map(Message::Wal));
         messages.push(Message::Data(DataMoved::of(data)));
         messages

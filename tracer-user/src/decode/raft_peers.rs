@@ -8,17 +8,21 @@
 //! write, seen from the process at this end of the connection: the member
 //! that wrote it (sent) or the one that read it. Each Pod entry has the
 //! fingerprint of its KV request, as the WAL's copy of it and the client's
-//! call do ([`super::decoded_once::request_fingerprint`]).
+//! call do ([`super::decoded_once::request_fingerprint`]). Every record's
+//! messages also say what the process's part in Raft is ([`PeerTraffic`]),
+//! whatever they carry.
 
 use tracer_common::io::Direction;
 use tracer_decode::{
-    http1::RaftUpdate,
     identity::may_hold_pod_clue,
-    raft::{MessageKind, RaftEntry},
+    raft::{MessageKind, RaftEntry, RaftMessage},
     wal::kv_request,
 };
 
-use super::{decoded_once::DecodedOnce, wal_writes::WalPodEntry};
+use super::{
+    decoded_once::DecodedOnce,
+    wal_writes::{PeerTraffic, WalPodEntry},
+};
 use crate::capture::{ConnKey, DataRecord};
 
 /// A Raft message between etcd members, as one end of their connection saw it.
@@ -45,16 +49,38 @@ pub struct RaftPeerMessage {
     pub pod_entries: Vec<WalPodEntry>,
 }
 
-/// The messages of `updates`, decoded on `data`'s connection.
-pub fn messages(
-    data: &DataRecord,
-    updates: Vec<RaftUpdate>,
-    once: &mut DecodedOnce,
-) -> Vec<RaftPeerMessage> {
-    updates
+/// What one record of a peer stream gave.
+#[derive(Debug, Default)]
+pub struct PeerMessages {
+    /// The messages a trace needs.
+    pub messages: Vec<RaftPeerMessage>,
+    /// What they show of the process's part in Raft (`None` without any
+    /// message).
+    pub traffic: Option<PeerTraffic>,
+    /// Messages with Pod entries dropped because the stream had not named
+    /// its members yet (appends on a `msgapp` stream joined mid-way,
+    /// before its first full MsgApp).
+    pub unnamed: u64,
+}
+
+/// The messages a record of `data`'s connection completed.
+pub fn messages(data: &DataRecord, raft: Vec<RaftMessage>, once: &mut DecodedOnce) -> PeerMessages {
+    let sent = data.direction == Direction::Egress;
+    let traffic = (!raft.is_empty()).then(|| PeerTraffic {
+        tgid: data.conn.tgid,
+        leader_message: raft
+            .iter()
+            // A message from a member whose id the stream has not shown yet
+            // (an append on a `msgapp` stream joined mid-way) is still its
+            // writer's.
+            .filter(|message| message.kind.from_leader() && message.term > 0)
+            .map(|message| (message.term, sent))
+            .max(),
+    });
+    let mut unnamed = 0;
+    let messages = raft
         .into_iter()
-        .filter_map(|update| {
-            let message = update.message;
+        .filter_map(|message| {
             let pod_entries = match message.kind {
                 MessageKind::App | MessageKind::Prop => {
                     let entries = pod_entries(&message.entries, once, data.ids.ts_ns);
@@ -66,9 +92,14 @@ pub fn messages(
                 MessageKind::AppResp => Vec::new(),
                 _ => return None,
             };
+            // Members not named yet: nothing to join it to.
+            if message.from == 0 || message.to == 0 {
+                unnamed += 1;
+                return None;
+            }
             Some(RaftPeerMessage {
                 conn: data.conn,
-                sent: data.direction == Direction::Egress,
+                sent,
                 ts_ns: data.moved_ts_ns(),
                 kind: message.kind,
                 from: message.from,
@@ -78,7 +109,12 @@ pub fn messages(
                 pod_entries,
             })
         })
-        .collect()
+        .collect();
+    PeerMessages {
+        messages,
+        traffic,
+        unnamed,
+    }
 }
 
 /// The entries that write Pods followed, decoded once per request (the

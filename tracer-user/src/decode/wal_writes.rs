@@ -11,8 +11,14 @@
 //! records: the metadata record at the head of a segment (read from the
 //! file by capture, a [`WalHeadRecord`], or from the member's own write of
 //! a segment it created) gives its id; the `HardState`
-//! saved after a write's entries gives the term and the member's vote, and
-//! so whether it led that term ([`HardState::role`]).
+//! saved after a write's entries gives the term and the member's vote: a
+//! member that voted for another follows ([`HardState::role`]). Whether one
+//! that voted for itself won its campaign or lost a split vote, only Raft's
+//! own messages tell: the process that sends a term's appends or heartbeats
+//! leads it, one that receives them follows ([`PeerTraffic`]). A member
+//! whose process never carried a peer message is alone (a single member
+//! wins every campaign); one that has peers but whose part in the term was
+//! not seen is named `unknown`.
 
 use std::sync::Arc;
 
@@ -67,11 +73,48 @@ pub struct WalMessage {
     pub member: Option<MemberIds>,
 }
 
+/// Raft messages one etcd process sent or received on its peer streams,
+/// as one record of them showed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerTraffic {
+    /// The process.
+    pub tgid: u32,
+    /// The latest term of a message only a leader sends (an append or a
+    /// heartbeat) among them, and whether this process sent it (led the
+    /// term) or received it (followed).
+    pub leader_message: Option<(u64, bool)>,
+}
+
 /// What the records of one member (process) said of it.
 #[derive(Debug, Default, Clone, Copy)]
 struct MemberState {
     ids: Option<MemberIds>,
     state: Option<HardState>,
+    /// It carried peer messages: it is not alone.
+    has_peers: bool,
+    /// The latest term whose leader's messages it carried, and whether it
+    /// sent them.
+    seen_term: Option<(u64, bool)>,
+}
+
+impl MemberState {
+    /// Its part in `term`, from its traffic first, then its state.
+    fn role(&self, term: u64) -> Option<RaftRole> {
+        if let Some((seen, leads)) = self.seen_term
+            && seen == term
+        {
+            return Some(if leads {
+                RaftRole::Leader
+            } else {
+                RaftRole::Follower
+            });
+        }
+        let (ids, state) = self.ids.zip(self.state)?;
+        Some(match state.role(ids.member_id, term)? {
+            RaftRole::Unknown if !self.has_peers => RaftRole::Leader,
+            role => role,
+        })
+    }
 }
 
 /// WAL readers per segment.
@@ -108,7 +151,6 @@ impl WalDecoder {
             self.learn_ids(data.conn.tgid, MemberIds::decode(record));
         }
         let member = self.member(data.conn.tgid).and_then(|m| m.ids);
-        let member_id = member.map(|m| m.member_id);
         let mut message = WalMessage {
             conn: data.conn,
             start_ts_ns: data.enter_ts_ns,
@@ -126,8 +168,8 @@ impl WalDecoder {
                     Ok(state) => {
                         if let Some(member) = self.members.get_mut(&data.conn.tgid) {
                             member.state = Some(state);
+                            assign_roles(&mut message.pod_entries[roleless..], member);
                         }
-                        assign_roles(&mut message.pod_entries[roleless..], member_id, Some(state));
                         roleless = message.pod_entries.len();
                     }
                     Err(_) => self.bad_records += 1,
@@ -162,8 +204,9 @@ impl WalDecoder {
             }
         }
         // Entries whose state was saved by an earlier write (or not yet).
-        let state = self.members.get(&data.conn.tgid).and_then(|m| m.state);
-        assign_roles(&mut message.pod_entries[roleless..], member_id, state);
+        if let Some(member) = self.members.get(&data.conn.tgid) {
+            assign_roles(&mut message.pod_entries[roleless..], member);
+        }
         Some(message)
     }
 
@@ -183,6 +226,19 @@ impl WalDecoder {
             }
             Ok(None) => {}
             Err(_) => self.bad_records += 1,
+        }
+    }
+
+    /// What an etcd process's peer messages showed of its part in Raft.
+    pub fn on_peer_traffic(&mut self, traffic: PeerTraffic) {
+        let Some(member) = self.member(traffic.tgid) else {
+            return;
+        };
+        member.has_peers = true;
+        if let Some((term, leads)) = traffic.leader_message
+            && member.seen_term.is_none_or(|(seen, _)| term >= seen)
+        {
+            member.seen_term = Some((term, leads));
         }
     }
 
@@ -206,12 +262,75 @@ impl WalDecoder {
     }
 }
 
-/// Each entry's role in its term, as the state of member `member_id` says
-/// (unknown without either).
-fn assign_roles(entries: &mut [WalPodEntry], member_id: Option<u64>, state: Option<HardState>) {
+/// Each entry's role in its term, as what was seen of `member` says.
+fn assign_roles(entries: &mut [WalPodEntry], member: &MemberState) {
     for entry in entries {
-        entry.role = member_id
-            .zip(state)
-            .and_then(|(id, state)| state.role(id, entry.term));
+        entry.role = member.role(entry.term);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ME: u64 = 0x8e9e_05c5_2164_694d;
+    const OTHER: u64 = 0x91bc_3c39_8fb3_c146;
+
+    /// Member `ME`, run by process 7, whose last saved state is of term 5
+    /// with its vote for `vote`.
+    fn decoder(vote: u64) -> WalDecoder {
+        let mut decoder = WalDecoder::default();
+        let member = decoder.member(7).unwrap();
+        member.ids = Some(MemberIds {
+            member_id: ME,
+            cluster_id: 1,
+        });
+        member.state = Some(HardState {
+            term: 5,
+            vote,
+            commit: 40,
+        });
+        decoder
+    }
+
+    fn role(decoder: &WalDecoder, term: u64) -> Option<RaftRole> {
+        decoder.members[&7].role(term)
+    }
+
+    fn traffic(term: u64, sent: bool) -> PeerTraffic {
+        PeerTraffic {
+            tgid: 7,
+            leader_message: Some((term, sent)),
+        }
+    }
+
+    #[test]
+    fn a_member_that_voted_for_itself_leads_only_if_its_traffic_says_so() {
+        // Alone (no peer message ever): every campaign wins.
+        let mut decoder = decoder(ME);
+        assert_eq!(role(&decoder, 5), Some(RaftRole::Leader));
+        // With peers, a vote for itself may have lost a split vote.
+        decoder.on_peer_traffic(PeerTraffic {
+            tgid: 7,
+            leader_message: None,
+        });
+        assert_eq!(role(&decoder, 5), Some(RaftRole::Unknown));
+        // It received the term's heartbeats or appends: it lost.
+        decoder.on_peer_traffic(traffic(5, false));
+        assert_eq!(role(&decoder, 5), Some(RaftRole::Follower));
+        // It sent the next term's: it leads that one, whatever its state.
+        decoder.on_peer_traffic(traffic(6, true));
+        assert_eq!(role(&decoder, 6), Some(RaftRole::Leader));
+        // An older term's message says nothing of the latest.
+        decoder.on_peer_traffic(traffic(5, false));
+        assert_eq!(role(&decoder, 6), Some(RaftRole::Leader));
+        assert_eq!(role(&decoder, 5), Some(RaftRole::Unknown));
+    }
+
+    #[test]
+    fn a_member_that_voted_for_another_follows_and_a_state_of_another_term_says_nothing() {
+        let decoder = decoder(OTHER);
+        assert_eq!(role(&decoder, 5), Some(RaftRole::Follower));
+        assert_eq!(role(&decoder, 4), None);
     }
 }

@@ -17,8 +17,8 @@
 //!   a u64 length and a `raftpb.Entry`, then the u64 commit index.
 //!
 //! In: the body of one stream response, de-chunked, in arrival order, from
-//! its first byte (a stream joined mid-way cannot be framed: see
-//! `README.md`). Out: [`RaftMessage`]s — type, members, term, index,
+//! its first byte — or, for a stream older than the capture, from the first
+//! write that frames as one ([`joined`]). Out: [`RaftMessage`]s — type, members, term, index,
 //! commit, rejection, and each entry's term, index and data (an
 //! `InternalRaftRequest`; its KV request through [`crate::wal::kv_request`],
 //! as for the WAL's copy of the same entry).
@@ -110,6 +110,20 @@ impl MessageKind {
             Ok(T::MsgHeartbeatResp) => MessageKind::HeartbeatResp,
             _ => MessageKind::Other(kind),
         }
+    }
+
+    /// Whether it is a type etcd's Raft defines.
+    pub fn is_defined(self) -> bool {
+        match self {
+            MessageKind::Other(kind) => raftpb::MessageType::try_from(kind).is_ok(),
+            _ => true,
+        }
+    }
+
+    /// Whether only a term's leader sends it: its sender leads the
+    /// message's term.
+    pub fn from_leader(self) -> bool {
+        matches!(self, MessageKind::App | MessageKind::Heartbeat)
     }
 }
 
@@ -239,9 +253,13 @@ pub struct RaftStreamDecoder {
     lost: bool,
     skipped_bytes: u64,
     /// `msgapp` stream: term and last index of the previous append, which an
-    /// AppEntries frame continues.
+    /// AppEntries frame continues (0: not known, on a joined stream until
+    /// an append names them).
     term: u64,
     index: u64,
+    /// Joined mid-way: the members are learnt from the first message that
+    /// names them.
+    joined: bool,
 }
 
 impl RaftStreamDecoder {
@@ -255,6 +273,22 @@ impl RaftStreamDecoder {
             skipped_bytes: 0,
             term: 0,
             index: 0,
+            joined: false,
+        }
+    }
+
+    /// A decoder for a stream of `kind` joined at a frame boundary, its
+    /// request unseen: members unknown (0) until a message names them, and
+    /// the append an AppEntries frame continues unknown until one carries
+    /// entries.
+    pub fn joined(kind: StreamKind) -> Self {
+        Self {
+            joined: true,
+            ..Self::new(PeerStream {
+                kind,
+                dialer: 0,
+                writer: 0,
+            })
         }
     }
 
@@ -311,6 +345,11 @@ impl RaftStreamDecoder {
                     at += consumed;
                     if let Some((term, index)) = appended {
                         (self.term, self.index) = (term, index);
+                    }
+                    if self.joined && self.stream.writer == 0 && message.from != 0 {
+                        // Every message on a stream goes from its writer to
+                        // its dialer.
+                        (self.stream.writer, self.stream.dialer) = (message.from, message.to);
                     }
                     messages.push(message);
                 }
@@ -439,18 +478,26 @@ impl RaftStreamDecoder {
                 }
             }
         }
+        // etcd frames an append this way only when it continues the last
+        // one in the same term (`msgappv2_codec.go`), so its entries are of
+        // that term and follow that index: a joined stream learns the
+        // context from the first one that carries entries.
+        let (term, index) = match entries.first() {
+            Some(first) if self.term == 0 => (first.term, first.index.saturating_sub(1)),
+            _ => (self.term, self.index),
+        };
         let message = RaftMessage {
             kind: MessageKind::App,
             from: self.stream.writer,
             to: self.stream.dialer,
-            term: self.term,
-            index: self.index,
+            term,
+            index,
             commit,
             reject: false,
             entries,
         };
         Ok(Frame::Message {
-            appended: Some((self.term, self.index + count)),
+            appended: (term != 0).then_some((term, index + count)),
             message,
             consumed,
         })
@@ -518,5 +565,6 @@ fn read_u64(buf: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_be_bytes(bytes))
 }
 
+pub mod joined;
 #[cfg(test)]
 mod tests;

@@ -309,14 +309,15 @@ impl HardState {
     }
 
     /// The role of member `member_id`, whose state this is, for an entry of
-    /// `term`: a leader campaigned, and so voted for itself, in the term it
-    /// leads; a follower voted for the leader or, when it learnt of the term
-    /// from the leader's messages, for nobody. `None` when the state is of
-    /// another term. (A candidate that lost a split vote keeps its own vote
-    /// while it follows the winner of that term: read as leader.)
+    /// `term`, as far as the state alone tells: a member that voted for
+    /// another, or (learning of the term from the leader's messages) for
+    /// nobody, follows; one that voted for itself campaigned, and either
+    /// won or lost to another candidate of the same term (a split vote),
+    /// which only its traffic tells apart: [`RaftRole::Unknown`]. `None`
+    /// when the state is of another term.
     pub fn role(&self, member_id: u64, term: u64) -> Option<RaftRole> {
         (self.term == term).then_some(if self.vote == member_id {
-            RaftRole::Leader
+            RaftRole::Unknown
         } else {
             RaftRole::Follower
         })
@@ -330,6 +331,8 @@ pub enum RaftRole {
     Leader,
     /// It appended what the leader sent.
     Follower,
+    /// It campaigned in the term, and whether it won was not seen.
+    Unknown,
 }
 
 impl RaftRole {
@@ -338,6 +341,7 @@ impl RaftRole {
         match self {
             RaftRole::Leader => "leader",
             RaftRole::Follower => "follower",
+            RaftRole::Unknown => "unknown",
         }
     }
 }
