@@ -6,8 +6,10 @@
 //! append + fdatasync that made the write durable, with its Raft index, in a
 //! well-formed tree.
 //!
-//! The same for an etcd of three members: one WAL span per member, each
-//! naming its member.
+//! The same for an etcd of three members running before the agent: one WAL
+//! span per member, each naming its member and role, and the leader's
+//! replication to each follower, the commit and the apply, read from peer
+//! streams older than the agent.
 //!
 //! In plaintext: etcd 3.5.0 and 3.5.1 (all PyPI has) were built with Go
 //! 1.16, which the Go probes do not read, so over TLS only their syscalls
@@ -45,13 +47,11 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// etcd at `endpoint` while an agent follows every etcd and the relay;
 /// returns the spans exported and the Pod's root. Nothing runs the Pod: the
 /// agent exports its trace as incomplete when it stops, with every span it
-/// holds. With `warm_up`, a first Pod is created once the agent runs and
-/// its trace ignored.
+/// holds.
 async fn traced_pod_create(
     endpoint: &str,
     pki: Option<&Pki>,
     name: &str,
-    warm_up: bool,
 ) -> (Vec<ExportedSpan>, ExportedSpan) {
     let relay =
         DemoApiserverBinary::build(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-apiserver"))
@@ -75,15 +75,6 @@ async fn traced_pod_create(
         image: "podtrace.local/unused:1".into(),
         command: vec!["sleep".into(), "1".into()],
     };
-    if warm_up {
-        let pod =
-            apiserver_role::new_pod("default", &format!("{name}-warm-up"), None, &[], &template)
-                .unwrap();
-        apiserver.create(pod).await.unwrap();
-        // Each member's next Raft heartbeat (every 100 ms) tells it the
-        // entry committed, and it saves its state of the term.
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
     let pod = apiserver_role::new_pod("default", name, None, &[], &template).unwrap();
     apiserver.create(pod).await.unwrap();
     let stopped = agent.stop();
@@ -116,7 +107,7 @@ async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &st
         binaries,
     )
     .unwrap();
-    let (spans, root) = traced_pod_create(etcd.endpoint(), etcd.pki(), name, false).await;
+    let (spans, root) = traced_pod_create(etcd.endpoint(), etcd.pki(), name).await;
     let all: Vec<_> = spans.iter().collect();
     let root_name = &root.name;
     let in_trace = |span_name: &str, kind: u64| {
@@ -203,11 +194,10 @@ async fn each_of_three_members_names_its_wal_span_of_a_pod_create() {
     let members = Etcd::start_cluster(MEMBERS).unwrap();
     // Written through the first member, as through the one an apiserver's
     // client picked; which member leads is Raft's choice.
-    // A member's role needs a state it saved in the entry's term since the
-    // agent started (README, Limits): a follower of an idle cluster saves
-    // one only when it learns of a commit, after the entry — so one write
-    // comes first, as on any cluster that is not idle.
-    let (spans, root) = traced_pod_create(members[0].endpoint(), None, "three-members", true).await;
+    // No write before this one: on an idle cluster the members' roles come
+    // from their peer traffic (the leader's heartbeats), not from a state
+    // saved since the agent started.
+    let (spans, root) = traced_pod_create(members[0].endpoint(), None, "three-members").await;
     let wals: Vec<_> = spans
         .iter()
         .filter(|span| span.trace_id == root.trace_id && span.name == WAL)
@@ -242,4 +232,68 @@ async fn each_of_three_members_names_its_wal_span_of_a_pod_create() {
         .collect();
     roles.sort_unstable();
     assert_eq!(roles, ["follower", "follower", "leader"], "{wals:#?}");
+    // The peer streams were opened before the agent (#46): each placed from
+    // its bytes and named from the processes at its ends, the leader's
+    // replication to each follower holds that follower's WAL span, then the
+    // commit and the apply, all of the entry.
+    let trace: Vec<&ExportedSpan> = spans
+        .iter()
+        .filter(|span| span.trace_id == root.trace_id)
+        .collect();
+    let leader = wals
+        .iter()
+        .find(|wal| wal.string("podtrace.etcd.member.role") == Some("leader"))
+        .and_then(|wal| wal.string("podtrace.etcd.member.name"))
+        .unwrap();
+    let of_entry = |prefix: &str| -> Vec<&ExportedSpan> {
+        trace
+            .iter()
+            .copied()
+            .filter(|span| span.name.starts_with(prefix) && raft_index(span) == raft_index(wals[0]))
+            .collect()
+    };
+    let replicated = of_entry("etcd raft replicate → ");
+    let mut followers: Vec<&str> = replicated
+        .iter()
+        .map(|replicate| {
+            assert_eq!(replicate.string("podtrace.etcd.member.name"), Some(leader));
+            assert_eq!(
+                replicate.string("podtrace.etcd.member.role"),
+                Some("leader")
+            );
+            let follower = replicate
+                .string("podtrace.etcd.raft.follower.name")
+                .unwrap();
+            let held: Vec<_> = wals
+                .iter()
+                .filter(|wal| wal.parent_span_id.as_deref() == Some(replicate.span_id.as_str()))
+                .collect();
+            assert_eq!(held.len(), 1, "{}", outline(&trace));
+            assert_eq!(held[0].string("podtrace.etcd.member.name"), Some(follower));
+            assert_eq!(
+                held[0].string("podtrace.etcd.member.role"),
+                Some("follower")
+            );
+            follower
+        })
+        .collect();
+    followers.sort_unstable();
+    followers.dedup();
+    assert_eq!(followers.len(), MEMBERS - 1, "{}", outline(&trace));
+    assert!(!followers.contains(&leader));
+    // Committed by the leader; applied by the member that answered the
+    // request (it forwarded the proposal when it did not lead).
+    let commit = of_entry("etcd raft commit");
+    assert_eq!(commit.len(), 1, "{}", outline(&trace));
+    assert_eq!(commit[0].string("podtrace.etcd.member.name"), Some(leader));
+    let apply = of_entry("etcd apply");
+    assert_eq!(apply.len(), 1, "{}", outline(&trace));
+    let names: BTreeSet<&str> = members.iter().map(Etcd::member_name).collect();
+    assert!(
+        apply[0]
+            .string("podtrace.etcd.member.name")
+            .is_some_and(|name| names.contains(name)),
+        "{:#?}",
+        apply[0]
+    );
 }

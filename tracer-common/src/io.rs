@@ -382,7 +382,13 @@ pub struct ConnEvent {
     /// Valid bytes of `unix_path` (0 for TCP).
     pub unix_path_len: u8,
     /// Explicit padding, zero.
-    pub _pad: [u8; 5],
+    pub _pad: u8,
+    /// The local port (TCP), where known: only for a socket found open at
+    /// start (read from /proc with its peer); 0 otherwise. It pairs the two
+    /// ends of a connection on one host.
+    pub local_port: u16,
+    /// Explicit padding, zero.
+    pub _pad2: [u8; 2],
     /// IPv4 (first 4 bytes) or IPv6 address: the remote end for connect and
     /// accept (the peer accept reported).
     pub addr: [u8; 16],
@@ -836,6 +842,8 @@ const _: () = assert!(size_of::<ActiveCall>() == 48);
 const _: () = assert!(size_of::<DataEvent>() == 24 + 8 + 8 + 8 + 4 + 4 + 8);
 const _: () =
     assert!(size_of::<ConnEvent>() == 24 + 8 + 8 + 4 + 2 + 2 + 8 + 16 + UNIX_PATH_BYTES + 4);
+// The local port sits where padding was: recordings made before it read as 0 (unknown).
+const _: () = assert!(core::mem::offset_of!(ConnEvent, local_port) == 52);
 const _: () = assert!(size_of::<ConnEvent>().is_multiple_of(8));
 const _: () = assert!(size_of::<FsyncEvent>() == 24 + 8 + 8 + 8 + 8);
 const _: () = assert!(size_of::<FileOpenEvent>() == 24 + 8 + 8 + FILENAME_BYTES);

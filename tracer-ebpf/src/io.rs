@@ -585,7 +585,9 @@ fn socket_opened(
         (*event).family = family;
         (*event).action = action as u8;
         (*event).fd_kind = FdKind::Socket as u8;
-        (*event)._pad = [0; 5];
+        (*event)._pad = 0;
+        (*event).local_port = 0;
+        (*event)._pad2 = [0; 2];
         (*event)._tail = [0; 4];
         (*event).port = 0;
         (*event).unix_path_len = 0;
@@ -646,7 +648,9 @@ fn fd_closed(ids: Ids, call: &ActiveCall, ret: i64) -> Result<(), DropReason> {
         action: ConnAction::Closed as u8,
         fd_kind: call.fd_kind,
         unix_path_len: 0,
-        _pad: [0; 5],
+        _pad: 0,
+        local_port: 0,
+        _pad2: [0; 2],
         addr: [0; 16],
         unix_path: [0; UNIX_PATH_BYTES],
         _tail: [0; 4],

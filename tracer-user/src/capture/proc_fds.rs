@@ -28,6 +28,9 @@ pub struct OpenFd {
     pub kind: FdKind,
     /// For sockets, the other end (TCP) or the socket path (unix, if bound).
     pub peer: Peer,
+    /// For TCP sockets, the local port: with `peer`, it finds the other
+    /// end of a connection between two processes of this host.
+    pub local_port: Option<u16>,
     /// For files, the path.
     pub path: Option<String>,
     /// Which end the process is: `AcceptedBeforeStart`,
@@ -39,6 +42,7 @@ pub struct OpenFd {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct SocketEntry {
     peer: Peer,
+    local_port: Option<u16>,
     action: ConnAction,
 }
 
@@ -82,6 +86,7 @@ pub fn open_fds(proc_root: &Path, tgid: u32, wal_files: bool) -> Vec<OpenFd> {
                     fd,
                     kind: FdKind::Socket,
                     peer: entry.peer,
+                    local_port: entry.local_port,
                     path: None,
                     action: entry.action,
                 });
@@ -91,6 +96,7 @@ pub fn open_fds(proc_root: &Path, tgid: u32, wal_files: bool) -> Vec<OpenFd> {
                 fd,
                 kind: FdKind::WalFile,
                 peer: Peer::Unknown,
+                local_port: None,
                 path: Some(link.into_owned()),
                 action: ConnAction::OpenAtStart,
             })
@@ -136,6 +142,7 @@ fn parse_tcp_table(table: &str, v6: bool) -> Vec<(u64, SocketEntry)> {
                 inode,
                 SocketEntry {
                     peer: Peer::Tcp(remote),
+                    local_port: Some(local.port()),
                     action,
                 },
             )
@@ -185,10 +192,12 @@ fn parse_unix_table(table: &str) -> Vec<(u64, SocketEntry)> {
                 // /proc shows abstract names with a leading `@` already.
                 Some(path) => SocketEntry {
                     peer: Peer::Unix(unix_path_string(path.as_bytes())),
+                    local_port: None,
                     action: ConnAction::AcceptedBeforeStart,
                 },
                 None => SocketEntry {
                     peer: Peer::Unknown,
+                    local_port: None,
                     action: ConnAction::ConnectedBeforeStart,
                 },
             };
@@ -213,6 +222,7 @@ mod tests {
                 2222,
                 SocketEntry {
                     peer: Peer::Tcp("127.0.0.1:53924".parse().unwrap()),
+                    local_port: Some(2379),
                     // Local port 2379 is the listener's: accepted.
                     action: ConnAction::AcceptedBeforeStart,
                 }
@@ -241,6 +251,7 @@ mod tests {
                     4444,
                     SocketEntry {
                         peer: Peer::Unix("/run/containerd/containerd.sock".into()),
+                        local_port: None,
                         action: ConnAction::AcceptedBeforeStart,
                     }
                 ),
@@ -248,6 +259,7 @@ mod tests {
                     5555,
                     SocketEntry {
                         peer: Peer::Unknown,
+                        local_port: None,
                         action: ConnAction::ConnectedBeforeStart,
                     }
                 )

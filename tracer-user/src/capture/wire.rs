@@ -235,6 +235,8 @@ pub struct ConnRecord {
     pub ret: i64,
     /// The other end.
     pub peer: Peer,
+    /// The local port of a TCP socket found open at start (else `None`).
+    pub local_port: Option<u16>,
 }
 
 /// fsync/fdatasync of a followed file.
@@ -838,6 +840,7 @@ fn parse_conn(ids: ProcessIds, event: &ConnEvent) -> Result<ConnRecord, WireErro
         fd_kind: enum_field("conn", "fd_kind", event.fd_kind)?,
         ret: event.ret,
         peer,
+        local_port: (event.local_port != 0).then_some(event.local_port),
     })
 }
 

@@ -222,6 +222,7 @@ mod tests {
             } else {
                 peer.clone()
             },
+            local_port: None,
         };
         table.on_conn(conn(ConnAction::Connected, 1_000));
         table.on_data(&data(Direction::Egress, 100));

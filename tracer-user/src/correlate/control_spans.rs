@@ -248,6 +248,16 @@ impl ControlSpans {
         }
     }
 
+    /// Process `tgid` is etcd member `id`: spans naming the member by id
+    /// name it by the process's `--name` too.
+    pub fn etcd_member_id(&mut self, tgid: u32, id: u64) {
+        if let Some(name) = self.members.get(&tgid)
+            && (self.member_names.len() < MAX_MEMBER_NAMES || self.member_names.contains_key(&id))
+        {
+            self.member_names.insert(id, name.clone());
+        }
+    }
+
     /// The Pod's create request reached kube-apiserver at `start_ns`
     /// (monotonic): its trace starts there, before the etcd write.
     pub fn create_request_started(&mut self, uid: &str, start_ns: u64) {
@@ -963,10 +973,8 @@ impl ControlSpans {
         let Some(batch) = self.batches.remove(&sync.conn) else {
             return Vec::new();
         };
-        if let (Some(id), Some(name)) = (batch.member_id, self.members.get(&sync.ids.tgid)) {
-            if self.member_names.len() < MAX_MEMBER_NAMES || self.member_names.contains_key(&id) {
-                self.member_names.insert(id, name.clone());
-            }
+        if let Some(id) = batch.member_id {
+            self.etcd_member_id(sync.ids.tgid, id);
         }
         // Each entry's Pods, learnt once: the batch attribute needs them all
         // before any entry's span is drafted.

@@ -263,6 +263,11 @@ impl Correlator {
                 let finished = self.control_spans.on_wal(&write);
                 self.assembled(finished)
             }
+            Message::EtcdMember(member) => {
+                self.control_spans
+                    .etcd_member_id(member.tgid, member.member_id);
+                Vec::new()
+            }
             Message::Raft(message) => {
                 let finished = self.control_spans.on_raft(&message);
                 self.assembled(finished)

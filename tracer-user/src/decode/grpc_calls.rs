@@ -57,7 +57,7 @@ use super::{
     tls_streams::{starts_tls_handshake, starts_tls_record},
     wal_writes::PeerTraffic,
 };
-use crate::capture::{CaptureControl, ConnKey, ConnRecord, DataRecord, HpackControl};
+use crate::capture::{CaptureControl, ConnKey, ConnRecord, DataRecord, HpackControl, Peer};
 
 /// Connections decoded at once; past it new ones are counted and skipped.
 const MAX_CONNECTIONS: usize = 4096;
@@ -290,6 +290,9 @@ struct Connection {
     /// For a connection open before podtrace started: an etcd peer stream
     /// being placed in its body, then decoded ([`JoinedStream`]).
     joined_raft: Option<Box<JoinedStream>>,
+    /// For a TCP connection open before podtrace started: its local port
+    /// and the other end's port ([`PeerStreams::ends`]).
+    ports: Option<(u16, u16)>,
 }
 
 /// What a connection's etcd KV requests named so far: whether the
@@ -663,9 +666,31 @@ pub struct PeerStreams {
     pub unnamed: u64,
     /// Stream frames that did not decode, or whose stream lost its framing.
     pub errors: u64,
+    /// Which etcd member each process is (by tgid), from its WAL: names the
+    /// members of a joined stream whose messages do not.
+    pub members: FxHashMap<u32, u64>,
+    /// TCP connections open before podtrace started, by (local port, other
+    /// end's port): the other end of one between two processes of this host
+    /// is the one keyed the other way round. `None` when two were keyed
+    /// alike (processes in different network namespaces): no pairing then.
+    ends: FxHashMap<(u16, u16), Option<ConnKey>>,
 }
 
 impl PeerStreams {
+    /// The members of a joined stream on `conn` (this end `side`, ports
+    /// `ports`) as the processes at its ends say: (writer, dialer), 0 where
+    /// not known. The writer is the end that accepted.
+    fn ends_members(&self, conn: ConnKey, side: Side, ports: Option<(u16, u16)>) -> (u64, u64) {
+        let member = |tgid: u32| self.members.get(&tgid).copied().unwrap_or(0);
+        let other = ports
+            .and_then(|(local, remote)| self.ends.get(&(remote, local)).copied().flatten())
+            .map_or(0, |other| member(other.tgid));
+        match side {
+            Side::Server => (member(conn.tgid), other),
+            Side::Client => (other, member(conn.tgid)),
+        }
+    }
+
     /// The messages of one record of a peer stream.
     fn messages(
         &mut self,
@@ -721,6 +746,11 @@ impl GrpcDecoder {
             ConnAction::ConnectedBeforeStart => (Side::Client, true),
             ConnAction::OpenAtStart => return Vec::new(),
             ConnAction::Closed => {
+                if let Some(ports) = self.connections.get(&conn.conn).and_then(|c| c.ports)
+                    && self.peers.ends.get(&ports) == Some(&Some(conn.conn))
+                {
+                    self.peers.ends.remove(&ports);
+                }
                 if self.muted.remove(&conn.conn) {
                     self.control.push(CaptureControl::Unmute(conn.conn));
                 }
@@ -744,6 +774,17 @@ impl GrpcDecoder {
             self.skipped_connections += 1;
             return Vec::new();
         }
+        let ports = match (&conn.peer, conn.local_port) {
+            (Peer::Tcp(remote), Some(local)) => Some((local, remote.port())),
+            _ => None,
+        };
+        if let Some(ports) = ports {
+            self.peers
+                .ends
+                .entry(ports)
+                .and_modify(|end| *end = None)
+                .or_insert(Some(conn.conn));
+        }
         self.connections.insert(
             conn.conn,
             Connection {
@@ -765,6 +806,7 @@ impl GrpcDecoder {
                 called_probes_back: false,
                 keys: KeysSeen::default(),
                 joined_raft: None,
+                ports,
             },
         );
         Vec::new()
@@ -826,6 +868,10 @@ impl GrpcDecoder {
             // An etcd peer stream older than podtrace: its request was never
             // seen, its body is placed from the writer's bytes.
             let joined = connection.joined_raft.get_or_insert_default();
+            let (writer, dialer) =
+                self.peers
+                    .ends_members(data.conn, connection.side, connection.ports);
+            joined.name_members(writer, dialer);
             let placed_before = joined.placed();
             let pushed = joined.push(&data.data, data.truncated);
             let first = placed_before == 0 && joined.placed() == 1;
@@ -1601,7 +1647,8 @@ mod tests {
             change,
             fd_kind: FdKind::Socket,
             ret: 0,
-            peer: crate::capture::Peer::Unknown,
+            peer: Peer::Unknown,
+            local_port: None,
         }
     }
 
@@ -1976,5 +2023,67 @@ mod tests {
         let mut keys = KeysSeen::default();
         assert!(!keys.note(&compressed, 1));
         assert!(!keys.note(&lease, 1));
+    }
+
+    #[test]
+    fn the_two_ends_of_a_peer_stream_older_than_podtrace_name_its_members() {
+        const LEADER: u64 = 0x8e9e;
+        const FOLLOWER: u64 = 0x91bc;
+        let mut decoder = GrpcDecoder::default();
+        // The leader (tgid 100) accepted on its peer port 2380 what the
+        // follower (tgid 200) dialled from port 40000, before podtrace.
+        let end = |tgid, change, local_port, remote: &str| ConnRecord {
+            conn: ConnKey { tgid, conn_id: 9 },
+            peer: Peer::Tcp(remote.parse().unwrap()),
+            local_port: Some(local_port),
+            ..conn_record(change)
+        };
+        let accepted = end(
+            100,
+            ConnAction::AcceptedBeforeStart,
+            2380,
+            "127.0.0.1:40000",
+        );
+        let dialled = end(
+            200,
+            ConnAction::ConnectedBeforeStart,
+            40000,
+            "127.0.0.1:2380",
+        );
+        let mut once = DecodedOnce::default();
+        decoder.on_conn(&accepted, &mut once);
+        decoder.on_conn(&dialled, &mut once);
+        decoder
+            .peers
+            .members
+            .extend([(100, LEADER), (200, FOLLOWER)]);
+        // Each end names both: the writer is the end that accepted.
+        assert_eq!(
+            decoder
+                .peers
+                .ends_members(accepted.conn, Side::Server, Some((2380, 40000))),
+            (LEADER, FOLLOWER)
+        );
+        assert_eq!(
+            decoder
+                .peers
+                .ends_members(dialled.conn, Side::Client, Some((40000, 2380))),
+            (LEADER, FOLLOWER)
+        );
+        // A third socket keyed alike (another network namespace) makes the
+        // pairing ambiguous: only each end's own process is named then.
+        let twin = end(
+            300,
+            ConnAction::ConnectedBeforeStart,
+            40000,
+            "127.0.0.1:2380",
+        );
+        decoder.on_conn(&twin, &mut once);
+        assert_eq!(
+            decoder
+                .peers
+                .ends_members(accepted.conn, Side::Server, Some((2380, 40000))),
+            (LEADER, 0)
+        );
     }
 }

@@ -65,6 +65,8 @@ pub enum Message {
     Rest(Box<RestMessage>),
     /// A write to an etcd WAL segment.
     Wal(WalMessage),
+    /// An etcd process's member id, the first time its WAL named it.
+    EtcdMember(EtcdMemberId),
     /// A Raft message between etcd members that matters to a Pod's trace.
     Raft(RaftPeerMessage),
     /// A Kubernetes component entered or left a probed function.
@@ -84,6 +86,7 @@ impl Message {
             Self::Fsync(sync) => Some(sync.ids.ts_ns),
             Self::FileOpen(open) => Some(open.ids.ts_ns),
             Self::Wal(write) => Some(write.start_ts_ns),
+            Self::EtcdMember(member) => Some(member.ts_ns),
             Self::Raft(message) => Some(message.ts_ns),
             Self::Cri(call) => call.end_ts_ns,
             Self::Etcd(call) => call.end_ts_ns,
@@ -92,6 +95,17 @@ impl Message {
             Self::Header(_) => None,
         }
     }
+}
+
+/// Which etcd member a process is, as its WAL's head said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EtcdMemberId {
+    /// The process.
+    pub tgid: u32,
+    /// Its Raft member id.
+    pub member_id: u64,
+    /// When it was learnt (CLOCK_MONOTONIC ns).
+    pub ts_ns: u64,
 }
 
 /// That bytes moved through a followed socket or file: what the correlate
@@ -191,6 +205,7 @@ impl Decoder {
         match event {
             RawEvent::Exec(mut exec) => {
                 self.wal.on_process_gone(exec.ids.tgid);
+                self.grpc.peers.members.remove(&exec.ids.tgid);
                 self.tls.on_process_gone(exec.ids.tgid);
                 process::redact_argv(&mut exec.argv);
                 vec![Message::Exec(exec)]
@@ -201,6 +216,7 @@ impl Decoder {
                 self.grpc.on_exit(exit.ids.tgid);
                 self.probation.on_exit(exit.ids.tgid);
                 self.wal.on_process_gone(exit.ids.tgid);
+                self.grpc.peers.members.remove(&exit.ids.tgid);
                 self.tls.on_process_gone(exit.ids.tgid);
                 vec![Message::Exit(exit)]
             }
@@ -249,7 +265,9 @@ impl Decoder {
             RawEvent::FileOpen(open) => vec![Message::FileOpen(open)],
             RawEvent::WalHead(head) => {
                 self.wal.on_head(&head);
-                Vec::new()
+                self.learn_member(head.conn.tgid, head.ids.ts_ns)
+                    .into_iter()
+                    .collect()
             }
             RawEvent::GoFunc(call) => {
                 let derived = call.derived;
@@ -296,6 +314,19 @@ impl Decoder {
         }
     }
 
+    /// Which member process `tgid` is, once its WAL said: its peer streams
+    /// older than podtrace are named from it, and correlation names its
+    /// spans (a leader's replication can end before its own WAL write).
+    fn learn_member(&mut self, tgid: u32, ts_ns: u64) -> Option<Message> {
+        let member_id = self.wal.member_id(tgid)?;
+        let known = self.grpc.peers.members.insert(tgid, member_id);
+        (known != Some(member_id)).then_some(Message::EtcdMember(EtcdMemberId {
+            tgid,
+            member_id,
+            ts_ns,
+        }))
+    }
+
     /// The messages of bytes through a socket or file (plaintext, for TLS).
     fn decode_data(&mut self, data: &DataRecord) -> Vec<Message> {
         let headers = self.headers.on_data(data);
@@ -307,7 +338,10 @@ impl Decoder {
         for traffic in self.grpc.peers.traffic.drain(..) {
             self.wal.on_peer_traffic(traffic);
         }
-        messages.extend(self.wal.on_data(data, &mut self.once).map(Message::Wal));
+        if let Some(write) = self.wal.on_data(data, &mut self.once) {
+            messages.extend(self.learn_member(data.conn.tgid, data.ids.ts_ns));
+            messages.push(Message::Wal(write));
+        }
         messages.push(Message::Data(DataMoved::of(data)));
         messages
     }

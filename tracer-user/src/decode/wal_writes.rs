@@ -229,6 +229,12 @@ impl WalDecoder {
         }
     }
 
+    /// The member process `tgid` is, once the head of one of its segments
+    /// named it.
+    pub fn member_id(&self, tgid: u32) -> Option<u64> {
+        Some(self.members.get(&tgid)?.ids?.member_id)
+    }
+
     /// What an etcd process's peer messages showed of its part in Raft.
     pub fn on_peer_traffic(&mut self, traffic: PeerTraffic) {
         let Some(member) = self.member(traffic.tgid) else {

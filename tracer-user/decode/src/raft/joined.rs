@@ -50,6 +50,9 @@ pub struct JoinedStream {
     skipped_bytes: u64,
     /// Times the stream was placed (again after each loss).
     placed: u32,
+    /// Members known other than from its messages (writer, dialer; 0:
+    /// not known).
+    members: (u64, u64),
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +79,16 @@ impl JoinedStream {
     /// Times the stream was placed: 1 once placed, more after losses.
     pub fn placed(&self) -> u32 {
         self.placed
+    }
+
+    /// The stream's writer and dialer, as known from elsewhere (which
+    /// member each end's process is; 0: not known): appends on a `msgapp`
+    /// stream name no member themselves.
+    pub fn name_members(&mut self, writer: u64, dialer: u64) {
+        self.members = (writer, dialer);
+        if let State::Placed { decoder, .. } = &mut self.state {
+            decoder.name_members(writer, dialer);
+        }
     }
 
     /// Adds one record of the writer's bytes; `truncated` means bytes
@@ -115,6 +128,7 @@ impl JoinedStream {
         if whole {
             for kind in [StreamKind::Message, StreamKind::MsgAppV2] {
                 let mut decoder = RaftStreamDecoder::joined(kind);
+                decoder.name_members(self.members.0, self.members.1);
                 let (messages, errors) = decoder.push(&data, false);
                 if errors.is_empty()
                     && decoder.buffered_bytes() == 0
@@ -161,7 +175,10 @@ fn plausible(kind: StreamKind, data: &[u8], messages: &[RaftMessage]) -> bool {
             data == [0]
                 || (!messages.is_empty()
                     && messages.iter().all(|message| {
-                        message.kind == MessageKind::App && (message.from == 0 || members(message))
+                        // An AppEntries frame names only the members the
+                        // stream was told of, if any.
+                        message.kind == MessageKind::App
+                            && (message.from == 0 || message.to == 0 || members(message))
                     }))
         }
     }

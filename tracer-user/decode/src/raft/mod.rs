@@ -292,6 +292,19 @@ impl RaftStreamDecoder {
         }
     }
 
+    /// On a joined stream, the members where known otherwise (0: not
+    /// known); a member a message named already stays.
+    pub fn name_members(&mut self, writer: u64, dialer: u64) {
+        if self.joined {
+            if self.stream.writer == 0 {
+                self.stream.writer = writer;
+            }
+            if self.stream.dialer == 0 {
+                self.stream.dialer = dialer;
+            }
+        }
+    }
+
     /// The stream decoded.
     pub fn stream(&self) -> PeerStream {
         self.stream
@@ -346,10 +359,10 @@ impl RaftStreamDecoder {
                     if let Some((term, index)) = appended {
                         (self.term, self.index) = (term, index);
                     }
-                    if self.joined && self.stream.writer == 0 && message.from != 0 {
+                    if self.joined {
                         // Every message on a stream goes from its writer to
                         // its dialer.
-                        (self.stream.writer, self.stream.dialer) = (message.from, message.to);
+                        self.name_members(message.from, message.to);
                     }
                     messages.push(message);
                 }
