@@ -1128,6 +1128,9 @@ fn assert_offsets_source(trace: &Trace<'_>, derived: bool) {
 /// --etcd-members 3`, all on this machine, TLS between members): each Pod
 /// write, for each of the three writes of each Pod.
 const THREE_MEMBERS: &str = "etcd-3-members.ptrace.gz";
+/// The same cluster recorded by an agent started 15 s after the members
+/// (#46): every peer stream older than the agent.
+const THREE_MEMBERS_JOINED: &str = "etcd-3-members-joined.ptrace.gz";
 
 /// The spans of one etcd write across members, found by its Raft index.
 struct ReplicatedWrite<'a> {
@@ -1235,8 +1238,22 @@ fn replicated_writes<'a>(trace: &Trace<'a>) -> Vec<ReplicatedWrite<'a>> {
 
 #[test]
 fn a_replayed_three_member_etcd_shows_each_write_replicated_committed_and_applied() {
-    let pods = demo_pods("etcd-3-members.pods.jsonl");
-    let (spans, stdout) = replay(THREE_MEMBERS, "vm");
+    three_members_replicate_commit_and_apply(THREE_MEMBERS, "etcd-3-members.pods.jsonl");
+}
+
+/// The peer streams were opened before the agent: placed from their bytes,
+/// they give the same spans.
+#[test]
+fn an_agent_started_after_three_members_shows_each_write_replicated_committed_and_applied() {
+    three_members_replicate_commit_and_apply(
+        THREE_MEMBERS_JOINED,
+        "etcd-3-members-joined.pods.jsonl",
+    );
+}
+
+fn three_members_replicate_commit_and_apply(recording: &str, pods: &str) {
+    let pods = demo_pods(pods);
+    let (spans, stdout) = replay(recording, "vm");
     assert_well_formed(&spans);
     for pod in &pods {
         let trace = Trace::new(&spans, &trace_of(pod));

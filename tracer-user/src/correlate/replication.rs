@@ -73,7 +73,8 @@ pub enum Replicated {
         /// Those whose holding the commit waited for, in order; the last
         /// is the one it waited for longest (the leader's id for its sync).
         waited_for: Vec<u64>,
-        /// Followers that had not answered by then.
+        /// Followers that had not answered by then (or not been sent the
+        /// entry yet).
         not_waited_for: Vec<u64>,
     },
     /// The member that took the request answered after the commit.
@@ -227,7 +228,8 @@ impl Replication {
             .filter(|(_, t)| t.leader == leader)
             .map(|(index, _)| *index)
             .collect();
-        let members = self.members(leader);
+        let followers = self.followers.get(&leader).cloned().unwrap_or_default();
+        let members = 1 + followers.len();
         let mut out = Vec::new();
         for index in indexes {
             let Some(tracked) = self.entries.get_mut(&index) else {
@@ -255,7 +257,7 @@ impl Replication {
                 acked_ns: Some(message.ts_ns),
                 in_quorum: answers_before + 1 < quorum(members),
             });
-            out.extend(commit(tracked, members));
+            out.extend(commit(tracked, &followers));
             self.finish_if_done(index);
         }
         out
@@ -276,12 +278,12 @@ impl Replication {
             }
             return Vec::new();
         };
-        let members = self.members(leader);
+        let followers = self.followers.get(&leader).cloned().unwrap_or_default();
         let Some(tracked) = self.entries.get_mut(&entry.index) else {
             return Vec::new();
         };
         tracked.leader_synced_ns.get_or_insert(synced_ns);
-        let out = commit(tracked, members);
+        let out = commit(tracked, &followers);
         self.finish_if_done(entry.index);
         out
     }
@@ -346,11 +348,6 @@ impl Replication {
         out
     }
 
-    /// Members of the leader's cluster, as far as its appends tell.
-    fn members(&self, leader: u64) -> usize {
-        1 + self.followers.get(&leader).map_or(0, Vec::len)
-    }
-
     /// Forgets an entry once every follower answered and it was applied.
     fn finish_if_done(&mut self, index: u64) {
         let done = self.entries.get(&index).is_some_and(|t| {
@@ -372,8 +369,11 @@ fn quorum(members: usize) -> usize {
 }
 
 /// The commit of an entry, the first time what it waits for is all known;
-/// with the apply, if the answer came already.
-fn commit(tracked: &mut Tracked, members: usize) -> Vec<Replicated> {
+/// with the apply, if the answer came already. `followers` are those its
+/// leader has sent appends to (the entry itself may not have gone to all of
+/// them yet: a follower catching up gets it in a later append).
+fn commit(tracked: &mut Tracked, followers: &[u64]) -> Vec<Replicated> {
+    let members = 1 + followers.len();
     if tracked.commit_ns.is_some() {
         return Vec::new();
     }
@@ -395,10 +395,9 @@ fn commit(tracked: &mut Tracked, members: usize) -> Vec<Replicated> {
     waited.sort_unstable();
     let commit_ns = waited.last().map_or(synced, |(at, _)| *at);
     tracked.commit_ns = Some(commit_ns);
-    let not_waited_for = tracked
-        .sends
+    let not_waited_for = followers
         .iter()
-        .map(|send| send.follower)
+        .copied()
         .filter(|follower| !waited.iter().any(|(_, m)| m == follower))
         .collect();
     let mut out = vec![Replicated::Committed {
@@ -553,6 +552,40 @@ mod tests {
         ));
         // Every follower answered and the entry was applied: forgotten.
         assert!(replication.entries.is_empty() && replication.by_fingerprint.is_empty());
+    }
+
+    #[test]
+    fn a_follower_the_entry_was_not_sent_to_yet_is_not_waited_for() {
+        // Entry 10 went to both followers: the leader knows two.
+        let mut replication = appended();
+        answer(&mut replication, FAST, 130);
+        answer(&mut replication, SLOW, 140);
+        replication.leader_synced(&entry(10), 120);
+        // Entry 11 goes to the fast one first; the slow one gets it in a
+        // later append, after the commit.
+        let sent = message(MessageKind::App, true, LEADER, FAST, 10, 200);
+        assert_eq!(replication.on_message(&sent), []);
+        replication.leader_synced(&entry(11), 210);
+        let answered = replication.on_message(&message(
+            MessageKind::AppResp,
+            false,
+            FAST,
+            LEADER,
+            11,
+            220,
+        ));
+        let committed = answered
+            .iter()
+            .find_map(|replicated| match replicated {
+                Replicated::Committed {
+                    members,
+                    not_waited_for,
+                    ..
+                } => Some((*members, not_waited_for.clone())),
+                _ => None,
+            })
+            .expect("committed");
+        assert_eq!(committed, (3, vec![SLOW]));
     }
 
     #[test]

@@ -879,7 +879,10 @@ impl GrpcDecoder {
                 messages, errors, ..
             } = pushed
             {
-                self.peers.errors += errors.len() as u64;
+                if !errors.is_empty() {
+                    tracing::debug!(conn = ?data.conn, ?errors, "etcd peer stream joined mid-way");
+                    self.peers.errors += errors.len() as u64;
+                }
                 // Not HTTP/2: it needs no HPACK table and no probe.
                 let needed_fields = connection.needs_fields(data.ids.ts_ns);
                 connection.probe_headers = None;

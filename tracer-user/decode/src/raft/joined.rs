@@ -32,6 +32,8 @@ pub enum Joined {
     Searching,
     /// Not a peer stream: nothing more is tried on it.
     NotRaft,
+    /// The stream's body ended (its last chunk): nothing more comes.
+    Ended,
     /// Placed: the messages and problems of the record.
     Decoded {
         stream: PeerStream,
@@ -64,6 +66,7 @@ enum State {
         decoder: RaftStreamDecoder,
     },
     NotRaft,
+    Ended,
 }
 
 impl JoinedStream {
@@ -96,14 +99,19 @@ impl JoinedStream {
     pub fn push(&mut self, bytes: &[u8], truncated: bool) -> Joined {
         match &mut self.state {
             State::NotRaft => Joined::NotRaft,
+            State::Ended => Joined::Ended,
             State::Searching => self.place(bytes, truncated),
             State::Placed { chunks, decoder } => {
                 let mut data = Vec::new();
                 let framed = chunks.push(bytes, &mut data);
                 // Bytes that are no chunk lose the framing as lost bytes do.
-                let (messages, errors) = decoder.push(&data, truncated || framed.is_err());
+                let malformed = framed == Err(NotChunked::Malformed);
+                let (messages, errors) = decoder.push(&data, truncated || malformed);
                 let stream = decoder.stream();
-                if errors.iter().any(|error| !error.can_continue()) {
+                if framed == Err(NotChunked::Ended) {
+                    // The writer ended the body (etcd closing the stream).
+                    self.state = State::Ended;
+                } else if errors.iter().any(|error| !error.can_continue()) {
                     // Place the stream again from a later record.
                     self.skipped_bytes += decoder.skipped_bytes();
                     self.state = State::Searching;
@@ -204,9 +212,14 @@ enum ChunkState {
     End,
 }
 
-/// Bytes that are not chunked framing, or the body's last chunk.
-#[derive(Debug)]
-struct NotChunked;
+/// Why bytes did not continue a chunked body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NotChunked {
+    /// Not chunked framing.
+    Malformed,
+    /// The body's last chunk (size 0).
+    Ended,
+}
 
 impl Dechunker {
     /// Appends the chunk data in `bytes` to `data`.
@@ -221,17 +234,18 @@ impl Dechunker {
                     self.line.extend_from_slice(&bytes[..end]);
                     bytes = &bytes[end..];
                     if self.line.len() > MAX_SIZE_LINE {
-                        return Err(NotChunked);
+                        return Err(NotChunked::Malformed);
                     }
                     if self.line.last() != Some(&b'\n') {
                         continue;
                     }
                     match httparse::parse_chunk_size(&self.line) {
-                        Ok(httparse::Status::Complete((_, size))) if size > 0 => {
+                        Ok(httparse::Status::Complete((_, 0))) => return Err(NotChunked::Ended),
+                        Ok(httparse::Status::Complete((_, size))) => {
                             self.state = ChunkState::Data { remaining: size };
                             self.line.clear();
                         }
-                        _ => return Err(NotChunked),
+                        _ => return Err(NotChunked::Malformed),
                     }
                 }
                 ChunkState::Data { remaining } => {
@@ -252,7 +266,7 @@ impl Dechunker {
                     self.line.extend_from_slice(&bytes[..take]);
                     bytes = &bytes[take..];
                     if !b"\r\n".starts_with(&self.line) {
-                        return Err(NotChunked);
+                        return Err(NotChunked::Malformed);
                     }
                     if self.line.len() == 2 {
                         self.line.clear();

@@ -216,3 +216,19 @@ fn a_loss_places_the_stream_again_from_a_later_record() {
     assert_eq!(messages.len(), 1);
     assert_eq!(stream.placed(), 2);
 }
+
+#[test]
+fn the_last_chunk_ends_the_stream_without_a_loss() {
+    let mut stream = JoinedStream::default();
+    let heartbeat = chunk(&message_frame(&message(
+        raftpb::MessageType::MsgHeartbeat,
+        3,
+        vec![],
+    )));
+    decoded(stream.push(&heartbeat, false));
+    // etcd closing the stream: a last frame, then the zero-size chunk.
+    let (_, messages) = decoded(stream.push(&[heartbeat.as_slice(), b"0\r\n\r\n"].concat(), false));
+    assert_eq!(messages.len(), 1);
+    assert_eq!(stream.push(&heartbeat, false), Joined::Ended);
+    assert_eq!(stream.placed(), 1);
+}
