@@ -566,14 +566,8 @@ mod tests {
         let sent = message(MessageKind::App, true, LEADER, FAST, 10, 200);
         assert_eq!(replication.on_message(&sent), []);
         replication.leader_synced(&entry(11), 210);
-        let answered = replication.on_message(&message(
-            MessageKind::AppResp,
-            false,
-            FAST,
-            LEADER,
-            11,
-            220,
-        ));
+        let answered =
+            replication.on_message(&message(MessageKind::AppResp, false, FAST, LEADER, 11, 220));
         let committed = answered
             .iter()
             .find_map(|replicated| match replicated {
