@@ -344,12 +344,13 @@ impl Stages {
                 );
             }
             let peers = &decoder.grpc.peers;
-            if peers.joined + peers.unnamed + peers.errors > 0 {
+            if peers.joined + peers.unnamed + peers.errors + peers.hosts_dropped > 0 {
                 tracing::info!(
                     joined = peers.joined,
                     appends_unnamed = peers.unnamed,
                     errors = peers.errors,
-                    "etcd peer streams older than podtrace placed from their bytes; Pod appends dropped before their stream named its members; frames that did not decode"
+                    hosts_not_kept = peers.hosts_dropped,
+                    "etcd peer streams older than podtrace placed from their bytes; Pod appends dropped before their stream named its members; frames that did not decode; peer hosts not kept"
                 );
             }
             if decoder.wal.bad_records > 0 {

@@ -22,7 +22,7 @@
 //! before podtrace started has no block; a block whose frame was lost, as
 //! the read a Go reader was blocked in when the probes attached, no stream).
 
-use std::sync::Arc;
+use std::{net::IpAddr, sync::Arc};
 
 use rustc_hash::FxHashMap;
 
@@ -43,7 +43,7 @@ use tracer_decode::{
     },
     kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
     raft::{
-        RaftMessage,
+        PeerStream, RaftMessage,
         joined::{Joined, JoinedStream},
     },
     rest::{RestRequest, Verb},
@@ -293,6 +293,8 @@ struct Connection {
     /// For a TCP connection open before podtrace started: its local port
     /// and the other end's port ([`PeerStreams::ends`]).
     ports: Option<(u16, u16)>,
+    /// For a TCP connection: the other end's address.
+    remote_ip: Option<IpAddr>,
 }
 
 /// What a connection's etcd KV requests named so far: whether the
@@ -674,17 +676,76 @@ pub struct PeerStreams {
     /// is the one keyed the other way round. `None` when two were keyed
     /// alike (processes in different network namespaces): no pairing then.
     ends: FxHashMap<(u16, u16), Option<ConnKey>>,
+    /// The member at the other end of a process's peer streams with a
+    /// host, by (tgid, the host's address), as the streams that named it
+    /// showed: a stream to a member on another node, which no pairing
+    /// names, is named by the other streams with that node (one member a
+    /// node). `None` when two named different members (several members
+    /// behind one address, as on one host).
+    hosts: FxHashMap<(u32, IpAddr), Option<u64>>,
+    /// Hosts not kept: [`MAX_PEER_HOSTS`] were.
+    pub hosts_dropped: u64,
 }
 
+/// (process, host) pairs whose peer member is kept ([`PeerStreams::hosts`]).
+const MAX_PEER_HOSTS: usize = 1024;
+
 impl PeerStreams {
+    /// Stream `stream` on `conn` (this end `side`, other end at `remote`)
+    /// named its other member: kept for the process's other streams with
+    /// that host.
+    fn note_named(
+        &mut self,
+        conn: ConnKey,
+        side: Side,
+        remote: Option<IpAddr>,
+        stream: PeerStream,
+    ) {
+        let other = match side {
+            Side::Server => stream.dialer,
+            Side::Client => stream.writer,
+        };
+        let Some(remote) = remote.filter(|_| other != 0) else {
+            return;
+        };
+        let key = (conn.tgid, remote);
+        let room = self.hosts.len() < MAX_PEER_HOSTS;
+        match self.hosts.get_mut(&key) {
+            Some(known) => {
+                if *known != Some(other) {
+                    *known = None;
+                }
+            }
+            None if room => {
+                self.hosts.insert(key, Some(other));
+            }
+            None => self.hosts_dropped += 1,
+        }
+    }
+
     /// The members of a joined stream on `conn` (this end `side`, ports
-    /// `ports`) as the processes at its ends say: (writer, dialer), 0 where
-    /// not known. The writer is the end that accepted.
-    fn ends_members(&self, conn: ConnKey, side: Side, ports: Option<(u16, u16)>) -> (u64, u64) {
-        let member = |tgid: u32| self.members.get(&tgid).copied().unwrap_or(0);
-        let other = ports
+    /// `ports`, other end at `remote`) as the processes at its ends say:
+    /// (writer, dialer), 0 where not known. The writer is the end that
+    /// accepted; the other end is the process this host pairs it with, or
+    /// the member this process's other streams with that host named.
+    fn ends_members(
+        &self,
+        conn: ConnKey,
+        side: Side,
+        ports: Option<(u16, u16)>,
+        remote: Option<IpAddr>,
+    ) -> (u64, u64) {
+        let member = |tgid: u32| self.members.get(&tgid).copied();
+        let paired = ports
             .and_then(|(local, remote)| self.ends.get(&(remote, local)).copied().flatten())
-            .map_or(0, |other| member(other.tgid));
+            .and_then(|other| member(other.tgid));
+        let by_host = || {
+            remote
+                .and_then(|remote| self.hosts.get(&(conn.tgid, remote)).copied())
+                .flatten()
+        };
+        let other = paired.or_else(by_host).unwrap_or(0);
+        let member = |tgid: u32| member(tgid).unwrap_or(0);
         match side {
             Side::Server => (member(conn.tgid), other),
             Side::Client => (other, member(conn.tgid)),
@@ -807,6 +868,10 @@ impl GrpcDecoder {
                 keys: KeysSeen::default(),
                 joined_raft: None,
                 ports,
+                remote_ip: match &conn.peer {
+                    Peer::Tcp(remote) => Some(remote.ip()),
+                    _ => None,
+                },
             },
         );
         Vec::new()
@@ -868,17 +933,24 @@ impl GrpcDecoder {
             // An etcd peer stream older than podtrace: its request was never
             // seen, its body is placed from the writer's bytes.
             let joined = connection.joined_raft.get_or_insert_default();
-            let (writer, dialer) =
-                self.peers
-                    .ends_members(data.conn, connection.side, connection.ports);
+            let (writer, dialer) = self.peers.ends_members(
+                data.conn,
+                connection.side,
+                connection.ports,
+                connection.remote_ip,
+            );
             joined.name_members(writer, dialer);
             let placed_before = joined.placed();
             let pushed = joined.push(&data.data, data.truncated);
             let first = placed_before == 0 && joined.placed() == 1;
             if let Joined::Decoded {
-                messages, errors, ..
+                stream,
+                messages,
+                errors,
             } = pushed
             {
+                self.peers
+                    .note_named(data.conn, connection.side, connection.remote_ip, stream);
                 if !errors.is_empty() {
                     tracing::debug!(conn = ?data.conn, ?errors, "etcd peer stream joined mid-way");
                     self.peers.errors += errors.len() as u64;
@@ -969,6 +1041,14 @@ impl GrpcDecoder {
             let exchanges = http1.take_exchanges();
             let raft = http1.take_raft_messages();
             let mut messages = http1_messages(data.conn, connection.side, exchanges);
+            if let Some(update) = raft.first() {
+                self.peers.note_named(
+                    data.conn,
+                    connection.side,
+                    connection.remote_ip,
+                    update.stream,
+                );
+            }
             let raft = raft.into_iter().map(|update| update.message).collect();
             messages.extend(self.peers.messages(data, raft, once));
             return messages;
@@ -1130,6 +1210,7 @@ impl GrpcDecoder {
     /// A process ended: it needs no HPACK probes any more.
     pub fn on_exit(&mut self, tgid: u32) {
         self.field_probes.remove(&tgid);
+        self.peers.hosts.retain(|(of, _), _| *of != tgid);
         self.control.push(CaptureControl::Exited(tgid));
         let control = &mut self.control;
         self.muted.retain(|conn| {
@@ -2064,13 +2145,13 @@ mod tests {
         assert_eq!(
             decoder
                 .peers
-                .ends_members(accepted.conn, Side::Server, Some((2380, 40000))),
+                .ends_members(accepted.conn, Side::Server, Some((2380, 40000)), None),
             (LEADER, FOLLOWER)
         );
         assert_eq!(
             decoder
                 .peers
-                .ends_members(dialled.conn, Side::Client, Some((40000, 2380))),
+                .ends_members(dialled.conn, Side::Client, Some((40000, 2380)), None),
             (LEADER, FOLLOWER)
         );
         // A third socket keyed alike (another network namespace) makes the
@@ -2085,8 +2166,58 @@ mod tests {
         assert_eq!(
             decoder
                 .peers
-                .ends_members(accepted.conn, Side::Server, Some((2380, 40000))),
+                .ends_members(accepted.conn, Side::Server, Some((2380, 40000)), None),
             (LEADER, 0)
         );
+    }
+
+    #[test]
+    fn a_stream_with_a_member_on_another_node_is_named_by_the_other_streams_with_that_node() {
+        const LEADER: u64 = 0x8e9e;
+        const FOLLOWER: u64 = 0x91bc;
+        let mut decoder = GrpcDecoder::default();
+        decoder.peers.members.insert(100, LEADER);
+        let node: IpAddr = "10.0.0.2".parse().unwrap();
+        let conn = ConnKey {
+            tgid: 100,
+            conn_id: 1,
+        };
+        // The leader's `message` stream to the follower there named it.
+        let named = PeerStream {
+            kind: tracer_decode::raft::StreamKind::Message,
+            dialer: FOLLOWER,
+            writer: LEADER,
+        };
+        decoder
+            .peers
+            .note_named(conn, Side::Server, Some(node), named);
+        // Its `msgapp` stream to that node, unpaired on this host: the same.
+        let msgapp = ConnKey {
+            tgid: 100,
+            conn_id: 2,
+        };
+        assert_eq!(
+            decoder
+                .peers
+                .ends_members(msgapp, Side::Server, None, Some(node)),
+            (LEADER, FOLLOWER)
+        );
+        // Another member behind the same address: no longer named.
+        let other = PeerStream {
+            dialer: 0x77,
+            ..named
+        };
+        decoder
+            .peers
+            .note_named(conn, Side::Server, Some(node), other);
+        assert_eq!(
+            decoder
+                .peers
+                .ends_members(msgapp, Side::Server, None, Some(node)),
+            (LEADER, 0)
+        );
+        // A process gone forgets its hosts.
+        decoder.on_exit(100);
+        assert!(decoder.peers.hosts.is_empty());
     }
 }
