@@ -5,6 +5,10 @@
 //! it starts a real kube-apiserver, kube-scheduler and kubelet from the
 //! user's binaries and creates the Pods with kubectl), then prints each
 //! Pod's waterfall, a table of phase latencies and where the traces are.
+//!
+//! The agent starts once the components have run and talked for a while,
+//! as a DaemonSet's agent joins a node's running cluster: every connection
+//! between them is older than the agent (`--agent-first` starts it before).
 
 use std::{
     collections::HashMap,
@@ -48,6 +52,11 @@ pub(crate) struct DemoArgs {
     /// the Pods are created (look at the metrics, run `podtrace explain`).
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     linger: u64,
+    /// Start the agent before the components, so that it sees each of
+    /// their connections open (by default it joins them running, as on a
+    /// node of a running cluster).
+    #[arg(long)]
+    agent_first: bool,
 }
 
 /// Where the agent serves its metrics and recent traces during the demo.
@@ -55,6 +64,9 @@ const METRICS_ADDR: &str = "127.0.0.1:9464";
 
 /// The cluster id the demo's traces are derived under.
 const CLUSTER_ID: &str = "podtrace-demo";
+/// How long the components run and talk (leases, peer streams, watches)
+/// before the agent joins them.
+const RUNNING_BEFORE_AGENT: Duration = Duration::from_secs(10);
 /// How long the agent may take to attach.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long after the last Pod the agent keeps running: spans wait up to
@@ -82,9 +94,31 @@ pub(crate) fn demo(root: &Path, args: DemoArgs) -> anyhow::Result<()> {
     let driver = root.join("target/release/podtrace-demo");
     let node = hostname();
 
-    let mut agent = Agent::start(&podtrace, &out, &node, args.otlp_endpoint.as_deref())?;
-    println!("xtask: podtrace is running; creating {} Pods", args.pods);
-    let created = run_driver(&driver, &args, k8s_bin.as_deref(), &node);
+    let start_agent = || -> anyhow::Result<Agent> {
+        let agent = Agent::start(&podtrace, &out, &node, args.otlp_endpoint.as_deref())?;
+        println!("xtask: podtrace is running; creating {} Pods", args.pods);
+        Ok(agent)
+    };
+    let mut agent = None;
+    if args.agent_first {
+        agent = Some(start_agent()?);
+    }
+    let created = run_driver(&driver, &args, k8s_bin.as_deref(), &node, || {
+        if agent.is_none() {
+            println!(
+                "xtask: the components run; podtrace joins them in {} s, as it joins a \
+                 running cluster (--agent-first starts it before them)",
+                RUNNING_BEFORE_AGENT.as_secs()
+            );
+            thread::sleep(RUNNING_BEFORE_AGENT);
+            agent = Some(start_agent()?);
+        }
+        Ok(())
+    });
+    let Some(mut agent) = agent else {
+        created?;
+        bail!("podtrace-demo ended without saying it was ready");
+    };
     // The agent first sees the last spans through, then stops.
     thread::sleep(DRAIN);
     let stopped = agent.stop();
@@ -195,15 +229,23 @@ struct DemoPod {
     uid: String,
 }
 
+/// Runs the driver; `on_ready` runs once its components are up, before it
+/// creates the Pods.
 fn run_driver(
     driver: &Path,
     args: &DemoArgs,
     k8s_bin: Option<&Path>,
     node: &str,
+    on_ready: impl FnOnce() -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<DemoPod>> {
+    // The driver waits for this file after `ready`.
+    let go = std::env::temp_dir().join(format!("podtrace-xtask-demo-{}.go", std::process::id()));
+    let _ = std::fs::remove_file(&go);
     let mut command = Command::new(driver);
     command
         .args(["--pods", &args.pods.to_string(), "--node-name", node])
+        .arg("--wait-for")
+        .arg(&go)
         .args(["--linger", &args.linger.to_string()])
         .args(["--etcd-members", &args.etcd_members.to_string()])
         .stdout(Stdio::piped());
@@ -220,9 +262,25 @@ fn run_driver(
         .with_context(|| format!("starting {}", driver.display()))?;
     let stdout = child.stdout.take().context("podtrace-demo stdout")?;
     let mut pods = Vec::new();
+    let mut on_ready = Some(on_ready);
     for line in BufReader::new(stdout).lines() {
-        let Ok(pod) = serde_json::from_str::<Value>(&line?) else {
-            continue; // `ready`
+        let line = line?;
+        if line.trim() == "ready" {
+            let ready = on_ready.take().map_or(Ok(()), |on_ready| on_ready());
+            if let Err(error) = ready {
+                // The driver waits for `go`: stopping it cleans up.
+                if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+                    // SAFETY: kill has no memory preconditions; the pid is our child's.
+                    unsafe { libc::kill(pid, libc::SIGINT) };
+                }
+                let _ = child.wait();
+                return Err(error);
+            }
+            std::fs::write(&go, b"").with_context(|| format!("writing {}", go.display()))?;
+            continue;
+        }
+        let Ok(pod) = serde_json::from_str::<Value>(&line) else {
+            continue;
         };
         let field = |key: &str| pod[key].as_str().unwrap_or_default().to_owned();
         pods.push(DemoPod {
@@ -242,6 +300,7 @@ fn run_driver(
         }
     }
     let status = child.wait()?;
+    let _ = std::fs::remove_file(&go);
     if !status.success() {
         bail!("podtrace-demo failed ({status}): see its messages above");
     }
