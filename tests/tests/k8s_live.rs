@@ -35,6 +35,7 @@ use std::{
     io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    sync::{Mutex, MutexGuard, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -87,6 +88,14 @@ fn k8s_bin(test: &str) -> Option<PathBuf> {
         );
     }
     Some(dir)
+}
+
+/// One cluster at a time: the harness runs this file's tests on threads of
+/// one process, and two control planes on one host (each agent following
+/// both) would trace each other's Pods.
+fn one_cluster_at_a_time() -> MutexGuard<'static, ()> {
+    static CLUSTER: Mutex<()> = Mutex::new(());
+    CLUSTER.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// This machine's hostname in lower case: the demo's node name (as the
@@ -665,6 +674,7 @@ fn traced_demo_with(
     if !live_test_can_run(test) {
         return None;
     }
+    let _alone = one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("traces.jsonl");
     let node = hostname();
@@ -1118,6 +1128,7 @@ fn the_daemonset_from_deploy_traces_pods_and_goes_within_seconds() {
     if !live_test_can_run(TEST) {
         return;
     }
+    let _alone = one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("podtrace.oci.tar");
     xtask(&[
