@@ -42,10 +42,7 @@ use tracer_decode::{
         writes_only_opaque_pods,
     },
     kube::{ApiStatus, StoredObject, decode_status, decode_stored_object},
-    raft::{
-        PeerStream, RaftMessage,
-        joined::{Joined, JoinedStream},
-    },
+    raft::joined::JoinedStream,
     rest::{RestRequest, Verb},
 };
 
@@ -53,9 +50,8 @@ use super::{
     HeaderMessage, Message, TableCopyMessage,
     decoded_once::DecodedOnce,
     headers::starts_block,
-    raft_peers,
+    raft_peers::{PeerStreams, StreamEnd},
     tls_streams::{starts_tls_handshake, starts_tls_record},
-    wal_writes::PeerTraffic,
 };
 use crate::capture::{CaptureControl, ConnKey, ConnRecord, DataRecord, HpackControl, Peer};
 
@@ -291,7 +287,7 @@ struct Connection {
     /// being placed in its body, then decoded ([`JoinedStream`]).
     joined_raft: Option<Box<JoinedStream>>,
     /// For a TCP connection open before podtrace started: its local port
-    /// and the other end's port ([`PeerStreams::ends`]).
+    /// and the other end's port ([`PeerStreams::on_open`]).
     ports: Option<(u16, u16)>,
     /// For a TCP connection: the other end's address.
     remote_ip: Option<IpAddr>,
@@ -387,6 +383,17 @@ fn opaque_pod_writes(path: &str, body: &[u8]) -> bool {
 }
 
 impl Connection {
+    /// Where this connection's end `conn` is, for naming the members of a
+    /// peer stream on it.
+    fn stream_end(&self, conn: ConnKey) -> StreamEnd {
+        StreamEnd {
+            conn,
+            accepted: self.side == Side::Server,
+            ports: self.ports,
+            remote_ip: self.remote_ip,
+        }
+    }
+
     /// Whether the HPACK probes' fields are still needed for this connection:
     /// its request headers cannot all be decoded from the wire yet.
     fn needs_fields(&self, now_ns: u64) -> bool {
@@ -655,117 +662,6 @@ pub struct GrpcDecoder {
     pub peers: PeerStreams,
 }
 
-/// What the etcd peer streams decoded showed, and what they lost.
-#[derive(Debug, Default)]
-pub struct PeerStreams {
-    /// Each record's [`raft_peers::PeerMessages::traffic`], until the
-    /// decode stage hands it to the WAL decoder.
-    pub traffic: Vec<PeerTraffic>,
-    /// Streams older than podtrace placed from their bytes.
-    pub joined: u64,
-    /// Appends with Pod entries dropped: their stream had not named its
-    /// members yet.
-    pub unnamed: u64,
-    /// Stream frames that did not decode, or whose stream lost its framing.
-    pub errors: u64,
-    /// Which etcd member each process is (by tgid), from its WAL: names the
-    /// members of a joined stream whose messages do not.
-    pub members: FxHashMap<u32, u64>,
-    /// TCP connections open before podtrace started, by (local port, other
-    /// end's port): the other end of one between two processes of this host
-    /// is the one keyed the other way round. `None` when two were keyed
-    /// alike (processes in different network namespaces): no pairing then.
-    ends: FxHashMap<(u16, u16), Option<ConnKey>>,
-    /// The member at the other end of a process's peer streams with a
-    /// host, by (tgid, the host's address), as the streams that named it
-    /// showed: a stream to a member on another node, which no pairing
-    /// names, is named by the other streams with that node (one member a
-    /// node). `None` when two named different members (several members
-    /// behind one address, as on one host).
-    hosts: FxHashMap<(u32, IpAddr), Option<u64>>,
-    /// Hosts not kept: [`MAX_PEER_HOSTS`] were.
-    pub hosts_dropped: u64,
-}
-
-/// (process, host) pairs whose peer member is kept ([`PeerStreams::hosts`]).
-const MAX_PEER_HOSTS: usize = 1024;
-
-impl PeerStreams {
-    /// Stream `stream` on `conn` (this end `side`, other end at `remote`)
-    /// named its other member: kept for the process's other streams with
-    /// that host.
-    fn note_named(
-        &mut self,
-        conn: ConnKey,
-        side: Side,
-        remote: Option<IpAddr>,
-        stream: PeerStream,
-    ) {
-        let other = match side {
-            Side::Server => stream.dialer,
-            Side::Client => stream.writer,
-        };
-        let Some(remote) = remote.filter(|_| other != 0) else {
-            return;
-        };
-        let key = (conn.tgid, remote);
-        let room = self.hosts.len() < MAX_PEER_HOSTS;
-        match self.hosts.get_mut(&key) {
-            Some(known) => {
-                if *known != Some(other) {
-                    *known = None;
-                }
-            }
-            None if room => {
-                self.hosts.insert(key, Some(other));
-            }
-            None => self.hosts_dropped += 1,
-        }
-    }
-
-    /// The members of a joined stream on `conn` (this end `side`, ports
-    /// `ports`, other end at `remote`) as the processes at its ends say:
-    /// (writer, dialer), 0 where not known. The writer is the end that
-    /// accepted; the other end is the process this host pairs it with, or
-    /// the member this process's other streams with that host named.
-    fn ends_members(
-        &self,
-        conn: ConnKey,
-        side: Side,
-        ports: Option<(u16, u16)>,
-        remote: Option<IpAddr>,
-    ) -> (u64, u64) {
-        let member = |tgid: u32| self.members.get(&tgid).copied();
-        let paired = ports
-            .and_then(|(local, remote)| self.ends.get(&(remote, local)).copied().flatten())
-            .and_then(|other| member(other.tgid));
-        let by_host = || {
-            remote
-                .and_then(|remote| self.hosts.get(&(conn.tgid, remote)).copied())
-                .flatten()
-        };
-        let other = paired.or_else(by_host).unwrap_or(0);
-        let member = |tgid: u32| member(tgid).unwrap_or(0);
-        match side {
-            Side::Server => (member(conn.tgid), other),
-            Side::Client => (other, member(conn.tgid)),
-        }
-    }
-
-    /// The messages of one record of a peer stream.
-    fn messages(
-        &mut self,
-        data: &DataRecord,
-        raft: Vec<RaftMessage>,
-        once: &mut DecodedOnce,
-    ) -> impl Iterator<Item = Message> + use<> {
-        let decoded = raft_peers::messages(data, raft, once);
-        self.traffic.extend(decoded.traffic);
-        self.unnamed += decoded.unnamed;
-        decoded.messages.into_iter().map(Message::Raft)
-    }
-}
-
 impl Default for GrpcDecoder {
     fn default() -> Self {
         Self {
@@ -807,10 +703,8 @@ impl GrpcDecoder {
             ConnAction::ConnectedBeforeStart => (Side::Client, true),
             ConnAction::OpenAtStart => return Vec::new(),
             ConnAction::Closed => {
-                if let Some(ports) = self.connections.get(&conn.conn).and_then(|c| c.ports)
-                    && self.peers.ends.get(&ports) == Some(&Some(conn.conn))
-                {
-                    self.peers.ends.remove(&ports);
+                if let Some(ports) = self.connections.get(&conn.conn).and_then(|c| c.ports) {
+                    self.peers.on_close(conn.conn, ports);
                 }
                 if self.muted.remove(&conn.conn) {
                     self.control.push(CaptureControl::Unmute(conn.conn));
@@ -840,11 +734,7 @@ impl GrpcDecoder {
             _ => None,
         };
         if let Some(ports) = ports {
-            self.peers
-                .ends
-                .entry(ports)
-                .and_modify(|end| *end = None)
-                .or_insert(Some(conn.conn));
+            self.peers.on_open(conn.conn, ports);
         }
         self.connections.insert(
             conn.conn,
@@ -932,29 +822,9 @@ impl GrpcDecoder {
         if !connection.from_start && !client_to_server && connection.http1.is_none() {
             // An etcd peer stream older than podtrace: its request was never
             // seen, its body is placed from the writer's bytes.
+            let end = connection.stream_end(data.conn);
             let joined = connection.joined_raft.get_or_insert_default();
-            let (writer, dialer) = self.peers.ends_members(
-                data.conn,
-                connection.side,
-                connection.ports,
-                connection.remote_ip,
-            );
-            joined.name_members(writer, dialer);
-            let placed_before = joined.placed();
-            let pushed = joined.push(&data.data, data.truncated);
-            let first = placed_before == 0 && joined.placed() == 1;
-            if let Joined::Decoded {
-                stream,
-                messages,
-                errors,
-            } = pushed
-            {
-                self.peers
-                    .note_named(data.conn, connection.side, connection.remote_ip, stream);
-                if !errors.is_empty() {
-                    tracing::debug!(conn = ?data.conn, ?errors, "etcd peer stream joined mid-way");
-                    self.peers.errors += errors.len() as u64;
-                }
+            if let Some(messages) = self.peers.joined(end, joined, data, once) {
                 // Not HTTP/2: it needs no HPACK table and no probe.
                 let needed_fields = connection.needs_fields(data.ids.ts_ns);
                 connection.probe_headers = None;
@@ -962,15 +832,10 @@ impl GrpcDecoder {
                     self.control
                         .push(CaptureControl::Hpack(HpackControl::Forget(data.conn)));
                 }
-                if first {
-                    self.peers.joined += 1;
-                    tracing::debug!(conn = ?data.conn, "etcd peer stream joined mid-way placed");
-                }
-                let out: Vec<Message> = self.peers.messages(data, messages, once).collect();
                 if needed_fields {
                     self.update_field_probes(data.conn.tgid, data.ids.ts_ns);
                 }
-                return out;
+                return messages.into_iter().map(Message::Raft).collect();
             }
         }
         if !connection.from_start && !connection.tls && !starts_tls_record(&data.data) {
@@ -1041,16 +906,13 @@ impl GrpcDecoder {
             let exchanges = http1.take_exchanges();
             let raft = http1.take_raft_messages();
             let mut messages = http1_messages(data.conn, connection.side, exchanges);
-            if let Some(update) = raft.first() {
-                self.peers.note_named(
-                    data.conn,
-                    connection.side,
-                    connection.remote_ip,
-                    update.stream,
-                );
-            }
-            let raft = raft.into_iter().map(|update| update.message).collect();
-            messages.extend(self.peers.messages(data, raft, once));
+            let end = connection.stream_end(data.conn);
+            messages.extend(
+                self.peers
+                    .from_start(end, raft, data, once)
+                    .into_iter()
+                    .map(Message::Raft),
+            );
             return messages;
         }
         // A cut syscall's record says how much it moved: what was lost
@@ -1210,7 +1072,7 @@ impl GrpcDecoder {
     /// A process ended: it needs no HPACK probes any more.
     pub fn on_exit(&mut self, tgid: u32) {
         self.field_probes.remove(&tgid);
-        self.peers.hosts.retain(|(of, _), _| *of != tgid);
+        self.peers.on_exit(tgid);
         self.control.push(CaptureControl::Exited(tgid));
         let control = &mut self.control;
         self.muted.retain(|conn| {
@@ -2107,117 +1969,5 @@ mod tests {
         let mut keys = KeysSeen::default();
         assert!(!keys.note(&compressed, 1));
         assert!(!keys.note(&lease, 1));
-    }
-
-    #[test]
-    fn the_two_ends_of_a_peer_stream_older_than_podtrace_name_its_members() {
-        const LEADER: u64 = 0x8e9e;
-        const FOLLOWER: u64 = 0x91bc;
-        let mut decoder = GrpcDecoder::default();
-        // The leader (tgid 100) accepted on its peer port 2380 what the
-        // follower (tgid 200) dialled from port 40000, before podtrace.
-        let end = |tgid, change, local_port, remote: &str| ConnRecord {
-            conn: ConnKey { tgid, conn_id: 9 },
-            peer: Peer::Tcp(remote.parse().unwrap()),
-            local_port: Some(local_port),
-            ..conn_record(change)
-        };
-        let accepted = end(
-            100,
-            ConnAction::AcceptedBeforeStart,
-            2380,
-            "127.0.0.1:40000",
-        );
-        let dialled = end(
-            200,
-            ConnAction::ConnectedBeforeStart,
-            40000,
-            "127.0.0.1:2380",
-        );
-        let mut once = DecodedOnce::default();
-        decoder.on_conn(&accepted, &mut once);
-        decoder.on_conn(&dialled, &mut once);
-        decoder
-            .peers
-            .members
-            .extend([(100, LEADER), (200, FOLLOWER)]);
-        // Each end names both: the writer is the end that accepted.
-        assert_eq!(
-            decoder
-                .peers
-                .ends_members(accepted.conn, Side::Server, Some((2380, 40000)), None),
-            (LEADER, FOLLOWER)
-        );
-        assert_eq!(
-            decoder
-                .peers
-                .ends_members(dialled.conn, Side::Client, Some((40000, 2380)), None),
-            (LEADER, FOLLOWER)
-        );
-        // A third socket keyed alike (another network namespace) makes the
-        // pairing ambiguous: only each end's own process is named then.
-        let twin = end(
-            300,
-            ConnAction::ConnectedBeforeStart,
-            40000,
-            "127.0.0.1:2380",
-        );
-        decoder.on_conn(&twin, &mut once);
-        assert_eq!(
-            decoder
-                .peers
-                .ends_members(accepted.conn, Side::Server, Some((2380, 40000)), None),
-            (LEADER, 0)
-        );
-    }
-
-    #[test]
-    fn a_stream_with_a_member_on_another_node_is_named_by_the_other_streams_with_that_node() {
-        const LEADER: u64 = 0x8e9e;
-        const FOLLOWER: u64 = 0x91bc;
-        let mut decoder = GrpcDecoder::default();
-        decoder.peers.members.insert(100, LEADER);
-        let node: IpAddr = "10.0.0.2".parse().unwrap();
-        let conn = ConnKey {
-            tgid: 100,
-            conn_id: 1,
-        };
-        // The leader's `message` stream to the follower there named it.
-        let named = PeerStream {
-            kind: tracer_decode::raft::StreamKind::Message,
-            dialer: FOLLOWER,
-            writer: LEADER,
-        };
-        decoder
-            .peers
-            .note_named(conn, Side::Server, Some(node), named);
-        // Its `msgapp` stream to that node, unpaired on this host: the same.
-        let msgapp = ConnKey {
-            tgid: 100,
-            conn_id: 2,
-        };
-        assert_eq!(
-            decoder
-                .peers
-                .ends_members(msgapp, Side::Server, None, Some(node)),
-            (LEADER, FOLLOWER)
-        );
-        // Another member behind the same address: no longer named.
-        let other = PeerStream {
-            dialer: 0x77,
-            ..named
-        };
-        decoder
-            .peers
-            .note_named(conn, Side::Server, Some(node), other);
-        assert_eq!(
-            decoder
-                .peers
-                .ends_members(msgapp, Side::Server, None, Some(node)),
-            (LEADER, 0)
-        );
-        // A process gone forgets its hosts.
-        decoder.on_exit(100);
-        assert!(decoder.peers.hosts.is_empty());
     }
 }

@@ -12,10 +12,17 @@
 //! messages also say what the process's part in Raft is ([`PeerTraffic`]),
 //! whatever they carry.
 
+use std::net::IpAddr;
+
+use rustc_hash::FxHashMap;
 use tracer_common::io::Direction;
 use tracer_decode::{
+    http1::RaftUpdate,
     identity::may_hold_pod_clue,
-    raft::{MessageKind, RaftEntry, RaftMessage},
+    raft::{
+        MessageKind, PeerStream, RaftEntry, RaftMessage,
+        joined::{Joined, JoinedStream},
+    },
     wal::kv_request,
 };
 
@@ -24,6 +31,191 @@ use super::{
     wal_writes::{PeerTraffic, WalPodEntry},
 };
 use crate::capture::{ConnKey, DataRecord};
+
+/// (process, host) pairs whose peer member is kept ([`PeerStreams`]).
+const MAX_PEER_HOSTS: usize = 1024;
+
+/// Where one end of a connection is, for naming a peer stream's members.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamEnd {
+    /// This end.
+    pub conn: ConnKey,
+    /// This end accepted the connection: it writes a peer stream's
+    /// messages (the other end dialled, and reads them).
+    pub accepted: bool,
+    /// For a TCP connection open before podtrace started: its local port
+    /// and the other end's port.
+    pub ports: Option<(u16, u16)>,
+    /// For a TCP connection: the other end's address.
+    pub remote_ip: Option<IpAddr>,
+}
+
+/// The etcd peer streams of every connection decoded: who is at their
+/// ends, what they showed of each member's part, and what they lost.
+#[derive(Debug, Default)]
+pub struct PeerStreams {
+    /// Each record's [`PeerMessages::traffic`], until the decode stage hands
+    /// it to the WAL decoder.
+    pub traffic: Vec<PeerTraffic>,
+    /// Streams older than podtrace placed from their bytes.
+    pub joined: u64,
+    /// Appends with Pod entries dropped: their stream had not named its
+    /// members yet.
+    pub unnamed: u64,
+    /// Stream frames that did not decode, or whose stream lost its framing.
+    pub errors: u64,
+    /// Which etcd member each process is (by tgid), from its WAL: names the
+    /// members of a joined stream whose messages do not.
+    pub members: FxHashMap<u32, u64>,
+    /// TCP connections open before podtrace started, by (local port, other
+    /// end's port): the other end of one between two processes of this host
+    /// is the one keyed the other way round. `None` when two were keyed
+    /// alike (processes in different network namespaces): no pairing then.
+    ends: FxHashMap<(u16, u16), Option<ConnKey>>,
+    /// The member at the other end of a process's peer streams with a
+    /// host, by (tgid, the host's address), as the streams that named it
+    /// showed: a stream to a member on another node, which no pairing
+    /// names, is named by the other streams with that node (one member a
+    /// node). `None` when two named different members (several members
+    /// behind one address, as on one host).
+    hosts: FxHashMap<(u32, IpAddr), Option<u64>>,
+    /// Hosts not kept: [`MAX_PEER_HOSTS`] were.
+    pub hosts_dropped: u64,
+}
+
+impl PeerStreams {
+    /// A TCP connection open before podtrace started, with `ports` (local,
+    /// other end's).
+    pub fn on_open(&mut self, conn: ConnKey, ports: (u16, u16)) {
+        self.ends
+            .entry(ports)
+            .and_modify(|end| *end = None)
+            .or_insert(Some(conn));
+    }
+
+    /// That connection closed.
+    pub fn on_close(&mut self, conn: ConnKey, ports: (u16, u16)) {
+        if self.ends.get(&ports) == Some(&Some(conn)) {
+            self.ends.remove(&ports);
+        }
+    }
+
+    /// Process `tgid` exited: the hosts its streams named go.
+    pub fn on_exit(&mut self, tgid: u32) {
+        self.hosts.retain(|(of, _), _| *of != tgid);
+    }
+
+    /// A record of the writer's bytes on a connection whose request was
+    /// not seen, pushed to its `joined` stream: its messages once the
+    /// stream is placed, `None` before (or when it is no peer stream).
+    pub fn joined(
+        &mut self,
+        end: StreamEnd,
+        joined: &mut JoinedStream,
+        data: &DataRecord,
+        once: &mut DecodedOnce,
+    ) -> Option<Vec<RaftPeerMessage>> {
+        let (writer, dialer) = self.ends_members(end);
+        joined.name_members(writer, dialer);
+        let placed_before = joined.placed();
+        let Joined::Decoded {
+            stream,
+            messages,
+            errors,
+        } = joined.push(&data.data, data.truncated)
+        else {
+            return None;
+        };
+        if placed_before == 0 {
+            self.joined += 1;
+            tracing::debug!(conn = ?data.conn, "etcd peer stream joined mid-way placed");
+        }
+        if !errors.is_empty() {
+            tracing::debug!(conn = ?data.conn, ?errors, "etcd peer stream joined mid-way");
+            self.errors += errors.len() as u64;
+        }
+        self.note_named(end, stream);
+        Some(self.messages(data, messages, once))
+    }
+
+    /// The messages of a stream whose request was seen.
+    pub fn from_start(
+        &mut self,
+        end: StreamEnd,
+        updates: Vec<RaftUpdate>,
+        data: &DataRecord,
+        once: &mut DecodedOnce,
+    ) -> Vec<RaftPeerMessage> {
+        if let Some(update) = updates.first() {
+            self.note_named(end, update.stream);
+        }
+        let raft = updates.into_iter().map(|update| update.message).collect();
+        self.messages(data, raft, once)
+    }
+
+    /// Stream `stream` on `end` named its other member: kept for the
+    /// process's other streams with that host.
+    fn note_named(&mut self, end: StreamEnd, stream: PeerStream) {
+        let other = if end.accepted {
+            stream.dialer
+        } else {
+            stream.writer
+        };
+        let Some(remote) = end.remote_ip.filter(|_| other != 0) else {
+            return;
+        };
+        let key = (end.conn.tgid, remote);
+        let room = self.hosts.len() < MAX_PEER_HOSTS;
+        match self.hosts.get_mut(&key) {
+            Some(known) => {
+                if *known != Some(other) {
+                    *known = None;
+                }
+            }
+            None if room => {
+                self.hosts.insert(key, Some(other));
+            }
+            None => self.hosts_dropped += 1,
+        }
+    }
+
+    /// The members of a joined stream on `end` as the processes at its ends
+    /// say: (writer, dialer), 0 where not known. The writer is the end that
+    /// accepted; the other end is the process this host pairs it with, or
+    /// the member this process's other streams with that host named.
+    fn ends_members(&self, end: StreamEnd) -> (u64, u64) {
+        let member = |tgid: u32| self.members.get(&tgid).copied();
+        let paired = end
+            .ports
+            .and_then(|(local, remote)| self.ends.get(&(remote, local)).copied().flatten())
+            .and_then(|other| member(other.tgid));
+        let by_host = || {
+            end.remote_ip
+                .and_then(|remote| self.hosts.get(&(end.conn.tgid, remote)).copied())
+                .flatten()
+        };
+        let other = paired.or_else(by_host).unwrap_or(0);
+        let this = member(end.conn.tgid).unwrap_or(0);
+        if end.accepted {
+            (this, other)
+        } else {
+            (other, this)
+        }
+    }
+
+    /// The messages of one record of a peer stream.
+    fn messages(
+        &mut self,
+        data: &DataRecord,
+        raft: Vec<RaftMessage>,
+        once: &mut DecodedOnce,
+    ) -> Vec<RaftPeerMessage> {
+        let decoded = messages(data, raft, once);
+        self.traffic.extend(decoded.traffic);
+        self.unnamed += decoded.unnamed;
+        decoded.messages
+    }
+}
 
 /// A Raft message between etcd members, as one end of their connection saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +243,7 @@ pub struct RaftPeerMessage {
 
 /// What one record of a peer stream gave.
 #[derive(Debug, Default)]
-pub struct PeerMessages {
+struct PeerMessages {
     /// The messages a trace needs.
     pub messages: Vec<RaftPeerMessage>,
     /// What they show of the process's part in Raft (`None` without any
@@ -64,7 +256,7 @@ pub struct PeerMessages {
 }
 
 /// The messages a record of `data`'s connection completed.
-pub fn messages(data: &DataRecord, raft: Vec<RaftMessage>, once: &mut DecodedOnce) -> PeerMessages {
+fn messages(data: &DataRecord, raft: Vec<RaftMessage>, once: &mut DecodedOnce) -> PeerMessages {
     let sent = data.direction == Direction::Egress;
     let traffic = (!raft.is_empty()).then(|| PeerTraffic {
         tgid: data.conn.tgid,
@@ -136,4 +328,79 @@ fn pod_entries(entries: &[RaftEntry], once: &mut DecodedOnce, ts_ns: u64) -> Vec
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_decode::raft::StreamKind;
+
+    use super::*;
+
+    const LEADER: u64 = 0x8e9e;
+    const FOLLOWER: u64 = 0x91bc;
+
+    fn end(tgid: u32, accepted: bool, ports: Option<(u16, u16)>, ip: &str) -> StreamEnd {
+        StreamEnd {
+            conn: ConnKey { tgid, conn_id: 9 },
+            accepted,
+            ports,
+            remote_ip: Some(ip.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn the_two_ends_of_a_stream_on_one_host_name_its_members() {
+        let mut peers = PeerStreams::default();
+        peers.members.extend([(100, LEADER), (200, FOLLOWER)]);
+        // The leader (tgid 100) accepted on its peer port 2380 what the
+        // follower (tgid 200) dialled from port 40000, before podtrace.
+        let accepted = end(100, true, Some((2380, 40000)), "127.0.0.1");
+        let dialled = end(200, false, Some((40000, 2380)), "127.0.0.1");
+        peers.on_open(accepted.conn, (2380, 40000));
+        peers.on_open(dialled.conn, (40000, 2380));
+        // Each end names both: the writer is the end that accepted.
+        assert_eq!(peers.ends_members(accepted), (LEADER, FOLLOWER));
+        assert_eq!(peers.ends_members(dialled), (LEADER, FOLLOWER));
+        // A third socket keyed alike (another network namespace) makes the
+        // pairing ambiguous: only each end's own process is named then.
+        let twin = ConnKey {
+            tgid: 300,
+            conn_id: 9,
+        };
+        peers.on_open(twin, (40000, 2380));
+        assert_eq!(peers.ends_members(accepted), (LEADER, 0));
+    }
+
+    #[test]
+    fn a_stream_with_a_member_on_another_node_is_named_by_the_other_streams_with_that_node() {
+        let mut peers = PeerStreams::default();
+        peers.members.insert(100, LEADER);
+        // The leader's `message` stream to the follower there named it.
+        let message = end(100, true, None, "10.0.0.2");
+        let named = PeerStream {
+            kind: StreamKind::Message,
+            dialer: FOLLOWER,
+            writer: LEADER,
+        };
+        peers.note_named(message, named);
+        // Its `msgapp` stream to that node, unpaired on this host: the same.
+        let msgapp = StreamEnd {
+            conn: ConnKey {
+                tgid: 100,
+                conn_id: 2,
+            },
+            ..message
+        };
+        assert_eq!(peers.ends_members(msgapp), (LEADER, FOLLOWER));
+        // Another member behind the same address: no longer named.
+        let other = PeerStream {
+            dialer: 0x77,
+            ..named
+        };
+        peers.note_named(message, other);
+        assert_eq!(peers.ends_members(msgapp), (LEADER, 0));
+        // A process gone forgets its hosts.
+        peers.on_exit(100);
+        assert!(peers.hosts.is_empty());
+    }
 }
