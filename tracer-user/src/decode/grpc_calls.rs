@@ -34,8 +34,8 @@ use tracer_decode::{
     grpc::{GrpcCall, parse_message},
     http1::{self, Http1Connection},
     http2::{
-        Exchange, Http2Connection, Limits, Lost, SeenStream, TableCopy, TableLoadError, TablePoint,
-        frame,
+        Exchange, HalfStream, Http2Connection, Limits, Lost, SeenStream, TableCopy, TableLoadError,
+        TablePoint, frame,
     },
     identity::{
         PodClue, PodIdentity, ResourcesNamed, may_hold_pod_clue, resources_named,
@@ -337,6 +337,10 @@ impl KeysSeen {
         }
         let named = match resources_named(&exchange.request.body) {
             ResourcesNamed::None => return false,
+            // A body seen only in part (bytes lost, over the body limit, a
+            // stream cut at exit) can tell neither kind of Pod write: it
+            // neither keeps nor counts.
+            ResourcesNamed::PodsOrSeveral if !seen_whole(&exchange.request) => return false,
             ResourcesNamed::PodsOrSeveral if opaque_pod_writes(path, &exchange.request.body) => {
                 *self = match self {
                     Self::Nothing => Self::OpaquePods { requests: 1 },
@@ -363,6 +367,11 @@ impl KeysSeen {
         };
         matches!(self, Self::One { requests, .. } if *requests >= mute_after)
     }
+}
+
+/// Whether every byte of a request's side was seen and kept.
+fn seen_whole(half: &HalfStream) -> bool {
+    half.ended && !half.lossy && half.body_bytes_dropped == 0
 }
 
 /// Whether the gRPC request `body` of KV method `path` writes only values
@@ -1552,7 +1561,6 @@ fn etcd_message(
 
 #[cfg(test)]
 mod tests {
-    use tracer_decode::http2::HalfStream;
 
     use super::*;
 
@@ -1562,6 +1570,7 @@ mod tests {
             request: HalfStream {
                 external_headers: vec![(":path".to_owned(), path.to_owned())],
                 body: body.to_vec(),
+                ended: true,
                 ..HalfStream::default()
             },
             response: HalfStream::default(),
@@ -1937,6 +1946,20 @@ mod tests {
         for _ in 0..4 {
             assert!(!keys.note(&opaque, 2), "kept after a stored Pod");
         }
+        // A Pod write seen in part (the TLS reader lost records, say)
+        // neither keeps the connection nor counts.
+        let mut keys = KeysSeen::default();
+        let mut cut = stored.clone();
+        cut.request.lossy = true;
+        cut.request.body.truncate(12);
+        assert!(!keys.note(&opaque, 2));
+        assert!(!keys.note(&cut, 2));
+        assert!(keys.note(&opaque, 2), "a cut write kept the connection");
+        let mut unended = opaque.clone();
+        unended.request.ended = false;
+        let mut keys = KeysSeen::default();
+        assert!(!keys.note(&unended, 1));
+
         // Unframed bytes (not gRPC) do not count as opaque writes.
         let mut keys = KeysSeen::default();
         let raw = request(TXN, b"/registry/pods/default/web");
