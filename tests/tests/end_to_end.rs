@@ -66,26 +66,62 @@ fn one_live_test_at_a_time() -> MutexGuard<'static, ()> {
     LIVE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Runs the demo with `extra` arguments; returns the Pods it created and the
-/// names of the broken ones (created and bound, whose sandbox could not be
-/// created).
-fn run_demo(pods: u32, broken: u32, extra: &[&str]) -> (Vec<DemoPod>, Vec<String>) {
+/// How long the demo's connections (demo-apiserver's to etcd, the CRI
+/// client's to containerd, etcd's peer streams) run before the agent joins:
+/// long enough that their HTTP/2, HPACK and TLS state, and the members'
+/// heartbeats and appends, all predate it, as on a node of a running cluster.
+const AFTER_DEMO_DELAY: Duration = Duration::from_secs(5);
+
+/// A demo run traced by an agent that joined it once its components were up
+/// and their connections open: the Pods it created, the names of the broken
+/// ones (created and bound, whose sandbox could not be created), the agent
+/// (still running) and when the Pods' creation began (Unix ns).
+struct JoinedRun {
+    pods: Vec<DemoPod>,
+    broken: Vec<String>,
+    agent: Agent,
+    began_ns: u64,
+}
+
+/// Runs the demo with `extra` arguments creating `pods` Pods of which
+/// `broken` cannot run; the agent (`agent_args`, exporting to `out`) starts
+/// [`AFTER_DEMO_DELAY`] after the demo said `ready`, before it creates them.
+fn run_demo_agent_last(
+    pods: u32,
+    broken: u32,
+    extra: &[&str],
+    agent_args: &[&str],
+    out: &std::path::Path,
+) -> JoinedRun {
     let state = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
-        .args(["--pods", &pods.to_string(), "--node-name", NODE])
-        .args(["--broken-pods", &broken.to_string()])
-        .args(extra)
-        .arg("--state-dir")
-        .arg(state.path())
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "podtrace-demo: {}", output.status);
-    let (broken, pods): (Vec<DemoPod>, Vec<DemoPod>) = String::from_utf8_lossy(&output.stdout)
+    let go = state.path().join("go");
+    let (mut demo, stdout) = demo_until_ready(
+        Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
+            .args(["--pods", &pods.to_string(), "--node-name", NODE])
+            .args(["--broken-pods", &broken.to_string()])
+            .args(extra)
+            .arg("--state-dir")
+            .arg(state.path().join("state"))
+            .arg("--wait-for")
+            .arg(&go),
+    );
+    thread::sleep(AFTER_DEMO_DELAY);
+    let agent = Agent::start(agent_args, out);
+    let began_ns = unix_now_ns();
+    std::fs::write(&go, b"").unwrap();
+    let (broken, pods): (Vec<DemoPod>, Vec<DemoPod>) = stdout
         .lines()
-        .filter_map(DemoPod::parse)
+        .map_while(Result::ok)
+        .filter_map(|line| DemoPod::parse(&line))
         .partition(|pod| pod.error.is_some());
-    (pods, broken.into_iter().map(|pod| pod.name).collect())
+    let status = demo.wait().unwrap();
+    assert!(status.success(), "podtrace-demo: {status}");
+    JoinedRun {
+        pods,
+        broken: broken.into_iter().map(|pod| pod.name).collect(),
+        agent,
+        began_ns,
+    }
 }
 
 /// `podtrace explain default/NAME` with `args`; its stdout.
@@ -204,6 +240,9 @@ fn assert_facts_explained(story: &str) {
     );
 }
 
+/// The agent joins the demo once its components run, as on a node of a
+/// running cluster (every live test here but
+/// [`podtrace_started_before_the_components_traces_every_pod_from_their_first_bytes`]).
 #[test]
 fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause() {
     if !live_test_can_run(
@@ -214,9 +253,12 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
     let _live = one_live_test_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("traces.jsonl");
-    let agent = Agent::start(&AGENT_ARGS, &out);
-    let before = unix_now_ns();
-    let (pods, broken) = run_demo(2, 1, &[]);
+    let JoinedRun {
+        pods,
+        broken,
+        agent,
+        began_ns: before,
+    } = run_demo_agent_last(2, 1, &[], &AGENT_ARGS, &out);
     let after = unix_now_ns();
     // A creation's root and node span go out SETTLE_NS after the Pod was
     // reported Running, at the agent's next tick (every second).
@@ -315,13 +357,16 @@ fn pods_created_under_an_etcd_write_load_each_get_one_complete_trace() {
     let mut args = AGENT_ARGS.to_vec();
     // The test profile's agent is unoptimised: room for what it reads slowly.
     args.extend(["--target", "etcd-load", "--ring-buffer-bytes", "67108864"]);
-    let agent = Agent::start(&args, &out);
-    let before = unix_now_ns();
     // 8 writers: each has one write in flight, so one WAL append holds at
     // most 8 of their 2 KiB entries besides the Pod's (~22 KiB), inside the
     // 4 records (32 KiB) a WAL write is captured in; 16 writers can make
     // 35 KiB appends, whose tail — the Pod's entry at times — is cut (counted).
-    let (pods, broken) = run_demo(3, 0, &["--etcd-load", "8"]);
+    let JoinedRun {
+        pods,
+        broken,
+        agent,
+        began_ns: before,
+    } = run_demo_agent_last(3, 0, &["--etcd-load", "8"], &args, &out);
     let after = unix_now_ns();
     // The load's connections, each of one resource (leases or events), were
     // muted on both sides; the relay's, which carries Pods, was not.
@@ -560,30 +605,29 @@ fn demo_until_ready(command: &mut Command) -> (Child, BufReader<ChildStdout>) {
     (demo, stdout)
 }
 
-/// podtrace starts after the demo's etcd and CRI connections are open (as
-/// after an agent restart on a real node): the calls on them are still
-/// decoded — /proc tells which end each process is, Go's HPACK probes give
-/// the request headers whose HPACK state predates podtrace — and every Pod
-/// still gets one complete trace.
+/// The one test whose agent starts before the components (a node where the
+/// agent is installed first): it sees every connection from its first
+/// bytes — HPACK tables built in its sight, TLS handshakes, etcd's member
+/// start — and every Pod still gets one complete trace.
 #[test]
-fn podtrace_started_after_the_connections_are_open_still_traces_every_pod() {
-    if !live_test_can_run("podtrace_started_after_the_connections_are_open_still_traces_every_pod")
-    {
+fn podtrace_started_before_the_components_traces_every_pod_from_their_first_bytes() {
+    if !live_test_can_run(
+        "podtrace_started_before_the_components_traces_every_pod_from_their_first_bytes",
+    ) {
         return;
     }
     let _live = one_live_test_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("traces.jsonl");
-    let go = dir.path().join("go");
-    let (mut demo, stdout) = demo_until_ready(
-        Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
-            .args(["--pods", "2", "--node-name", NODE, "--state-dir"])
-            .arg(dir.path().join("state"))
-            .arg("--wait-for")
-            .arg(&go),
-    );
     let agent = Agent::start(&AGENT_ARGS, &out);
-    std::fs::write(&go, b"").unwrap();
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
+        .args(["--pods", "2", "--node-name", NODE, "--state-dir"])
+        .arg(dir.path().join("state"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(demo.stdout.take().unwrap());
     let pods: Vec<Value> = stdout
         .lines()
         .map_while(Result::ok)
@@ -754,8 +798,6 @@ fn a_slow_etcd_follower_is_named_slow_and_the_commit_does_not_wait_for_it() {
         dir.path().join("cluster.json"),
     );
     let mut disk = SlowDisk::mount(dir.path());
-    // First: the members' peer streams open in its sight.
-    let agent = Agent::start(&AGENT_ARGS, &out);
     // The last member's WAL on the slow disk; the first leads.
     let (mut demo, stdout) = demo_until_ready(
         Command::new(env!("CARGO_BIN_EXE_podtrace-demo"))
@@ -777,6 +819,10 @@ fn a_slow_etcd_follower_is_named_slow_and_the_commit_does_not_wait_for_it() {
     let slow_name = members[2]["name"].as_str().unwrap().to_owned();
     // Slow once the cluster is up (bootstrapping through it takes long).
     disk.throttle(32 << 10);
+    // The agent joins peer streams that have carried heartbeats and appends
+    // for a while (decoded from the bytes that follow, raft::joined).
+    thread::sleep(AFTER_DEMO_DELAY);
+    let agent = Agent::start(&AGENT_ARGS, &out);
     std::fs::write(&go, b"").unwrap();
     let pods: Vec<DemoPod> = stdout
         .lines()

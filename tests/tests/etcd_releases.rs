@@ -44,7 +44,8 @@ const MEMBERS: usize = 3;
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Creates Pod `name` through the demo's apiserver role writing to the
-/// etcd at `endpoint` while an agent follows every etcd and the relay;
+/// etcd at `endpoint` while an agent, started once the relay is connected,
+/// follows every etcd and the relay;
 /// returns the spans exported and the Pod's root. Nothing runs the Pod: the
 /// agent exports its trace as incomplete when it stops, with every span it
 /// holds.
@@ -57,6 +58,9 @@ async fn traced_pod_create(
         DemoApiserverBinary::build(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-apiserver"))
             .unwrap();
     let apiserver = ApiserverRole::start(&relay, endpoint, pki).unwrap();
+    // The relay's connection to etcd (TLS session, HPACK tables) is older
+    // than the agent, as kube-apiserver's is on a running cluster.
+    apiserver.count_pods().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("traces.jsonl");
     let agent = Agent::start(
