@@ -867,21 +867,27 @@ fn pods_created_under_an_apiserver_request_load_get_complete_traces() {
 }
 
 /// The common case in real clusters: Pods made by the ReplicaSet controller
-/// of a Deployment scaled from 0 to 20 (its creates come from
+/// of a Deployment scaled from 0 to 50 at once (its creates come from
 /// kube-controller-manager, not kubectl), then deleted by it when scaled
 /// back to 0 — with the agent started after the control plane ran a minute
 /// (#46): the controller-manager's connection, its HPACK tables and TLS
-/// session are older than the agent.
+/// session are older than the agent. Every create says who asked: the
+/// controller, as its service account, in the user agent both sides see.
 #[test]
 #[ignore = "needs PODTRACE_K8S_BIN, a directory of Kubernetes binaries (none ship with podtrace); cargo xtask test runs it when set"]
-fn a_deployment_scaled_to_20_gets_a_trace_per_pod_and_per_deletion() {
-    let Some((pods, all, _)) = traced_demo(
-        "a_deployment_scaled_to_20_gets_a_trace_per_pod_and_per_deletion",
-        &["deployment"],
+fn a_deployment_scaled_from_0_to_50_gets_a_trace_per_pod_and_per_deletion() {
+    const REPLICAS: usize = 50;
+    const WHO_ASKED: &str = "/system:serviceaccount:kube-system:replicaset-controller";
+    let mut args = scenario_args(&["deployment"]);
+    args.extend(["--burst-pods".to_owned(), REPLICAS.to_string()]);
+    let Some((pods, all, _)) = traced_demo_with(
+        "a_deployment_scaled_from_0_to_50_gets_a_trace_per_pod_and_per_deletion",
+        &args,
+        AgentStart::AfterCluster,
     ) else {
         return;
     };
-    assert_eq!(pods.len(), 20, "{pods:#?}");
+    assert_eq!(pods.len(), REPLICAS, "{pods:#?}");
     for pod in &pods {
         assert_eq!(pod.outcome, "Running");
         let trace = Trace::of_pod(&all, pod);
@@ -895,12 +901,13 @@ fn a_deployment_scaled_to_20_gets_a_trace_per_pod_and_per_deletion() {
         assert!(
             create
                 .string("user_agent.original")
-                .is_some_and(|agent| agent.ends_with("/replicaset-controller")),
+                .is_some_and(|agent| agent.ends_with(WHO_ASKED)),
             "{create:#?}"
         );
-        // The apiserver's side of that request, under it. (The user it
-        // authenticated is not read by default: its authenticator is probed
-        // only with `--apiserver-probes all`; README, Limits.)
+        // The apiserver's side of that request, under it, naming the same
+        // client. (The user it authenticated is not read by default: its
+        // authenticator is probed only with `--apiserver-probes all`;
+        // README, Limits.)
         let served = trace.one(
             "apiserver POST /api/v1/namespaces/{namespace}/pods",
             Some(SPAN_KIND_SERVER),
@@ -908,6 +915,10 @@ fn a_deployment_scaled_to_20_gets_a_trace_per_pod_and_per_deletion() {
         assert_eq!(
             served.parent_span_id.as_deref(),
             Some(create.span_id.as_str())
+        );
+        assert_eq!(
+            served.string("user_agent.original"),
+            create.string("user_agent.original")
         );
         assert_deletion_trace(&all, pod);
     }

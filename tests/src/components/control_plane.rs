@@ -35,8 +35,9 @@
 //! and image GC thresholds low enough for a busy disk, no iptables chains).
 //! kube-controller-manager runs only the Deployment and ReplicaSet
 //! controllers (and, when asked, the DaemonSet controller and the garbage
-//! collector), as the admin (per-controller service-account credentials
-//! would add the token machinery, which the traced path does not need): the
+//! collector), each controller as its own service account, as kubeadm runs
+//! it (`--use-service-account-credentials`: tokens from the TokenRequest
+//! API, and a user agent that names the account): the
 //! `default` ServiceAccount is created here, the node's `not-ready` taint is
 //! removed here once it is Ready, and Pods must not mount a service-account
 //! token (nothing publishes `kube-root-ca.crt`).
@@ -412,6 +413,10 @@ impl ControlPlane {
                 "--authorization-kubeconfig={}",
                 admin_kubeconfig.display()
             ))
+            // Each controller as its own service account (a token from the
+            // TokenRequest API), as kubeadm runs it: the user agent of its
+            // requests ends with that account.
+            .arg("--use-service-account-credentials=true")
             .arg(if options.daemon_sets {
                 "--controllers=deployment,replicaset,daemonset,garbagecollector"
             } else {
