@@ -80,26 +80,29 @@ async fn flood_larger_than_the_ring_buffer_is_counted() {
 
 /// A socket write larger than the payload prefix comes in records of the
 /// prefix — all but one byte of `DATA_BYTES_MAX` (the kernel side masks
-/// lengths below it) — up to four, each giving its own length, so that a
-/// reader sees consecutive transfers of the same bytes. One longer than four
-/// records keeps four, and the last says the write was cut and how long it
+/// lengths below it) — up to eight, each giving its own length, so that a
+/// reader sees consecutive transfers of the same bytes. One longer than eight
+/// records keeps eight, and the last says the write was cut and how long it
 /// was. (Writes of 8 KiB or more once kept nothing: the mask turned a full
 /// 8192 into 0.)
 #[tokio::test(flavor = "multi_thread")]
-async fn a_write_larger_than_the_prefix_comes_in_parts_and_past_four_is_cut() {
-    if !live_test_can_run("a_write_larger_than_the_prefix_comes_in_parts_and_past_four_is_cut") {
+async fn a_write_larger_than_the_prefix_comes_in_parts_and_past_eight_is_cut() {
+    if !live_test_can_run("a_write_larger_than_the_prefix_comes_in_parts_and_past_eight_is_cut") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let writer = copy_executable(&python(), dir.path(), "pt-bigwrite");
     let mut capture = LiveCapture::start(&["pt-bigwrite"], 1);
     let script = "import socket\n\
-         srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(1)\n\
+         srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)\n\
+         srv.bind(('127.0.0.1', 0)); srv.listen(1)\n\
          cli = socket.create_connection(srv.getsockname()); conn, _ = srv.accept()\n\
+         cli.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)\n\
          cli.sendall(b'a' * 10000)\n\
          cli.sendall(b'b' * 40000)\n\
+         cli.sendall(b'c' * 72000)\n\
          got = 0\n\
-         while got < 50000:\n\
+         while got < 122000:\n\
          \x20   got += len(conn.recv(65536))\n";
     let child = Command::new(&writer).args(["-c", script]).spawn().unwrap();
     let pid = child.id();
@@ -136,15 +139,12 @@ async fn a_write_larger_than_the_prefix_comes_in_parts_and_past_four_is_cut() {
             (10_000 - prefix as u64, 10_000 - prefix, false)
         ]
     );
-    // Four records; the last has the rest's length, a prefix of it, and is cut.
-    let rest = 40_000 - 3 * prefix as u64;
-    assert_eq!(
-        parts(b'b'),
-        vec![
-            (prefix as u64, prefix, false),
-            (prefix as u64, prefix, false),
-            (prefix as u64, prefix, false),
-            (rest, prefix, true),
-        ]
-    );
+    // Whole, in five records.
+    let mut whole = vec![(prefix as u64, prefix, false); 4];
+    whole.push((40_000 - 4 * prefix as u64, 40_000 - 4 * prefix, false));
+    assert_eq!(parts(b'b'), whole);
+    // Eight records; the last has the rest's length, a prefix of it, and is cut.
+    let mut cut = vec![(prefix as u64, prefix, false); 7];
+    cut.push((72_000 - 7 * prefix as u64, prefix, true));
+    assert_eq!(parts(b'c'), cut);
 }

@@ -54,18 +54,17 @@ const PT_REGS_R14: u32 = 8;
 const PT_REGS_CS: u32 = 136;
 /// `__USER32_CS`: the code segment of a 32-bit task (ia32 syscall numbers).
 const USER32_CS: u64 = 0x23;
-/// Records a WAL write is split into at most (see [`wal_write`]): 8 parts
-/// of 8191 bytes keep whole the 33–41 KiB writes etcd makes under a load of
-/// 16 writers (4 parts cut ~65 a second); 16 parts make `sys_exit_write`
-/// too large for the verifier (E2BIG).
-const MAX_WAL_CHUNKS: u32 = 8;
-/// Records a socket read or write of one buffer is split into at most (as
-/// Go TLS plaintext is, `go_probes::MAX_TLS_PARTS`): on a plain HTTP/2
-/// connection under a burst (the kubelet's to containerd's socket) a read
-/// returns several responses at once, and one of 9 KiB cut at the 8 KiB
-/// prefix lost the header blocks in its tail, and with them the HPACK state
-/// of that direction: the kubelet's client spans of later calls.
-const MAX_SOCKET_PARTS: u32 = 4;
+/// Records the bytes of one buffer a read or write moved are split into at
+/// most, of 8191 bytes each (a WAL write's, a socket's): 8 parts keep whole
+/// the 33–41 KiB writes etcd makes to its WAL under a load of 16 writers (4
+/// parts cut ~65 a second), and the reads of up to 64 KiB Go's TLS makes
+/// when records queue (kube-apiserver's etcd client under a burst of 50
+/// Pods: one cut at 32 KiB took the records after it, a binding's Txn
+/// among them); on a plain HTTP/2 connection a read returns several
+/// responses at once, and one cut lost the header blocks in its tail and
+/// with them the HPACK state of that direction. 16 parts make `sys_exit`
+/// too large for the verifier (E2BIG); one loop serves both kinds of fd.
+const MAX_DATA_PARTS: u32 = 8;
 /// `EINPROGRESS`: a non-blocking connect (Go's) that is under way.
 const EINPROGRESS: i64 = 115;
 
@@ -315,9 +314,10 @@ fn on_exit(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRea
     let ret: i64 = ctx.arg(1);
     let ids = Ids::from_pid_tgid(pid_tgid);
     match syscall {
-        IoSyscall::Write if call.fd_kind == FdKind::WalFile as u8 => wal_write(ids, &call, ret),
+        // A WAL write or a socket's read or write, in full up to
+        // MAX_DATA_PARTS records: an entry or a TLS record past a cut is lost.
         IoSyscall::Read | IoSyscall::Write | IoSyscall::Sendto | IoSyscall::Recvfrom => {
-            data_parts::<MAX_SOCKET_PARTS>(ids, &call, syscall, ret, call.args[1], 0, now_ns())
+            data_parts::<MAX_DATA_PARTS>(ids, &call, syscall, ret, call.args[1], 0, now_ns())
         }
         IoSyscall::Readv | IoSyscall::Writev => data_event(
             ids,
@@ -363,15 +363,6 @@ fn on_exit(ctx: &RawTracePointContext, syscall: IoSyscall) -> Result<(), DropRea
         IoSyscall::Openat if ret >= 0 => file_opened(ids, &call, ret as u32),
         IoSyscall::Connect | IoSyscall::Accept | IoSyscall::Accept4 | IoSyscall::Openat => Ok(()),
     }
-}
-
-/// A write to a WAL segment, in full up to `MAX_WAL_CHUNKS` records: under
-/// load etcd writes many entries at once (16 writers of 2 KiB values make
-/// writes of up to 41 KiB), and an entry past the first record's prefix would be lost
-/// with the Pod's WAL span.
-#[inline(always)]
-fn wal_write(ids: Ids, call: &ActiveCall, ret: i64) -> Result<(), DropReason> {
-    data_parts::<MAX_WAL_CHUNKS>(ids, call, IoSyscall::Write, ret, call.args[1], 0, now_ns())
 }
 
 /// `len` bytes at `addr` in up to `PARTS` records of the configured prefix

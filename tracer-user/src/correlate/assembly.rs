@@ -347,6 +347,7 @@ impl Assembly {
         let mut out = Vec::new();
         let traces: Vec<TraceId> = self.order.iter().copied().collect();
         for trace in traces {
+            let summary_ids = (SpanId::well_known(trace, "root"), self.node_span(trace));
             let Some(pod) = self.pods.get_mut(&trace) else {
                 continue;
             };
@@ -365,19 +366,26 @@ impl Assembly {
             let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut pod.waiting)
                 .into_iter()
                 .partition(|(_, came)| all || now >= came.saturating_add(SETTLE_NS));
+            // One whose parent is among them goes with its parent.
+            let gone_ids: HashSet<SpanId> = gone.iter().map(|(span, _)| span.span_id).collect();
+            let (children, gone): (Vec<_>, Vec<_>) = gone.into_iter().partition(|(span, _)| {
+                span.parent_span_id
+                    .is_some_and(|parent| gone_ids.contains(&parent))
+            });
             pod.waiting = kept;
+            pod.waiting.extend(children);
             for (span, _) in gone {
-                place_as_is(pod, span, &mut out);
+                place_freeing(pod, span, summary_ids, &mut out);
             }
             let creation_due = match pod.ended {
                 Some((_, learned)) => now >= learned.saturating_add(SETTLE_NS),
                 None => now >= pod.first_seen_ns.saturating_add(self.trace_timeout_ns),
             };
             if !pod.released && (all || creation_due) {
-                pod.released = true;
-                for (span, _) in std::mem::take(&mut pod.waiting) {
-                    place_as_is(pod, span, &mut out);
+                while let Some((span, _)) = pod.waiting.pop() {
+                    place_freeing(pod, span, summary_ids, &mut out);
                 }
+                pod.released = true;
                 out.extend(summaries(pod, trace, &self.node_name));
             }
             // Spans after the creation: the deletion's if its teardown had
@@ -427,8 +435,9 @@ impl Assembly {
             return Vec::new();
         };
         let mut out = Vec::new();
-        for (span, _) in std::mem::take(&mut pod.waiting) {
-            place_as_is(&mut pod, span, &mut out);
+        let summary_ids = (SpanId::well_known(trace, "root"), self.node_span(trace));
+        while let Some((span, _)) = pod.waiting.pop() {
+            place_freeing(&mut pod, span, summary_ids, &mut out);
         }
         if !pod.released {
             out.extend(summaries(&mut pod, trace, &self.node_name));
@@ -548,10 +557,31 @@ fn offer(
                     None => break,
                 }
             }
+            // Past a placed ancestor that did not hold it, up to one that
+            // has not come (it went out without waiting longer for its own
+            // parent): that one's time is unknown. The node's work goes
+            // under the node span, which reaches over it.
+            if parent != cause
+                && parent != root
+                && !pod.placed.contains_key(&parent)
+                && on_node(&span)
+            {
+                parent = node;
+            }
             lift(&mut span, cause, parent);
         }
         None => {}
     }
+    place_freeing(pod, span, (root, node), out);
+}
+
+/// Sends `span` out as it is ([`place_as_is`]), then offers the spans
+/// that waited for it: placed under it, or lifted to an ancestor that holds
+/// them. Also for a span that stopped waiting for its own parent: its
+/// children must still be held to its time (the pause process, which
+/// execs after RunPodSandbox returned, under a call whose kubelet side
+/// came late).
+fn place_freeing(pod: &mut PodSpans, span: Span, summaries: (SpanId, SpanId), out: &mut Vec<Span>) {
     let id = span.span_id;
     place_as_is(pod, span, out);
     let (ready, still): (Vec<_>, Vec<_>) = std::mem::take(&mut pod.waiting)
@@ -559,7 +589,7 @@ fn offer(
         .partition(|(child, _)| child.parent_span_id == Some(id));
     pod.waiting = still;
     for (child, came) in ready {
-        offer(pod, child, (root, node), came, out);
+        offer(pod, child, summaries, came, out);
     }
 }
 
@@ -925,6 +955,38 @@ mod tests {
         assert!(assembly.tick(at(100) + 2 * SETTLE_NS + 201 * MS).is_empty());
         assert_eq!(assembly.after_creation, 1);
         assert!(assembly.finish().is_empty());
+    }
+
+    /// containerd's side of RunPodSandbox whose kubelet side never came
+    /// stops waiting for it and goes out; the pause process, which exec'd
+    /// after the call returned and waited for that call, still goes out
+    /// inside its holder's time: under the node span, linked to the call.
+    #[test]
+    fn a_child_of_a_span_that_stopped_waiting_for_its_parent_is_still_held_to_its_time() {
+        let mut assembly = assembly();
+        let kubelet_side = SpanId::for_key(creation(), b"kubelet-side");
+        let mut sandbox = cri("sandbox", "RunPodSandbox", (20, 50));
+        sandbox.parent_span_id = Some(kubelet_side);
+        let pause = span(
+            "pause",
+            Some(sandbox.span_id),
+            "container process start: pause",
+            (82, 82),
+            &[("k8s.node.name", NODE)],
+        );
+        let mut out = assembly.admit(vec![pause], at(83));
+        out.extend(assembly.admit(vec![sandbox, root(100)], at(100)));
+        assert!(out.is_empty(), "{out:#?}");
+        out.extend(assembly.tick(at(100) + SETTLE_NS));
+        let pause = named(&out, "container process start: pause");
+        assert_eq!(pause.parent_span_id, Some(node_id()), "{out:#?}");
+        assert_eq!(pause.links.len(), 1);
+        assert_eq!(
+            named(&out, "runtime.v1.RuntimeService/RunPodSandbox").parent_span_id,
+            Some(kubelet_side)
+        );
+        let node = named(&out, "node node-a");
+        assert!(node.start_unix_ns <= at(82) && at(82) <= node.end_unix_ns);
     }
 
     #[test]
