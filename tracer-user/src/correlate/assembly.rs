@@ -375,7 +375,7 @@ impl Assembly {
             pod.waiting = kept;
             pod.waiting.extend(children);
             for (span, _) in gone {
-                place_freeing(pod, span, summary_ids, &mut out);
+                place_freeing(pod, unawaited(span, summary_ids.1), summary_ids, &mut out);
             }
             let creation_due = match pod.ended {
                 Some((_, learned)) => now >= learned.saturating_add(SETTLE_NS),
@@ -383,7 +383,7 @@ impl Assembly {
             };
             if !pod.released && (all || creation_due) {
                 while let Some((span, _)) = pod.waiting.pop() {
-                    place_freeing(pod, span, summary_ids, &mut out);
+                    place_freeing(pod, unawaited(span, summary_ids.1), summary_ids, &mut out);
                 }
                 pod.released = true;
                 out.extend(summaries(pod, trace, &self.node_name));
@@ -437,7 +437,12 @@ impl Assembly {
         let mut out = Vec::new();
         let summary_ids = (SpanId::well_known(trace, "root"), self.node_span(trace));
         while let Some((span, _)) = pod.waiting.pop() {
-            place_freeing(&mut pod, span, summary_ids, &mut out);
+            place_freeing(
+                &mut pod,
+                unawaited(span, summary_ids.1),
+                summary_ids,
+                &mut out,
+            );
         }
         if !pod.released {
             out.extend(summaries(&mut pod, trace, &self.node_name));
@@ -557,22 +562,29 @@ fn offer(
                     None => break,
                 }
             }
-            // Past a placed ancestor that did not hold it, up to one that
-            // has not come (it went out without waiting longer for its own
-            // parent): that one's time is unknown. The node's work goes
-            // under the node span, which reaches over it.
-            if parent != cause
-                && parent != root
-                && !pod.placed.contains_key(&parent)
-                && on_node(&span)
-            {
-                parent = node;
-            }
             lift(&mut span, cause, parent);
+            // Past a placed ancestor that did not hold it, up to one that
+            // has not come (its child went out without waiting longer for
+            // it): it waits for that one as for a parent.
+            if parent != root && parent != node && !pod.placed.contains_key(&parent) {
+                pod.waiting.push((span, now));
+                return;
+            }
         }
         None => {}
     }
     place_freeing(pod, span, (root, node), out);
+}
+
+/// A span that stops waiting for its parent: it goes out under the parent
+/// it names (on another agent), unless it was lifted there from the call it
+/// belongs to (it lies outside that call) — then the node's work goes under
+/// the node span `node`, which reaches over it.
+fn unawaited(mut span: Span, node: SpanId) -> Span {
+    if !span.links.is_empty() && on_node(&span) {
+        span.parent_span_id = Some(node);
+    }
+    span
 }
 
 /// Sends `span` out as it is ([`place_as_is`]), then offers the spans
@@ -747,7 +759,9 @@ fn nest(spans: &mut [Span], summaries: &[SpanId]) {
 /// outlasts its parent (a WAL sync that ends after etcd answered, the pause
 /// process after RunPodSandbox returned) still says what it belongs to.
 fn lift(span: &mut Span, cause: SpanId, holder: SpanId) {
-    if holder != cause && !span.links.iter().any(|link| link.span_id == cause) {
+    // The first cause only: a span lifted again (it waited for an
+    // ancestor that had not come) keeps its link to the call it belongs to.
+    if holder != cause && span.links.is_empty() {
         span.links.push(SpanLink {
             trace_id: span.trace_id,
             span_id: cause,
@@ -987,6 +1001,35 @@ mod tests {
         );
         let node = named(&out, "node node-a");
         assert!(node.start_unix_ns <= at(82) && at(82) <= node.end_unix_ns);
+
+        // The kubelet's side comes, after containerd's stopped waiting for
+        // it: the pause process goes under the nearest span that holds it.
+        let mut assembly = self::assembly();
+        let sync = span(
+            "sync",
+            Some(node_id()),
+            "kubelet pod sync",
+            (5, 90),
+            &[("k8s.component", "kubelet")],
+        );
+        let mut client = cri("kubelet-side", "RunPodSandbox", (19, 51));
+        client.parent_span_id = Some(sync.span_id);
+        let mut sandbox = cri("sandbox", "RunPodSandbox", (20, 50));
+        sandbox.parent_span_id = Some(client.span_id);
+        let pause = span(
+            "pause",
+            Some(sandbox.span_id),
+            "container process start: pause",
+            (82, 82),
+            &[("k8s.node.name", NODE)],
+        );
+        let mut out = assembly.admit(vec![sync.clone(), sandbox, pause], at(83));
+        out.extend(assembly.tick(at(83) + SETTLE_NS));
+        assert_eq!(out.len(), 2, "the sync and the sandbox call: {out:#?}");
+        out.extend(assembly.admit(vec![client, root(100)], at(83) + SETTLE_NS + MS));
+        let pause = named(&out, "container process start: pause");
+        assert_eq!(pause.parent_span_id, Some(sync.span_id), "{out:#?}");
+        assert_eq!(pause.links.len(), 1);
     }
 
     #[test]
