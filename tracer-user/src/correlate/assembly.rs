@@ -308,7 +308,12 @@ impl Assembly {
             }
             Role::Other => {}
         }
-        let after_end = pod.ended.is_some_and(|(end, _)| span.start_unix_ns > end);
+        // A container's first process is the creation's last step even when
+        // it execs after the kubelet reported the Pod Running: runc start
+        // returns once runc init was told to exec, and under load the exec
+        // can follow the status update (the summaries reach over it).
+        let first_exec = span.name.starts_with("container process start: ");
+        let after_end = !first_exec && pod.ended.is_some_and(|(end, _)| span.start_unix_ns > end);
         if role == Role::Teardown {
             pod.deletion_last_ns = now;
             pod.deletion.push(span);
@@ -1030,6 +1035,29 @@ mod tests {
         let pause = named(&out, "container process start: pause");
         assert_eq!(pause.parent_span_id, Some(sync.span_id), "{out:#?}");
         assert_eq!(pause.links.len(), 1);
+    }
+
+    /// The workload's first process exec'd after the status update that
+    /// reported the Pod Running: still the creation's, which reaches over it.
+    #[test]
+    fn a_first_exec_after_the_pod_was_reported_running_is_the_creations() {
+        let mut assembly = assembly();
+        let start = cri("start", "StartContainer", (20, 50));
+        let exec = span(
+            "exec",
+            Some(start.span_id),
+            "container process start: sh",
+            (120, 120),
+            &[("k8s.node.name", NODE)],
+        );
+        let mut out = assembly.admit(vec![start, node_span(20, 50), root(100)], at(100));
+        out.extend(assembly.admit(vec![exec], at(121)));
+        out.extend(assembly.tick(at(121) + SETTLE_NS));
+        assert_tree(&out, creation());
+        let exec = named(&out, "container process start: sh");
+        assert_eq!(exec.parent_span_id, Some(node_id()));
+        assert_eq!(named(&out, "pod.create default/web").end_unix_ns, at(120));
+        assert_eq!(assembly.after_creation, 0);
     }
 
     #[test]
