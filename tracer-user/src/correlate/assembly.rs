@@ -42,7 +42,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::{
-    pod::string_attribute,
+    pod::{ENDING_PHASES, string_attribute},
     span::{AttributeValue, Span, SpanId, SpanKind, SpanLink, SpanStatus, TraceId},
 };
 
@@ -71,8 +71,6 @@ const TEARDOWN_CALLS: [&str; 4] = [
     "StopPodSandbox",
     "RemovePodSandbox",
 ];
-/// Phases a status update reports at the end of a creation.
-const ENDING_PHASES: [&str; 3] = ["Running", "Succeeded", "Failed"];
 
 /// What a span says about where it belongs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

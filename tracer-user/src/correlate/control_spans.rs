@@ -37,7 +37,7 @@ use tracer_decode::{
 use tracer_decode::wal::RaftRole;
 
 use super::{
-    pod::{Pod, int_attribute, string_attribute},
+    pod::{ENDING_PHASES, Pod, int_attribute, string_attribute},
     replication::{Replicated, Replication},
     span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, hex},
 };
@@ -68,8 +68,6 @@ pub const WAIT_NS: u64 = 2_000_000_000;
 /// Default time after the create write at which a Pod's trace is exported
 /// as incomplete.
 pub const DEFAULT_TRACE_TIMEOUT_NS: u64 = 300_000_000_000;
-/// Phases a creation trace ends at.
-const ENDING_PHASES: [&str; 3] = ["Running", "Succeeded", "Failed"];
 
 /// A Pod named by a message, with its UID if the message or an earlier one
 /// told it.

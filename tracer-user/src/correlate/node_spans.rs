@@ -293,9 +293,15 @@ impl NodeSpans {
 
     /// The span id of a CRI call about `key` (a sandbox or container id):
     /// the same for the kubelet's client span and containerd's server span
-    /// would collide, so the side is part of it.
+    /// would collide, so the side is part of it — spelled here, not taken
+    /// from `Debug`: the key is part of the wire between agents (ids pinned
+    /// in the tests).
     fn call_span_id(trace: TraceId, side: Side, method: &str, key: &str) -> SpanId {
-        SpanId::for_key(trace, format!("cri/{side:?}/{method}/{key}").as_bytes())
+        let side = match side {
+            Side::Server => "Server",
+            Side::Client => "Client",
+        };
+        SpanId::for_key(trace, format!("cri/{side}/{method}/{key}").as_bytes())
     }
 
     /// A finished CRI call: its span, and the node span when the Pod's
@@ -1615,6 +1621,16 @@ mod tests {
             status: ExitStatus::Code(0),
             comm: String::new(),
         })
+    }
+
+    /// A CRI call's span ids, as every agent derives them (the same key
+    /// as `span::tests::ids_are_pinned`): both sides, distinct.
+    #[test]
+    fn cri_call_span_ids_are_pinned() {
+        let trace = TraceId::for_pod("prod", "5d0c7a52-1b8e-4e1f-9d5a-0f6f3a4b2c10");
+        let id = |side| NodeSpans::call_span_id(trace, side, "RunPodSandbox", "4ae49f66").to_hex();
+        assert_eq!(id(Side::Server), "9b1e6c67d8a8388d");
+        assert_eq!(id(Side::Client), "45704fb520273bc4");
     }
 
     #[test]

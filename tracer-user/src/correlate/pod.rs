@@ -37,6 +37,10 @@ impl Pod {
     }
 }
 
+/// The phases a Pod's creation ends at: a status update reporting one
+/// ends the creation's trace.
+pub const ENDING_PHASES: [&str; 3] = ["Running", "Succeeded", "Failed"];
+
 /// A string attribute.
 pub fn string_attribute(key: &str, value: &str) -> (String, AttributeValue) {
     (key.to_owned(), AttributeValue::String(value.to_owned()))

@@ -212,8 +212,6 @@ mod tests {
             TraceId::for_pod("prod", uid),
             TraceId::for_pod("prod", "another-uid")
         );
-        // Pinned: changing the derivation would split traces across agent versions.
-        assert_eq!(TraceId::for_pod("prod", uid).to_hex().len(), 32);
     }
 
     #[test]
@@ -232,5 +230,31 @@ mod tests {
             SpanId::well_known(TraceId::for_pod("c", "v"), "root")
         );
         assert_ne!(SpanId::for_key(trace, b"x").0, [0; 8]);
+    }
+    /// Every agent of every version derives the same ids: the derivation
+    /// is part of the wire. These values were computed by podtrace's first
+    /// release of it; a change that moves one splits traces across agents
+    /// (a rolling upgrade) and must fail here.
+    #[test]
+    fn ids_are_pinned() {
+        let uid = "5d0c7a52-1b8e-4e1f-9d5a-0f6f3a4b2c10";
+        let trace = TraceId::for_pod("prod", uid);
+        assert_eq!(trace.to_hex(), "dc56bd41c3d9a8a70545be548e7ae3c2");
+        assert_eq!(
+            TraceId::for_pod_deletion("prod", uid).to_hex(),
+            "f5886f9497c306274a645c77a36f6279"
+        );
+        assert_eq!(
+            SpanId::well_known(trace, "root").to_hex(),
+            "1c4ded620f397aed"
+        );
+        assert_eq!(
+            SpanId::well_known(trace, "node/worker-1").to_hex(),
+            "dcd3b270600ea2e1"
+        );
+        assert_eq!(
+            SpanId::for_key(trace, b"cri/Server/RunPodSandbox/4ae49f66").to_hex(),
+            "9b1e6c67d8a8388d"
+        );
     }
 }
