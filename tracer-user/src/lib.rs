@@ -4,7 +4,8 @@
 //! [`capture`] (eBPF object, ring buffer → `RawEvent`) → [`decode`]
 //! (`RawEvent` → `Message`) → [`correlate`] (`Message` → process activity,
 //! spans of Pod traces) → [`export`] (terminal, OTLP, OTLP-JSON, metrics).
-//! [`pipeline`] wires the stages as tokio tasks; [`check`] reports whether the
+//! [`pipeline`] wires the stages as tokio tasks; [`stats`] is what the stages
+//! count of what they lost; [`check`] reports whether the
 //! host has the kernel features podtrace needs; [`inspect`] reports
 //! what podtrace finds in a Go binary; [`explain`] tells a Pod's story from
 //! exported spans. `main.rs` only parses the
@@ -18,3 +19,4 @@ pub mod explain;
 pub mod export;
 pub mod inspect;
 pub mod pipeline;
+pub mod stats;

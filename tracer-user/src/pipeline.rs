@@ -223,6 +223,7 @@ impl Stages {
         // The decode stage's clock, for correlation's idle ticks.
         let decoded_ns = Arc::new(AtomicU64::new(0));
         let decoded = Arc::clone(&decoded_ns);
+        let (decode_metrics, correlate_metrics) = (export.metrics.clone(), export.metrics.clone());
         let decode = tokio::spawn(async move {
             let mut decoder = Decoder::new(&decode_options, decode_window);
             // A live agent's decisions that depend on quiet (the per-call
@@ -242,6 +243,9 @@ impl Stages {
                             .tick(raw_rx.is_empty().then(WallClock::monotonic_now_ns));
                         decoded.store(now_ns, Ordering::Release);
                         decoder.tick(now_ns);
+                        if let Some(metrics) = &decode_metrics {
+                            metrics.set_losses(&decoder.losses());
+                        }
                         Vec::new()
                     }
                 };
@@ -393,6 +397,9 @@ impl Stages {
                         let upstream_ns = msg_rx
                             .is_empty()
                             .then(|| decoded_ns.load(Ordering::Acquire));
+                        if let Some(metrics) = &correlate_metrics {
+                            metrics.set_losses(&correlator.losses());
+                        }
                         correlator.tick(clock.tick(upstream_ns))
                     }
                 };

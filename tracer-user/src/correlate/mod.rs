@@ -32,6 +32,7 @@ use tracer_common::config::ETCD_EXECUTABLE;
 use crate::{
     capture::{clock::WallClock, targets::etcd_member_name},
     decode::{Message, follow_window::FollowWindow},
+    stats::Loss,
 };
 
 /// Something worth reporting.
@@ -297,6 +298,25 @@ impl Correlator {
                 + self.control_spans.replication.dropped
                 + self.component_spans.dropped,
         )
+    }
+
+    /// What this stage lost since start: spans whose Pod stayed unknown or
+    /// that a bound dropped, Pods released unsettled, entries whose commit
+    /// was not seen, calls seen from one end only, entries not tracked.
+    pub fn losses(&self) -> Vec<Loss> {
+        let (unattributed, dropped) = self.span_losses();
+        vec![
+            Loss::correlate("spans_unattributed", unattributed),
+            Loss::correlate("spans_dropped_at_bound", dropped),
+            Loss::correlate("cni_runs_ambiguous", self.node_spans.cni_ambiguous),
+            Loss::correlate("pods_released_at_bound", self.assembly.released_at_bound),
+            Loss::correlate(
+                "raft_entries_uncommitted",
+                self.control_spans.replication.uncommitted,
+            ),
+            Loss::correlate("image_calls_unpaired", self.node_spans.unpaired_image_calls),
+            Loss::correlate("entries_not_tracked", self.full_drops()),
+        ]
     }
 
     /// Entries not tracked because a table was full.

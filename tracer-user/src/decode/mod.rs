@@ -31,9 +31,12 @@ pub use wal_writes::{WalDecoder, WalMessage};
 
 use tracer_common::io::{ConnAction, Direction, FdKind};
 
-use crate::capture::{
-    CaptureControl, CniExecRecord, ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord,
-    FileOpenRecord, ForkRecord, FsyncRecord, RawEvent,
+use crate::{
+    capture::{
+        CaptureControl, CniExecRecord, ConnKey, ConnRecord, DataRecord, ExecRecord, ExitRecord,
+        FileOpenRecord, ForkRecord, FsyncRecord, RawEvent,
+    },
+    stats::Loss,
 };
 
 /// What a component did, as far as one record tells.
@@ -187,6 +190,30 @@ impl Decoder {
         control.append(&mut self.grpc.control);
         control.append(&mut self.tls.control);
         control
+    }
+
+    /// What this stage lost since start: connections, files and members
+    /// not decoded for want of room, table copies refused, TLS records no
+    /// secret opened, Raft frames and WAL records that did not decode.
+    pub fn losses(&self) -> Vec<Loss> {
+        let tls = &self.tls;
+        let peers = &self.grpc.peers;
+        vec![
+            Loss::decode("connections_not_decoded", self.grpc.skipped_connections),
+            Loss::decode("wal_files_not_decoded", self.wal.skipped_files),
+            Loss::decode("etcd_members_not_decoded", self.wal.skipped_members),
+            Loss::decode("hpack_table_copies_refused", self.grpc.tables_refused),
+            Loss::decode("hpack_table_copies_incomplete", self.tables.incomplete),
+            Loss::decode("tls_records_undecryptable", tls.stats().undecryptable),
+            Loss::decode("tls_secrets_refused", tls.keys_refused),
+            Loss::decode("tls_directions_skipped", tls.skipped),
+            Loss::decode("tls_handshakes_too_long", tls.held_too_long),
+            Loss::decode("tls_readers_adrift", tls.readers_adrift),
+            Loss::decode("raft_appends_unnamed", peers.unnamed),
+            Loss::decode("raft_frames_undecoded", peers.errors),
+            Loss::decode("raft_hosts_not_kept", peers.hosts_dropped),
+            Loss::decode("wal_records_undecoded", self.wal.bad_records),
+        ]
     }
 
     /// Time passed with nothing to decode (a live agent's timer, at

@@ -30,6 +30,7 @@ use crate::{
         Span,
         span::{SpanKind, SpanStatus},
     },
+    stats::Loss,
 };
 
 /// The phases a Pod creation is cut into, and the span that measures each.
@@ -183,6 +184,12 @@ struct ReasonLabel {
     reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageReasonLabel {
+    stage: &'static str,
+    reason: &'static str,
+}
+
 /// podtrace's metrics. Cheap to update from the export stage; encoded at
 /// each scrape.
 pub struct Metrics {
@@ -191,6 +198,7 @@ pub struct Metrics {
     pods_traced: Counter,
     incomplete_traces: Counter,
     kernel_drops: Family<ReasonLabel, Gauge>,
+    losses: Family<StageReasonLabel, Counter>,
     export_failures: Counter,
     otlp_spans_dropped: Gauge,
     hpack_probes_attached: Gauge,
@@ -242,6 +250,12 @@ impl Default for Metrics {
             &mut registry,
             "kernel_drops",
             "Events, bytes or entries the kernel side dropped or cut, by reason (a total since start)",
+        );
+        let losses: Family<StageReasonLabel, Counter> = registered(
+            &mut registry,
+            "losses",
+            "What the user-space stages lost or left out since start, by stage and reason \
+             (the values the agent's exit log gives)",
         );
         let export_failures: Counter = registered(
             &mut registry,
@@ -304,6 +318,7 @@ impl Default for Metrics {
             pods_traced,
             incomplete_traces,
             kernel_drops,
+            losses,
             export_failures,
             otlp_spans_dropped,
             hpack_probes_attached,
@@ -367,6 +382,18 @@ impl Metrics {
                     reason: reason.name(),
                 })
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// A stage's loss counts, as last listed (totals since start: each
+    /// counter moves up to its count).
+    pub fn set_losses(&self, losses: &[Loss]) {
+        for loss in losses {
+            let counter = self.losses.get_or_create(&StageReasonLabel {
+                stage: loss.stage,
+                reason: loss.reason,
+            });
+            counter.inc_by(loss.count.saturating_sub(counter.get()));
         }
     }
 
@@ -594,6 +621,44 @@ mod tests {
             exposition.contains("podtrace_process_resident_memory_bytes"),
             "{exposition}"
         );
+    }
+
+    /// The stages' loss counts are counters that follow the totals they are
+    /// given, per stage and reason; every stage's list has one of each.
+    #[test]
+    fn stage_losses_are_counters_by_stage_and_reason() {
+        use crate::{
+            capture::clock::WallClock,
+            correlate::{Correlator, TraceConfig},
+            decode::{Decoder, follow_window::FollowWindow},
+            stats::Loss,
+        };
+        let metrics = Metrics::default();
+        metrics.set_losses(&[Loss::decode("tls_records_undecryptable", 2)]);
+        metrics.set_losses(&[
+            Loss::decode("tls_records_undecryptable", 5),
+            Loss::correlate("spans_unattributed", 1),
+        ]);
+        let exposition = metrics.encode();
+        for line in [
+            "podtrace_losses_total{stage=\"decode\",reason=\"tls_records_undecryptable\"} 5",
+            "podtrace_losses_total{stage=\"correlate\",reason=\"spans_unattributed\"} 1",
+        ] {
+            assert!(exposition.contains(line), "{line} in {exposition}");
+        }
+        let mut listed = Decoder::default().losses();
+        let clock = WallClock::from_offset(0);
+        let traces = TraceConfig::default();
+        let window = FollowWindow::new(clock, None, traces.trace_timeout_ns);
+        listed.extend(Correlator::new(clock, traces, window).losses());
+        let mut reasons: Vec<_> = listed
+            .iter()
+            .map(|loss| (loss.stage, loss.reason))
+            .collect();
+        reasons.sort_unstable();
+        reasons.dedup();
+        assert_eq!(reasons.len(), listed.len(), "{listed:#?}");
+        assert!(listed.iter().all(|loss| loss.count == 0), "{listed:#?}");
     }
 
     #[test]
