@@ -9,8 +9,8 @@
 //! sandbox was created before podtrace started) is counted, not guessed.
 //!
 //! Here: the CRI calls' spans (client and server paired) and the node span's
-//! life; [`images`]: which Pod an ImageStatus call was about, and the image
-//! and security facts; [`runtime`]: runc, the shim, the containers' first
+//! life; `images`: which Pod an ImageStatus call was about, and the image
+//! and security facts; `runtime`: runc, the shim, the containers' first
 //! processes and CNI plugin runs under the calls that caused them.
 
 use std::collections::{HashMap, HashSet, VecDeque};
