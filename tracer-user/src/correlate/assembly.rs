@@ -45,6 +45,7 @@ use super::{
     pod::{ENDING_PHASES, string_attribute},
     span::{AttributeValue, Span, SpanId, SpanKind, SpanLink, SpanStatus, TraceId},
 };
+use crate::bounded::BoundedMap;
 
 /// How long after a creation ended (in event time) its summary spans wait
 /// for the spans that were in flight then (the status update's response,
@@ -181,7 +182,7 @@ pub struct Assembly {
     /// Arrival order of the Pods in `pods`, for the bound.
     order: VecDeque<TraceId>,
     /// Pods whose deletion went out: later spans of theirs are nobody's.
-    done: HashSet<TraceId>,
+    done: BoundedMap<TraceId, ()>,
     /// Event time (unix ns), the latest seen.
     now_ns: u64,
     /// Spans after a creation and outside any deletion: not exported.
@@ -203,7 +204,7 @@ impl Assembly {
             trace_timeout_ns,
             pods: HashMap::new(),
             order: VecDeque::new(),
-            done: HashSet::new(),
+            done: BoundedMap::new(MAX_PODS * 4),
             now_ns: 0,
             after_creation: 0,
             released_at_bound: 0,
@@ -250,6 +251,12 @@ impl Assembly {
         out
     }
 
+    /// Ended traces forgotten at their bound, the oldest first: a late span
+    /// of one is no longer known to come after its creation.
+    pub fn forgotten(&self) -> u64 {
+        self.done.evicted()
+    }
+
     /// Time passed (unix ns of event time): what has settled.
     pub fn tick(&mut self, now_unix_ns: u64) -> Vec<Span> {
         self.now_ns = self.now_ns.max(now_unix_ns);
@@ -263,7 +270,7 @@ impl Assembly {
 
     fn place(&mut self, span: Span, uid: String, out: &mut Vec<Span>) {
         let trace = span.trace_id;
-        if self.done.contains(&trace) {
+        if self.done.contains_key(&trace) {
             self.after_creation += 1;
             return;
         }
@@ -426,10 +433,7 @@ impl Assembly {
     }
 
     fn remember_done(&mut self, trace: TraceId) {
-        if self.done.len() >= MAX_PODS * 4 {
-            self.done.clear();
-        }
-        self.done.insert(trace);
+        self.done.insert(trace, ());
     }
 
     /// Everything held for `trace`, as far as it got.

@@ -316,6 +316,12 @@ impl Correlator {
             ),
             Loss::correlate("image_calls_unpaired", self.node_spans.unpaired_image_calls),
             Loss::correlate("entries_not_tracked", self.full_drops()),
+            Loss::correlate(
+                "entries_forgotten_at_bound",
+                self.node_spans.forgotten()
+                    + self.control_spans.forgotten()
+                    + self.assembly.forgotten(),
+            ),
         ]
     }
 

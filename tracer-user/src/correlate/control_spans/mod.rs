@@ -47,6 +47,7 @@ use super::{
     span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, hex},
 };
 use crate::{
+    bounded::BoundedMap,
     capture::{ConnKey, FsyncRecord, clock::WallClock},
     decode::{
         EtcdMessage, RaftPeerMessage, WalMessage, follow_window::FollowWindow, grpc_calls::Side,
@@ -122,7 +123,7 @@ pub struct ControlSpans {
     states: HashMap<String, (Option<String>, Option<String>)>,
     /// What recent writes did, by request fingerprint: both sides of a
     /// call and its WAL entry describe one write.
-    changes: HashMap<[u8; 16], String>,
+    changes: BoundedMap<[u8; 16], String>,
     roots: HashMap<String, Root>,
     batches: HashMap<ConnKey, WalBatch>,
     /// etcd members' names (`--name`), by tgid: which member a WAL span's
@@ -134,7 +135,7 @@ pub struct ControlSpans {
     pub replication: Replication,
     /// The followed Pods of each entry sent between members, by request
     /// fingerprint, as they were when it was sent.
-    entry_pods: HashMap<[u8; 16], Vec<PodName>>,
+    entry_pods: BoundedMap<[u8; 16], Vec<PodName>>,
     /// Span keys drafted recently, with their spans' end (unix ns).
     seen: HashMap<String, u64>,
     seen_order: VecDeque<String>,
@@ -170,13 +171,13 @@ impl ControlSpans {
             window,
             uids: HashMap::new(),
             states: HashMap::new(),
-            changes: HashMap::new(),
+            changes: BoundedMap::new(MAX_SEEN),
             roots: HashMap::new(),
             batches: HashMap::new(),
             members: HashMap::new(),
             member_names: HashMap::new(),
             replication: Replication::default(),
-            entry_pods: HashMap::new(),
+            entry_pods: BoundedMap::new(MAX_SEEN),
             seen: HashMap::new(),
             seen_order: VecDeque::new(),
             waiting: Vec::new(),
@@ -342,9 +343,6 @@ impl ControlSpans {
             return Some(change.clone());
         }
         let change = self.new_change(call, pod, failed)?;
-        if self.changes.len() >= MAX_SEEN {
-            self.changes.clear();
-        }
         self.changes.insert(call.fingerprint, change.clone());
         Some(change)
     }
@@ -384,6 +382,12 @@ impl ControlSpans {
             }
             _ => Some("updated".to_owned()),
         }
+    }
+
+    /// Writes' changes and entries' Pods forgotten at their bound, the
+    /// oldest first (see [`BoundedMap`]).
+    pub fn forgotten(&self) -> u64 {
+        self.changes.evicted() + self.entry_pods.evicted()
     }
 
     /// Event time moved on (live: the clock; replay: the records): spans

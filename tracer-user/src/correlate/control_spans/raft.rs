@@ -33,9 +33,6 @@ impl ControlSpans {
         for entry in &message.pod_entries {
             if !self.entry_pods.contains_key(&entry.fingerprint) {
                 let pods = self.learn(&entry.clues, &entry.fingerprint);
-                if self.entry_pods.len() >= MAX_SEEN {
-                    self.entry_pods.clear();
-                }
                 self.entry_pods.insert(entry.fingerprint, pods);
             }
         }

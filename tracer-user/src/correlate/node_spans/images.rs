@@ -39,6 +39,7 @@ impl NodeSpans {
         }
         if self.image_calls.len() >= MAX_IMAGE_CALLS {
             self.image_calls.pop_front();
+            self.image_calls_forgotten += 1;
         }
         self.image_calls.push_back(call.clone());
     }
@@ -112,10 +113,12 @@ impl NodeSpans {
                 .partition(|held| candidate(held));
         self.image_calls = rest;
         if competing {
-            if self.refused_image_calls.len() + claimed.len() > MAX_IMAGE_CALLS {
-                self.refused_image_calls.clear();
-            }
             self.refused_image_calls.extend(claimed);
+            // The oldest go first, counted.
+            while self.refused_image_calls.len() > MAX_IMAGE_CALLS {
+                self.refused_image_calls.pop_front();
+                self.image_calls_forgotten += 1;
+            }
             return (Vec::new(), found);
         }
         // The same calls seen from the other end of their connection are
@@ -182,12 +185,8 @@ impl NodeSpans {
             }
         }
         for (side, facts) in mirrored {
-            if self.mirrored_statuses.len() >= MAX_ENTRIES {
-                self.mirrored_statuses.clear();
-            }
             self.mirrored_statuses
-                .entry((side, pod.uid.clone()))
-                .or_default()
+                .get_or_insert_with((side, pod.uid.clone()), Vec::new)
                 .push(facts);
         }
         (spans, found)
@@ -222,10 +221,7 @@ impl NodeSpans {
     }
 
     pub(super) fn note_pull(&mut self, pod: &Pod, side: Side, facts: &ContainerFacts) {
-        if self.pulls.len() >= MAX_ENTRIES && !self.pulls.contains_key(&pod.uid) {
-            self.pulls.clear();
-        }
-        let pulls = self.pulls.entry(pod.uid.clone()).or_default();
+        let pulls = self.pulls.get_or_insert_with(pod.uid.clone(), Vec::new);
         if pulls.len() >= MAX_PULLS_PER_POD {
             pulls.remove(0);
         }

@@ -13,7 +13,7 @@
 //! and security facts; `runtime`: runc, the shim, the containers' first
 //! processes and CNI plugin runs under the calls that caused them.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use tracer_decode::{
     cri::{ContainerFacts, SecurityFacts},
@@ -25,6 +25,7 @@ use super::{
     span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, TraceId},
 };
 use crate::{
+    bounded::BoundedMap,
     capture::{ExecRecord, ExitRecord, ExitStatus, ForkRecord, clock::WallClock},
     decode::{CriMessage, grpc_calls::Side},
 };
@@ -89,9 +90,9 @@ pub struct NodeSpans {
     /// When each Pod's first CRI call started (for its node span).
     first_call_ns: HashMap<String, u64>,
     /// Pods (UIDs) whose node span went out.
-    closed_nodes: HashSet<String>,
+    closed_nodes: BoundedMap<String, ()>,
     /// Client-side CRI spans seen, with their end (unix ns).
-    client_calls: HashMap<SpanId, u64>,
+    client_calls: BoundedMap<SpanId, u64>,
     /// Server-side CRI spans waiting for their client span.
     held: Vec<HeldServerSpan>,
     /// Processes between `runc create` and the container's first exec
@@ -110,23 +111,25 @@ pub struct NodeSpans {
     /// them), kept as long as held ones: the same calls seen from the other
     /// end of their connection may be claimed there, and these go with them.
     refused_image_calls: VecDeque<CriMessage>,
+    /// ImageStatus calls forgotten at their bounds, oldest first.
+    image_calls_forgotten: u64,
     /// What ImageStatus calls taken with their other end's claim found, per
     /// side and Pod (uid), until that side's CreateContainer reads it.
-    mirrored_statuses: HashMap<(Side, String), Vec<ContainerFacts>>,
+    mirrored_statuses: BoundedMap<(Side, String), Vec<ContainerFacts>>,
     /// Images pulled for each Pod (by uid): which side saw the pull, and
     /// its image reference and id.
-    pulls: HashMap<String, Vec<(Side, ContainerFacts)>>,
+    pulls: BoundedMap<String, Vec<(Side, ContainerFacts)>>,
     /// Created containers' names and images, by container id.
-    container_images: HashMap<String, ContainerImage>,
+    container_images: BoundedMap<String, ContainerImage>,
     /// Pods whose sandbox was created and whose first container not yet,
     /// per side: when their last CRI call ended (CLOCK_MONOTONIC ns). A
     /// kubelet worker asks ImageStatus right after its Pod's other calls
     /// (PodSandboxStatus, PullImage): one that was active while another
     /// Pod's image was asked about may have asked too.
-    awaiting_container: HashMap<(Side, String), u64>,
+    awaiting_container: BoundedMap<(Side, String), u64>,
     /// When each Pod's sandbox was answered, per side (CLOCK_MONOTONIC
     /// ns): the kubelet asks about a container's image after it.
-    sandbox_ready: HashMap<(Side, String), u64>,
+    sandbox_ready: BoundedMap<(Side, String), u64>,
     /// Recent RunPodSandbox, StopPodSandbox and RemovePodSandbox calls
     /// (which run the CNI plugins: ADD, DEL, DEL again) as containerd handled them: method, sandbox id,
     /// start and end (CLOCK_MONOTONIC ns).
@@ -155,8 +158,8 @@ impl NodeSpans {
             sandbox_by_container: HashMap::new(),
             runc_runs: HashMap::new(),
             first_call_ns: HashMap::new(),
-            closed_nodes: HashSet::new(),
-            client_calls: HashMap::new(),
+            closed_nodes: BoundedMap::new(MAX_ENTRIES),
+            client_calls: BoundedMap::new(MAX_ENTRIES),
             held: Vec::new(),
             container_inits: HashMap::new(),
             container_processes: HashMap::new(),
@@ -166,11 +169,12 @@ impl NodeSpans {
             cni_calls: HashMap::new(),
             image_calls: VecDeque::new(),
             refused_image_calls: VecDeque::new(),
-            mirrored_statuses: HashMap::new(),
-            pulls: HashMap::new(),
-            container_images: HashMap::new(),
-            awaiting_container: HashMap::new(),
-            sandbox_ready: HashMap::new(),
+            image_calls_forgotten: 0,
+            mirrored_statuses: BoundedMap::new(MAX_ENTRIES),
+            pulls: BoundedMap::new(MAX_ENTRIES),
+            container_images: BoundedMap::new(MAX_ENTRIES),
+            awaiting_container: BoundedMap::new(MAX_ENTRIES),
+            sandbox_ready: BoundedMap::new(MAX_ENTRIES),
             unattributed: 0,
             cni_ambiguous: 0,
             unpaired_image_calls: 0,
@@ -307,23 +311,14 @@ impl NodeSpans {
                     facts.extend(security_attributes(security));
                 }
                 if let Some(container_id) = &container_id {
-                    if self.container_images.len() >= MAX_ENTRIES {
-                        self.container_images.clear();
-                    }
                     self.container_images.insert(container_id.clone(), image);
                 }
             }
             "RunPodSandbox" => {
                 // Answered with a sandbox (the trailers may not have been captured).
                 if sandbox_id.is_some() && call.status_code.unwrap_or(0) == 0 {
-                    if self.awaiting_container.len() >= MAX_ENTRIES {
-                        self.awaiting_container.clear();
-                    }
                     self.awaiting_container
                         .insert((call.side, pod.uid.clone()), now);
-                    if self.sandbox_ready.len() >= MAX_ENTRIES {
-                        self.sandbox_ready.clear();
-                    }
                     self.sandbox_ready.insert((call.side, pod.uid.clone()), now);
                 }
                 if let Some(security) = call.facts.as_ref().and_then(|f| f.security.as_ref()) {
@@ -364,7 +359,7 @@ impl NodeSpans {
         let (start, end) = (self.clock.unix_ns(start), self.clock.unix_ns(end));
         // A Pod whose node span went out starts no other: its later calls
         // (status polls, the teardown) are not its first.
-        let counts = !self.closed_nodes.contains(&pod.uid)
+        let counts = !self.closed_nodes.contains_key(&pod.uid)
             && (self.first_call_ns.len() < MAX_ENTRIES
                 || self.first_call_ns.contains_key(&pod.uid));
         if counts {
@@ -458,9 +453,6 @@ impl NodeSpans {
         let mut spans = Vec::new();
         match call.side {
             Side::Client => {
-                if self.client_calls.len() >= MAX_ENTRIES {
-                    self.client_calls.clear();
-                }
                 self.client_calls.insert(span.span_id, end);
                 // containerd not followed: the kubelet's side ends the node span.
                 let server_held = self.held.iter().any(|held| held.client == span.span_id);
@@ -492,6 +484,19 @@ impl NodeSpans {
         spans.extend(self.release_held(now, false));
         spans.extend(self.attribute_pending(now));
         spans
+    }
+
+    /// Entries forgotten at a bound, the oldest first: calls, images,
+    /// sandboxes and Pods remembered (see [`BoundedMap`]).
+    pub fn forgotten(&self) -> u64 {
+        self.image_calls_forgotten
+            + self.closed_nodes.evicted()
+            + self.client_calls.evicted()
+            + self.mirrored_statuses.evicted()
+            + self.pulls.evicted()
+            + self.container_images.evicted()
+            + self.awaiting_container.evicted()
+            + self.sandbox_ready.evicted()
     }
 
     /// Time passed: server spans whose client was not seen go out under the
@@ -544,10 +549,7 @@ impl NodeSpans {
     /// there is no first call to close from.
     fn close_node_span(&mut self, pod: &Pod, end_ns: u64, status: SpanStatus) -> Option<Span> {
         let start = self.first_call_ns.remove(&pod.uid)?;
-        if self.closed_nodes.len() >= MAX_ENTRIES {
-            self.closed_nodes.clear();
-        }
-        self.closed_nodes.insert(pod.uid.clone());
+        self.closed_nodes.insert(pod.uid.clone(), ());
         Some(Span {
             trace_id: pod.trace,
             span_id: self.node_span_id(pod.trace),
