@@ -226,6 +226,11 @@ impl Assembly {
         SpanId::well_known(trace, &format!("node/{}", self.node_name))
     }
 
+    /// The ids of `trace`'s summaries on this agent: its root, its node span.
+    fn summary_ids(&self, trace: TraceId) -> (SpanId, SpanId) {
+        (SpanId::well_known(trace, "root"), self.node_span(trace))
+    }
+
     /// Takes finished spans at event time `now_unix_ns`; returns those
     /// that go out now. Held spans go out from [`Assembly::tick`].
     pub fn admit(&mut self, spans: Vec<Span>, now_unix_ns: u64) -> Vec<Span> {
@@ -283,7 +288,7 @@ impl Assembly {
             }
             self.order.push_back(trace);
         }
-        let (root, node) = (SpanId::well_known(trace, "root"), self.node_span(trace));
+        let (root, node) = self.summary_ids(trace);
         let now = self.now_ns;
         let pod = self.pods.entry(trace).or_insert_with(|| PodSpans {
             first_seen_ns: now,
@@ -357,7 +362,7 @@ impl Assembly {
         let mut out = Vec::new();
         let traces: Vec<TraceId> = self.order.iter().copied().collect();
         for trace in traces {
-            let summary_ids = (SpanId::well_known(trace, "root"), self.node_span(trace));
+            let summary_ids = self.summary_ids(trace);
             let Some(pod) = self.pods.get_mut(&trace) else {
                 continue;
             };
@@ -392,9 +397,7 @@ impl Assembly {
                 None => now >= pod.first_seen_ns.saturating_add(self.trace_timeout_ns),
             };
             if !pod.released && (all || creation_due) {
-                while let Some((span, _)) = pod.waiting.pop() {
-                    place_freeing(pod, unawaited(span, summary_ids.1), summary_ids, &mut out);
-                }
+                release_waiting(pod, summary_ids, &mut out);
                 pod.released = true;
                 out.extend(summaries(pod, trace, &self.node_name));
             }
@@ -442,15 +445,7 @@ impl Assembly {
             return Vec::new();
         };
         let mut out = Vec::new();
-        let summary_ids = (SpanId::well_known(trace, "root"), self.node_span(trace));
-        while let Some((span, _)) = pod.waiting.pop() {
-            place_freeing(
-                &mut pod,
-                unawaited(span, summary_ids.1),
-                summary_ids,
-                &mut out,
-            );
-        }
+        release_waiting(&mut pod, self.summary_ids(trace), &mut out);
         if !pod.released {
             out.extend(summaries(&mut pod, trace, &self.node_name));
         }
@@ -581,6 +576,14 @@ fn offer(
         None => {}
     }
     place_freeing(pod, span, (root, node), out);
+}
+
+/// Every span still waiting goes out ([`unawaited`]), each freeing those
+/// that waited for it.
+fn release_waiting(pod: &mut PodSpans, summaries: (SpanId, SpanId), out: &mut Vec<Span>) {
+    while let Some((span, _)) = pod.waiting.pop() {
+        place_freeing(pod, unawaited(span, summaries.1), summaries, out);
+    }
 }
 
 /// A span that stops waiting for its parent: it goes out under the parent
