@@ -9,6 +9,8 @@
 //! In: the spans a running agent holds (`GET /traces` on its metrics
 //! address) or an OTLP-JSON file. Out: text.
 
+use crate::correlate::contract::attr;
+
 use std::collections::BTreeMap;
 
 use crate::{
@@ -24,8 +26,8 @@ use crate::{
 /// under the same name has two), oldest first. `None` if no span names it.
 pub fn explain(spans: &[Span], namespace: &str, name: &str) -> Option<String> {
     let of_pod = |span: &Span| {
-        span.string_attribute("k8s.namespace.name") == Some(namespace)
-            && span.string_attribute("k8s.pod.name") == Some(name)
+        span.string_attribute(attr::K8S_NAMESPACE_NAME) == Some(namespace)
+            && span.string_attribute(attr::K8S_POD_NAME) == Some(name)
     };
     let mut traces: BTreeMap<TraceId, Vec<Span>> = BTreeMap::new();
     for span in spans.iter().filter(|span| of_pod(span)) {
@@ -65,7 +67,7 @@ fn section(spans: &[Span]) -> String {
     let verdict = match root {
         Some(root) => {
             let ms = root.end_unix_ns.saturating_sub(root.start_unix_ns) as f64 / 1e6;
-            let complete = root.bool_attribute("podtrace.trace.complete") == Some(true);
+            let complete = root.bool_attribute(attr::TRACE_COMPLETE) == Some(true);
             let deletion = root.name.starts_with("pod.delete ");
             match (&root.status, complete) {
                 // The Pod's deletion: a trace of its own.
@@ -77,7 +79,7 @@ fn section(spans: &[Span]) -> String {
                 }
                 (SpanStatus::Error(message), _) => format!("status: {message}"),
                 (SpanStatus::Unset, false) => {
-                    match root.string_attribute("podtrace.trace.stuck_phase") {
+                    match root.string_attribute(attr::TRACE_STUCK_PHASE) {
                         Some(phase) => format!("status: incomplete: {phase}"),
                         None => "status: incomplete".to_owned(),
                     }
@@ -92,7 +94,7 @@ fn section(spans: &[Span]) -> String {
     out.push('\n');
     if let Some(node) = spans
         .iter()
-        .find_map(|span| span.string_attribute("k8s.node.name"))
+        .find_map(|span| span.string_attribute(attr::K8S_NODE_NAME))
     {
         out.push_str(&format!("node: {node}\n"));
     }
@@ -125,15 +127,15 @@ mod tests {
             end_unix_ns: 1_500_000_000,
             attributes: vec![
                 (
-                    "k8s.pod.name".to_owned(),
+                    attr::K8S_POD_NAME.to_owned(),
                     AttributeValue::String("web".into()),
                 ),
                 (
-                    "k8s.namespace.name".to_owned(),
+                    attr::K8S_NAMESPACE_NAME.to_owned(),
                     AttributeValue::String("default".into()),
                 ),
                 (
-                    "k8s.node.name".to_owned(),
+                    attr::K8S_NODE_NAME.to_owned(),
                     AttributeValue::String("node-a".into()),
                 ),
             ],
@@ -187,10 +189,8 @@ mod tests {
         let creation = TraceId::for_pod("c", "uid");
         let deletion = TraceId::for_pod_deletion("c", "uid");
         let mut root = span(creation, "pod.create default/web", None, SpanStatus::Unset);
-        root.attributes.push((
-            "podtrace.trace.complete".to_owned(),
-            AttributeValue::Bool(true),
-        ));
+        root.attributes
+            .push((attr::TRACE_COMPLETE.to_owned(), AttributeValue::Bool(true)));
         let mut delete = span(deletion, "pod.delete default/web", None, SpanStatus::Unset);
         delete.start_unix_ns += 9_000_000_000;
         delete.end_unix_ns = delete.start_unix_ns + 250_000_000;
@@ -212,8 +212,8 @@ mod tests {
             SpanStatus::Unset,
         );
         for (key, value) in [
-            ("rpc.method", "PullImage"),
-            ("container.image.name", "nginx:1.27"),
+            (attr::RPC_METHOD, "PullImage"),
+            (attr::CONTAINER_IMAGE_NAME, "nginx:1.27"),
         ] {
             pull.attributes
                 .push((key.to_owned(), AttributeValue::String(value.into())));

@@ -39,6 +39,8 @@
 //! Across agents each holds only its own spans: their clocks differ, and
 //! a tree spread over nodes is as well-formed as their clocks agree.
 
+use crate::correlate::contract::{attr, name};
+
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::{
@@ -92,18 +94,18 @@ fn role(span: &Span) -> Role {
         return Role::CreationRoot;
     }
     let attribute = |key| span.string_attribute(key);
-    let teardown = attribute("rpc.method").is_some_and(|m| TEARDOWN_CALLS.contains(&m))
+    let teardown = attribute(attr::RPC_METHOD).is_some_and(|m| TEARDOWN_CALLS.contains(&m))
         || matches!(span.name.as_str(), "runc kill" | "runc delete")
         || span.name.starts_with("container process exit")
-        || attribute("podtrace.cni.call")
+        || attribute(attr::CNI_CALL)
             .is_some_and(|call| call == "StopPodSandbox" || call == "RemovePodSandbox")
-        || attribute("http.request.method") == Some("DELETE");
+        || attribute(attr::HTTP_REQUEST_METHOD) == Some("DELETE");
     if teardown {
         Role::Teardown
-    } else if attribute("k8s.pod.phase").is_some_and(|phase| ENDING_PHASES.contains(&phase))
+    } else if attribute(attr::K8S_POD_PHASE).is_some_and(|phase| ENDING_PHASES.contains(&phase))
         // The request's span, not the calls inside it (which repeat its
         // attributes): it ends when the answer is in.
-        && attribute("http.route").is_some_and(|route| span.name.ends_with(route))
+        && attribute(attr::HTTP_ROUTE).is_some_and(|route| span.name.ends_with(route))
     {
         Role::EndsCreation
     } else {
@@ -114,8 +116,8 @@ fn role(span: &Span) -> Role {
 /// Whether a span is the node's work on the Pod (the kubelet's, the
 /// runtime's): its parent in the deletion trace is the node span.
 fn on_node(span: &Span) -> bool {
-    span.string_attribute("k8s.node.name").is_some()
-        || span.string_attribute("k8s.component") == Some("kubelet")
+    span.string_attribute(attr::K8S_NODE_NAME).is_some()
+        || span.string_attribute(attr::K8S_COMPONENT) == Some("kubelet")
 }
 
 /// Where a span that went out lies, and under what.
@@ -239,7 +241,7 @@ impl Assembly {
         for span in spans {
             // Spans of no Pod (unattributed), and of traces made of one
             // request (a rejected or dry-run create), go out as they are.
-            let Some(uid) = span.string_attribute("k8s.pod.uid").map(str::to_owned) else {
+            let Some(uid) = span.string_attribute(attr::K8S_POD_UID).map(str::to_owned) else {
                 out.push(span);
                 continue;
             };
@@ -296,8 +298,8 @@ impl Assembly {
         });
         if pod.name.is_none() {
             if let (Some(name), Some(namespace)) = (
-                span.string_attribute("k8s.pod.name"),
-                span.string_attribute("k8s.namespace.name"),
+                span.string_attribute(attr::K8S_POD_NAME),
+                span.string_attribute(attr::K8S_NAMESPACE_NAME),
             ) {
                 pod.name = Some((namespace.to_owned(), name.to_owned()));
             }
@@ -307,7 +309,7 @@ impl Assembly {
         match role {
             Role::CreationRoot => {
                 pod.rooted = true;
-                pod.bound = span.string_attribute("k8s.node.name").is_some();
+                pod.bound = span.string_attribute(attr::K8S_NODE_NAME).is_some();
                 end_creation(pod, span.end_unix_ns, now);
             }
             Role::EndsCreation => end_creation(pod, span.end_unix_ns, now),
@@ -486,7 +488,7 @@ impl Assembly {
                 trace_id: trace,
                 span_id: node,
                 parent_span_id: Some(root),
-                name: format!("node {}", self.node_name),
+                name: name::node(&self.node_name),
                 kind: SpanKind::Internal,
                 start_unix_ns: u64::MAX,
                 end_unix_ns: 0,
@@ -498,18 +500,18 @@ impl Assembly {
         if on_this_node || (pod.rooted && !pod.bound) {
             let (namespace, name) = pod.name.clone().unwrap_or_default();
             let mut attributes = vec![
-                string_attribute("k8s.pod.name", &name),
-                string_attribute("k8s.namespace.name", &namespace),
-                string_attribute("k8s.pod.uid", uid),
+                string_attribute(attr::K8S_POD_NAME, &name),
+                string_attribute(attr::K8S_NAMESPACE_NAME, &namespace),
+                string_attribute(attr::K8S_POD_UID, uid),
             ];
             if on_this_node {
-                attributes.push(string_attribute("k8s.node.name", &self.node_name));
+                attributes.push(string_attribute(attr::K8S_NODE_NAME, &self.node_name));
             }
             spans.push(Span {
                 trace_id: trace,
                 span_id: root,
                 parent_span_id: None,
-                name: format!("pod.delete {namespace}/{name}"),
+                name: name::pod_delete(&namespace, &name),
                 kind: SpanKind::Internal,
                 // Reaches over the deletion's spans ([`nest`]).
                 start_unix_ns: u64::MAX,
@@ -649,7 +651,7 @@ fn summaries(pod: &mut PodSpans, trace: TraceId, node_name: &str) -> Vec<Span> {
                     trace_id: trace,
                     span_id: node,
                     parent_span_id: Some(root),
-                    name: format!("node {node_name}"),
+                    name: name::node(node_name),
                     kind: SpanKind::Internal,
                     start_unix_ns: start,
                     end_unix_ns: end,
@@ -709,10 +711,10 @@ fn widen(span: &mut Span, start: u64, end: u64) {
 fn pod_attributes(pod: &PodSpans, node_name: &str) -> Vec<(String, AttributeValue)> {
     let (namespace, name) = pod.name.clone().unwrap_or_default();
     vec![
-        string_attribute("k8s.pod.name", &name),
-        string_attribute("k8s.namespace.name", &namespace),
-        string_attribute("k8s.pod.uid", pod.uid.as_deref().unwrap_or_default()),
-        string_attribute("k8s.node.name", node_name),
+        string_attribute(attr::K8S_POD_NAME, &name),
+        string_attribute(attr::K8S_NAMESPACE_NAME, &namespace),
+        string_attribute(attr::K8S_POD_UID, pod.uid.as_deref().unwrap_or_default()),
+        string_attribute(attr::K8S_NODE_NAME, node_name),
     ]
 }
 
@@ -832,9 +834,9 @@ mod tests {
         attributes: &[(&str, &str)],
     ) -> Span {
         let mut all = vec![
-            string_attribute("k8s.pod.name", "web"),
-            string_attribute("k8s.namespace.name", "default"),
-            string_attribute("k8s.pod.uid", UID),
+            string_attribute(attr::K8S_POD_NAME, "web"),
+            string_attribute(attr::K8S_NAMESPACE_NAME, "default"),
+            string_attribute(attr::K8S_POD_UID, UID),
         ];
         all.extend(attributes.iter().map(|(k, v)| string_attribute(k, v)));
         Span {
@@ -855,7 +857,7 @@ mod tests {
         let mut root = span("root", None, "pod.create default/web", (0, end_ms), &[]);
         root.span_id = root_id();
         root.attributes
-            .push(string_attribute("k8s.node.name", NODE));
+            .push(string_attribute(attr::K8S_NODE_NAME, NODE));
         root
     }
 
@@ -877,7 +879,7 @@ mod tests {
             Some(node_id()),
             &format!("runtime.v1.RuntimeService/{method}"),
             times,
-            &[("rpc.method", method), ("k8s.node.name", NODE)],
+            &[(attr::RPC_METHOD, method), (attr::K8S_NODE_NAME, NODE)],
         )
     }
 
@@ -929,14 +931,14 @@ mod tests {
             Some(start.span_id),
             "container process start: sh",
             (55, 55),
-            &[("k8s.node.name", NODE)],
+            &[(attr::K8S_NODE_NAME, NODE)],
         );
         let sync = span(
             "sync",
             Some(node_id()),
-            "kubelet pod sync",
+            name::KUBELET_SYNC,
             (5, 52),
-            &[("k8s.component", "kubelet")],
+            &[(attr::K8S_COMPONENT, "kubelet")],
         );
         // The spans go out as they come; the summaries wait.
         let mut out = assembly.admit(
@@ -969,7 +971,7 @@ mod tests {
                 span_id: start.span_id
             }]
         );
-        assert!(start.links.is_empty() && named(&out, "kubelet pod sync").links.is_empty());
+        assert!(start.links.is_empty() && named(&out, name::KUBELET_SYNC).links.is_empty());
         // The node span the node's builder closed late is not sent twice.
         assert!(
             assembly
@@ -996,7 +998,7 @@ mod tests {
             Some(sandbox.span_id),
             "container process start: pause",
             (82, 82),
-            &[("k8s.node.name", NODE)],
+            &[(attr::K8S_NODE_NAME, NODE)],
         );
         let mut out = assembly.admit(vec![pause], at(83));
         out.extend(assembly.admit(vec![sandbox, root(100)], at(100)));
@@ -1018,9 +1020,9 @@ mod tests {
         let sync = span(
             "sync",
             Some(node_id()),
-            "kubelet pod sync",
+            name::KUBELET_SYNC,
             (5, 90),
-            &[("k8s.component", "kubelet")],
+            &[(attr::K8S_COMPONENT, "kubelet")],
         );
         let mut client = cri("kubelet-side", "RunPodSandbox", (19, 51));
         client.parent_span_id = Some(sync.span_id);
@@ -1031,7 +1033,7 @@ mod tests {
             Some(sandbox.span_id),
             "container process start: pause",
             (82, 82),
-            &[("k8s.node.name", NODE)],
+            &[(attr::K8S_NODE_NAME, NODE)],
         );
         let mut out = assembly.admit(vec![sync.clone(), sandbox, pause], at(83));
         out.extend(assembly.tick(at(83) + SETTLE_NS));
@@ -1053,7 +1055,7 @@ mod tests {
             Some(start.span_id),
             "container process start: sh",
             (120, 120),
-            &[("k8s.node.name", NODE)],
+            &[(attr::K8S_NODE_NAME, NODE)],
         );
         let mut out = assembly.admit(vec![start, node_span(20, 50), root(100)], at(100));
         out.extend(assembly.admit(vec![exec], at(121)));
@@ -1082,17 +1084,17 @@ mod tests {
             "CNI ptp",
             (3010, 3090),
             &[
-                ("podtrace.cni.call", "StopPodSandbox"),
-                ("k8s.node.name", NODE),
+                (attr::CNI_CALL, "StopPodSandbox"),
+                (attr::K8S_NODE_NAME, NODE),
             ],
         );
         del.kind = SpanKind::Internal;
         let status = span(
             "status",
             Some(node_id()),
-            "kubelet status update",
+            name::KUBELET_STATUS_UPDATE,
             (3050, 3060),
-            &[("k8s.component", "kubelet")],
+            &[(attr::K8S_COMPONENT, "kubelet")],
         );
         let poll = cri("poll", "PodSandboxStatus", (2000, 2001));
         let mut out = assembly.admit(vec![poll, del, status, stop], at(3100));
@@ -1118,7 +1120,7 @@ mod tests {
         assert_eq!(stop.parent_span_id, Some(node.span_id));
         assert_eq!(named(&out, "CNI ptp").parent_span_id, Some(stop.span_id));
         assert_eq!(
-            named(&out, "kubelet status update").parent_span_id,
+            named(&out, name::KUBELET_STATUS_UPDATE).parent_span_id,
             Some(node.span_id)
         );
         assert_eq!(assembly.after_creation, 1, "the poll before the teardown");
@@ -1136,16 +1138,16 @@ mod tests {
         let update = span(
             "update",
             Some(node_id()),
-            "kubelet status update",
+            name::KUBELET_STATUS_UPDATE,
             (60, 92),
-            &[("k8s.component", "kubelet")],
+            &[(attr::K8S_COMPONENT, "kubelet")],
         );
         let patch = span(
             "patch",
             Some(update.span_id),
             &format!("PATCH {route}"),
             (61, 90),
-            &[("http.route", route), ("k8s.pod.phase", "Running")],
+            &[(attr::HTTP_ROUTE, route), (attr::K8S_POD_PHASE, "Running")],
         );
         let start = cri("start", "StartContainer", (20, 50));
         let resync = cri("resync", "ContainerStatus", (95, 96));
@@ -1170,7 +1172,7 @@ mod tests {
             Some(root_id()),
             "PATCH /api/v1/namespaces/{namespace}/pods/{name}/status",
             (10, 12),
-            &[("k8s.pod.phase", "Running")],
+            &[(attr::K8S_POD_PHASE, "Running")],
         );
         let delete = cri("stop", "StopPodSandbox", (30, 40));
         let mut own = assembly().without_pod(Some(UID.to_owned()));
@@ -1192,9 +1194,9 @@ mod tests {
         let sync = span(
             "sync",
             Some(node_id()),
-            "kubelet pod sync",
+            name::KUBELET_SYNC,
             (30, 40),
-            &[("k8s.component", "kubelet")],
+            &[(attr::K8S_COMPONENT, "kubelet")],
         );
         let sandbox = cri("sandbox", "RunPodSandbox", (32, 38));
         let mut root = root(300_000);
@@ -1205,7 +1207,7 @@ mod tests {
         assert_tree(&out, creation());
         let node = named(&out, "node node-a");
         assert_eq!(node.parent_span_id, Some(root_id()));
-        assert_eq!(node.string_attribute("k8s.pod.uid"), Some(UID));
+        assert_eq!(node.string_attribute(attr::K8S_POD_UID), Some(UID));
         assert_eq!((node.start_unix_ns, node.end_unix_ns), (at(30), at(40)));
     }
 }

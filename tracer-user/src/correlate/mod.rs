@@ -12,6 +12,7 @@
 pub mod assembly;
 pub mod component_spans;
 pub mod conn_table;
+pub mod contract;
 pub mod control_spans;
 pub mod node_spans;
 pub mod pod;

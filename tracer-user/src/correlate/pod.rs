@@ -1,6 +1,8 @@
 //! A Pod as correlation knows it, and the attributes every span of its
 //! trace carries.
 
+use crate::correlate::contract::attr;
+
 use super::span::{AttributeValue, TraceId};
 
 /// A Pod whose UID is known, with the trace its spans belong to.
@@ -30,9 +32,9 @@ impl Pod {
     /// `k8s.pod.name`, `k8s.namespace.name`, `k8s.pod.uid`.
     pub fn attributes(&self) -> Vec<(String, AttributeValue)> {
         vec![
-            string_attribute("k8s.pod.name", &self.name),
-            string_attribute("k8s.namespace.name", &self.namespace),
-            string_attribute("k8s.pod.uid", &self.uid),
+            string_attribute(attr::K8S_POD_NAME, &self.name),
+            string_attribute(attr::K8S_NAMESPACE_NAME, &self.namespace),
+            string_attribute(attr::K8S_POD_UID, &self.uid),
         ]
     }
 }

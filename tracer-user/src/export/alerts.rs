@@ -5,6 +5,8 @@
 //!
 //! In: finished spans. Out: [`Alert`]s.
 
+use crate::correlate::contract::attr;
+
 use std::time::Duration;
 
 use super::metrics::Phase;
@@ -88,9 +90,9 @@ pub fn check(thresholds: &[Threshold], spans: &[Span]) -> Vec<Alert> {
                     seconds,
                     threshold_seconds: threshold.limit.as_secs_f64(),
                     namespace: span
-                        .string_attribute("k8s.namespace.name")
+                        .string_attribute(attr::K8S_NAMESPACE_NAME)
                         .map(str::to_owned),
-                    pod: span.string_attribute("k8s.pod.name").map(str::to_owned),
+                    pod: span.string_attribute(attr::K8S_POD_NAME).map(str::to_owned),
                     trace_id: span.trace_id.to_hex(),
                 });
             }
@@ -139,12 +141,15 @@ mod tests {
             start_unix_ns: 0,
             end_unix_ns: 6_000_000_000,
             attributes: vec![
-                ("k8s.pod.name".into(), AttributeValue::String("web".into())),
                 (
-                    "k8s.namespace.name".into(),
+                    attr::K8S_POD_NAME.into(),
+                    AttributeValue::String("web".into()),
+                ),
+                (
+                    attr::K8S_NAMESPACE_NAME.into(),
                     AttributeValue::String("default".into()),
                 ),
-                ("podtrace.trace.complete".into(), AttributeValue::Bool(true)),
+                (attr::TRACE_COMPLETE.into(), AttributeValue::Bool(true)),
             ],
             status: SpanStatus::Unset,
             links: Vec::new(),

@@ -7,6 +7,8 @@
 //! OTLP exporter's counts. Out: the OpenMetrics text exposition (exemplars
 //! exist only in OpenMetrics), served over HTTP by [`serve`].
 
+use crate::correlate::contract::{attr, name};
+
 use std::{
     net::SocketAddr,
     sync::{Arc, Mutex},
@@ -117,11 +119,11 @@ impl Phase {
         let seconds = |ns: u64| ns as f64 / 1e9;
         let duration = seconds(span.end_unix_ns.saturating_sub(span.start_unix_ns));
         if span.parent_span_id.is_none() {
-            let complete = span.bool_attribute("podtrace.trace.complete") == Some(true);
+            let complete = span.bool_attribute(attr::TRACE_COMPLETE) == Some(true);
             return complete.then_some((Phase::EndToEnd, duration));
         }
-        if span.name == "etcd WAL append + fdatasync" {
-            let fsync = u64::try_from(span.int_attribute("podtrace.etcd.wal.fsync_ns")?).ok()?;
+        if span.name == name::ETCD_WAL {
+            let fsync = u64::try_from(span.int_attribute(attr::ETCD_WAL_FSYNC_NS)?).ok()?;
             return Some((Phase::WalFsync, seconds(fsync)));
         }
         // A failed call's duration is not the phase's latency.
@@ -130,14 +132,14 @@ impl Phase {
         }
         // The components' own spans (correlate::component_spans).
         let component = match span.name.as_str() {
-            "apiserver POST /api/v1/namespaces/{namespace}/pods" => Some(Phase::CreateRequest),
-            "apiserver admission (mutating)" | "apiserver admission (validating)" => {
+            name::APISERVER_POD_CREATE => Some(Phase::CreateRequest),
+            name::APISERVER_ADMISSION_MUTATING | name::APISERVER_ADMISSION_VALIDATING => {
                 Some(Phase::Admission)
             }
-            "scheduler queue" => Some(Phase::SchedulingQueue),
-            "scheduler scheduling cycle" => Some(Phase::Scheduling),
-            "kubelet pod dispatch" => Some(Phase::KubeletDispatch),
-            "kubelet volume wait" => Some(Phase::VolumeWait),
+            name::SCHEDULER_QUEUE => Some(Phase::SchedulingQueue),
+            name::SCHEDULER_CYCLE => Some(Phase::Scheduling),
+            name::KUBELET_DISPATCH => Some(Phase::KubeletDispatch),
+            name::KUBELET_VOLUME_WAIT => Some(Phase::VolumeWait),
             _ => None,
         };
         if let Some(phase) = component {
@@ -147,8 +149,8 @@ impl Phase {
             return None;
         }
         let phase = match (
-            span.string_attribute("rpc.method")?,
-            span.string_attribute("podtrace.k8s.pod.change"),
+            span.string_attribute(attr::RPC_METHOD)?,
+            span.string_attribute(attr::K8S_POD_CHANGE),
         ) {
             ("Txn" | "Put", Some("created")) => Phase::EtcdCommit,
             ("Txn" | "Put", Some(change)) if change.starts_with("bound to ") => Phase::Binding,
@@ -565,7 +567,7 @@ mod tests {
                 SpanKind::Internal,
                 false,
                 900,
-                vec![("podtrace.trace.complete", AttributeValue::Bool(true))],
+                vec![(attr::TRACE_COMPLETE, AttributeValue::Bool(true))],
             ),
             span(
                 "etcdserverpb.KV/Txn",
@@ -573,8 +575,8 @@ mod tests {
                 true,
                 2,
                 vec![
-                    ("rpc.method", text("Txn")),
-                    ("podtrace.k8s.pod.change", text("created")),
+                    (attr::RPC_METHOD, text("Txn")),
+                    (attr::K8S_POD_CHANGE, text("created")),
                 ],
             ),
             // The client side of the same write is not a second sample.
@@ -584,23 +586,23 @@ mod tests {
                 true,
                 3,
                 vec![
-                    ("rpc.method", text("Txn")),
-                    ("podtrace.k8s.pod.change", text("created")),
+                    (attr::RPC_METHOD, text("Txn")),
+                    (attr::K8S_POD_CHANGE, text("created")),
                 ],
             ),
             span(
-                "etcd WAL append + fdatasync",
+                name::ETCD_WAL,
                 SpanKind::Internal,
                 true,
                 1,
-                vec![("podtrace.etcd.wal.fsync_ns", AttributeValue::Int(400_000))],
+                vec![(attr::ETCD_WAL_FSYNC_NS, AttributeValue::Int(400_000))],
             ),
             span(
                 "runtime.v1.RuntimeService/StartContainer",
                 SpanKind::Server,
                 true,
                 50,
-                vec![("rpc.method", text("StartContainer"))],
+                vec![(attr::RPC_METHOD, text("StartContainer"))],
             ),
         ]);
         let exposition = metrics.encode();
@@ -669,7 +671,7 @@ mod tests {
             SpanKind::Internal,
             false,
             900,
-            vec![("podtrace.trace.complete", AttributeValue::Bool(false))],
+            vec![(attr::TRACE_COMPLETE, AttributeValue::Bool(false))],
         )]);
         let exposition = metrics.encode();
         assert!(

@@ -15,6 +15,8 @@
 //! the resource `service.name=podtrace`, `service.version`, `host.name` and
 //! `k8s.node.name`.
 
+use crate::correlate::contract::attr;
+
 use std::{
     borrow::Cow,
     fmt,
@@ -499,12 +501,12 @@ pub(crate) fn podtrace_resource(node_name: &str, host_name: Option<&str>) -> Res
     // `builder_empty`: the default detectors would let OTEL_SERVICE_NAME and
     // OTEL_RESOURCE_ATTRIBUTES rename podtrace's spans.
     let mut attributes = vec![
-        KeyValue::new("service.name", SERVICE_NAME),
-        KeyValue::new("service.version", VERSION),
-        KeyValue::new("k8s.node.name", node_name.to_owned()),
+        KeyValue::new(attr::SERVICE_NAME, SERVICE_NAME),
+        KeyValue::new(attr::SERVICE_VERSION, VERSION),
+        KeyValue::new(attr::K8S_NODE_NAME, node_name.to_owned()),
     ];
     if let Some(host_name) = host_name {
-        attributes.push(KeyValue::new("host.name", host_name.to_owned()));
+        attributes.push(KeyValue::new(attr::HOST_NAME, host_name.to_owned()));
     }
     Resource::builder_empty()
         .with_attributes(attributes)
@@ -643,8 +645,8 @@ pub(crate) mod tests {
                 start_unix_ns: 1_700_000_000_123_456_789,
                 end_unix_ns: 1_700_000_003_000_000_001,
                 attributes: vec![
-                    ("k8s.pod.name".to_owned(), string("web")),
-                    ("k8s.namespace.name".to_owned(), string("default")),
+                    (attr::K8S_POD_NAME.to_owned(), string("web")),
+                    (attr::K8S_NAMESPACE_NAME.to_owned(), string("default")),
                 ],
                 status: SpanStatus::Unset,
                 links: Vec::new(),
@@ -658,8 +660,8 @@ pub(crate) mod tests {
                 start_unix_ns: 1_700_000_001_000_000_007,
                 end_unix_ns: 1_700_000_001_500_000_003,
                 attributes: vec![
-                    ("rpc.system".to_owned(), string("grpc")),
-                    ("process.pid".to_owned(), AttributeValue::Int(4242)),
+                    (attr::RPC_SYSTEM.to_owned(), string("grpc")),
+                    (attr::PROCESS_PID.to_owned(), AttributeValue::Int(4242)),
                     ("podtrace.retried".to_owned(), AttributeValue::Bool(false)),
                 ],
                 status: SpanStatus::Error("rpc error: code = NotFound".to_owned()),
@@ -673,7 +675,7 @@ pub(crate) mod tests {
                 kind: SpanKind::Server,
                 start_unix_ns: 1_700_000_001_000_100_000,
                 end_unix_ns: 1_700_000_001_499_900_000,
-                attributes: vec![("rpc.system".to_owned(), string("grpc"))],
+                attributes: vec![(attr::RPC_SYSTEM.to_owned(), string("grpc"))],
                 status: SpanStatus::Unset,
                 links: Vec::new(),
             },
@@ -717,9 +719,9 @@ pub(crate) mod tests {
                 start_unix_ns: 1,
                 end_unix_ns: 2,
                 attributes: vec![
-                    ("rpc.system".to_owned(), string("grpc")),
-                    ("rpc.service".to_owned(), string(service)),
-                    ("rpc.method".to_owned(), string(method)),
+                    (attr::RPC_SYSTEM.to_owned(), string("grpc")),
+                    (attr::RPC_SERVICE.to_owned(), string(service)),
+                    (attr::RPC_METHOD.to_owned(), string(method)),
                     (
                         "podtrace.request.body_bytes".to_owned(),
                         AttributeValue::Int(body.len() as i64),
@@ -737,8 +739,11 @@ pub(crate) mod tests {
                 start_unix_ns: 3,
                 end_unix_ns: 4,
                 attributes: vec![
-                    ("process.executable.name".to_owned(), string("kubelet")),
-                    ("process.command_args".to_owned(), string(&argv.join(" "))),
+                    (attr::PROCESS_EXECUTABLE_NAME.to_owned(), string("kubelet")),
+                    (
+                        attr::PROCESS_COMMAND_ARGS.to_owned(),
+                        string(&argv.join(" ")),
+                    ),
                 ],
                 status: SpanStatus::Unset,
                 links: Vec::new(),
@@ -765,10 +770,10 @@ pub(crate) mod tests {
         let mut received = HashMap::new();
         for resource_spans in requests.iter().flat_map(|r| &r.resource_spans) {
             let resource = attributes(&resource_spans.resource.as_ref().unwrap().attributes);
-            assert_eq!(resource["service.name"], string_value("podtrace"));
-            assert_eq!(resource["service.version"], string_value(VERSION));
-            assert_eq!(resource["k8s.node.name"], string_value(NODE));
-            assert_eq!(resource["host.name"], string_value(HOST));
+            assert_eq!(resource[attr::SERVICE_NAME], string_value("podtrace"));
+            assert_eq!(resource[attr::SERVICE_VERSION], string_value(VERSION));
+            assert_eq!(resource[attr::K8S_NODE_NAME], string_value(NODE));
+            assert_eq!(resource[attr::HOST_NAME], string_value(HOST));
             for scope_spans in &resource_spans.scope_spans {
                 let scope = scope_spans.scope.as_ref().unwrap();
                 assert_eq!(

@@ -251,6 +251,7 @@ fn from_proto(span: opentelemetry_proto::tonic::trace::v1::Span) -> Result<Span,
 
 #[cfg(test)]
 mod tests {
+    use crate::correlate::contract::attr;
     use std::{fs, os::unix::fs::PermissionsExt as _};
 
     use super::*;
@@ -316,7 +317,7 @@ mod tests {
                 .as_array()
                 .unwrap()
                 .iter()
-                .any(|kv| kv["key"] == "k8s.node.name" && kv["value"]["stringValue"] == NODE),
+                .any(|kv| kv["key"] == attr::K8S_NODE_NAME && kv["value"]["stringValue"] == NODE),
             "{resource}"
         );
     }

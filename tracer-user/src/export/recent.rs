@@ -5,6 +5,8 @@
 //! Bounded in traces and in spans per trace; the oldest trace goes first,
 //! and what does not fit is counted.
 
+use crate::correlate::contract::attr;
+
 use std::collections::{HashMap, VecDeque};
 
 use crate::correlate::{Span, span::TraceId};
@@ -54,8 +56,8 @@ impl RecentTraces {
             .filter_map(|trace| self.traces.get(trace))
             .filter(|spans| {
                 spans.iter().any(|span| {
-                    span.string_attribute("k8s.namespace.name") == Some(namespace)
-                        && span.string_attribute("k8s.pod.name") == Some(name)
+                    span.string_attribute(attr::K8S_NAMESPACE_NAME) == Some(namespace)
+                        && span.string_attribute(attr::K8S_POD_NAME) == Some(name)
                 })
             })
             .flatten()

@@ -1,6 +1,8 @@
 //! One human-readable line per activity: process events, connections opened
 //! and closed (with byte counts, never payloads), WAL syncs.
 
+use crate::correlate::contract::attr;
+
 use std::io::{self, Write};
 
 use tracer_common::io::{ConnAction, FdKind};
@@ -36,8 +38,8 @@ fn format_span(span: &Span) -> String {
         time = format_time(span.start_unix_ns),
         name = span.name,
         ms = span.end_unix_ns.saturating_sub(span.start_unix_ns) as f64 / 1e6,
-        namespace = attribute("k8s.namespace.name").unwrap_or("?"),
-        pod = attribute("k8s.pod.name").unwrap_or("?"),
+        namespace = attribute(attr::K8S_NAMESPACE_NAME).unwrap_or("?"),
+        pod = attribute(attr::K8S_POD_NAME).unwrap_or("?"),
         trace = span.trace_id.to_hex(),
     )
 }

@@ -6,6 +6,8 @@
 //! agent saw the Pod's etcd writes, else at its node span (the Pod's
 //! containers were started on this node).
 
+use crate::correlate::contract::{attr, name};
+
 use std::collections::HashMap;
 
 use crate::correlate::{
@@ -72,7 +74,7 @@ impl Waterfalls {
 fn completes_trace(span: &Span, trace: &[Span]) -> bool {
     let from_etcd = |span: &Span| {
         span.attributes.iter().any(|(key, value)| {
-            key == "db.system.name" && *value == AttributeValue::String("etcd".into())
+            key == attr::DB_SYSTEM_NAME && *value == AttributeValue::String("etcd".into())
         })
     };
     span.parent_span_id.is_none()
@@ -84,11 +86,11 @@ fn completes_trace(span: &Span, trace: &[Span]) -> bool {
 /// Pod, and for etcd's own work (WAL, Raft, apply) the member and its role.
 pub fn label(span: &Span) -> String {
     let attribute = |key: &str| span.string_attribute(key);
-    let name = match (attribute("rpc.service"), attribute("rpc.method")) {
+    let name = match (attribute(attr::RPC_SERVICE), attribute(attr::RPC_METHOD)) {
         (Some(service), Some(method)) if service.starts_with("runtime.v1.") => {
             format!("CRI {method}")
         }
-        (Some(_), Some(method)) if attribute("db.system.name") == Some("etcd") => {
+        (Some(_), Some(method)) if attribute(attr::DB_SYSTEM_NAME) == Some("etcd") => {
             format!("etcd {method}")
         }
         _ => span.name.clone(),
@@ -98,13 +100,13 @@ pub fn label(span: &Span) -> String {
         SpanKind::Server => " (server)",
         SpanKind::Internal => "",
     };
-    let change = attribute("podtrace.k8s.pod.change").map(|change| format!(": {change}"));
+    let change = attribute(attr::K8S_POD_CHANGE).map(|change| format!(": {change}"));
     // Which etcd member did it, where several take part in a write.
     let member = match (
         span.kind,
-        attribute("podtrace.etcd.member.name").or(attribute("podtrace.etcd.member.id")),
+        attribute(attr::ETCD_MEMBER_NAME).or(attribute(attr::ETCD_MEMBER_ID)),
     ) {
-        (SpanKind::Internal, Some(member)) => match attribute("podtrace.etcd.member.role") {
+        (SpanKind::Internal, Some(member)) => match attribute(attr::ETCD_MEMBER_ROLE) {
             Some(role) => format!(" on {member} ({role})"),
             None => format!(" on {member}"),
         },
@@ -130,9 +132,9 @@ pub fn render(spans: &[Span]) -> String {
         let get = |key: &str| span.string_attribute(key);
         Some(format!(
             "{}/{} (uid {})",
-            get("k8s.namespace.name")?,
-            get("k8s.pod.name")?,
-            get("k8s.pod.uid")?
+            get(attr::K8S_NAMESPACE_NAME)?,
+            get(attr::K8S_POD_NAME)?,
+            get(attr::K8S_POD_UID)?
         ))
     });
     let mut lines = vec![format!(
@@ -211,10 +213,10 @@ pub fn facts(spans: &[Span]) -> Vec<String> {
     let mut images: Vec<&str> = Vec::new();
     for span in ordered {
         let attribute = |key: &str| span.string_attribute(key);
-        let image = attribute("container.image.name");
-        let fact = match attribute("rpc.method") {
+        let image = attribute(attr::CONTAINER_IMAGE_NAME);
+        let fact = match attribute(attr::RPC_METHOD) {
             Some("ImageStatus") => {
-                let present = span.bool_attribute("podtrace.container.image.present");
+                let present = span.bool_attribute(attr::CONTAINER_IMAGE_PRESENT);
                 image.zip(present).map(|(image, present)| {
                     images.push(image);
                     let found = if present { "present" } else { "absent" };
@@ -233,7 +235,7 @@ pub fn facts(spans: &[Span]) -> Vec<String> {
             }),
             Some("CreateContainer") => {
                 if let (Some(image), Some(source)) =
-                    (image, attribute("podtrace.container.image.source"))
+                    (image, attribute(attr::CONTAINER_IMAGE_SOURCE))
                 {
                     if !images.contains(&image) {
                         images.push(image);
@@ -243,8 +245,8 @@ pub fn facts(spans: &[Span]) -> Vec<String> {
                         );
                     }
                 }
-                let name = attribute("k8s.container.name")
-                    .or_else(|| attribute("container.id"))
+                let name = attribute(attr::K8S_CONTAINER_NAME)
+                    .or_else(|| attribute(attr::CONTAINER_ID))
                     .unwrap_or("?");
                 security(span).map(|posture| format!("container {name}: {posture}"))
             }
@@ -268,47 +270,46 @@ fn control_plane_facts(ordered: &[&Span]) -> Vec<String> {
     let root_attribute = |key: &str| root.and_then(|root| root.string_attribute(key));
     let create = ordered.iter().find(|span| {
         span.kind == SpanKind::Server
-            && (span.name == "apiserver POST /api/v1/namespaces/{namespace}/pods"
-                || span.name.starts_with("pod.create "))
+            && (span.name == name::APISERVER_POD_CREATE || span.name.starts_with("pod.create "))
     });
     if let Some(create) = create {
         match (
-            create.string_attribute("podtrace.k8s.user"),
-            create.string_attribute("user_agent.original"),
+            create.string_attribute(attr::K8S_USER),
+            create.string_attribute(attr::USER_AGENT_ORIGINAL),
         ) {
             (Some(user), Some(agent)) => lines.push(format!("asked by {user} ({agent})")),
             (Some(user), None) => lines.push(format!("asked by {user}")),
             (None, Some(agent)) => lines.push(format!("asked with {agent}")),
             (None, None) => {}
         }
-        if create.bool_attribute("podtrace.k8s.dry_run") == Some(true) {
+        if create.bool_attribute(attr::K8S_DRY_RUN) == Some(true) {
             lines.push("dry run: admission ran, nothing was stored".to_owned());
         }
-        if let Some(warnings) = create.string_attribute("podtrace.k8s.warnings") {
+        if let Some(warnings) = create.string_attribute(attr::K8S_WARNINGS) {
             lines.push(format!("warnings: {warnings}"));
         }
     }
-    let scheduler = root_attribute("podtrace.k8s.scheduler.name").unwrap_or("the scheduler");
+    let scheduler = root_attribute(attr::K8S_SCHEDULER_NAME).unwrap_or("the scheduler");
     let cycle = ordered
         .iter()
         .rev()
-        .find(|span| span.name == "scheduler scheduling cycle" && span.status == SpanStatus::Unset);
+        .find(|span| span.name == name::SCHEDULER_CYCLE && span.status == SpanStatus::Unset);
     if let Some(cycle) = cycle {
         let counts = match (
-            cycle.int_attribute("podtrace.k8s.scheduling.feasible_nodes"),
-            cycle.int_attribute("podtrace.k8s.scheduling.evaluated_nodes"),
+            cycle.int_attribute(attr::K8S_SCHEDULING_FEASIBLE_NODES),
+            cycle.int_attribute(attr::K8S_SCHEDULING_EVALUATED_NODES),
         ) {
             (Some(feasible), Some(evaluated)) => format!(" ({feasible} of {evaluated} nodes fit)"),
             _ => String::new(),
         };
-        if let Some(node) = cycle.string_attribute("k8s.node.name") {
+        if let Some(node) = cycle.string_attribute(attr::K8S_NODE_NAME) {
             lines.push(format!("scheduled by {scheduler} to {node}{counts}"));
         }
     }
-    let verdict = root_attribute("podtrace.k8s.scheduling.failure").or_else(|| {
+    let verdict = root_attribute(attr::K8S_SCHEDULING_FAILURE).or_else(|| {
         ordered
             .iter()
-            .find_map(|span| span.string_attribute("podtrace.k8s.scheduling.failure"))
+            .find_map(|span| span.string_attribute(attr::K8S_SCHEDULING_FAILURE))
     });
     if let Some(verdict) = verdict {
         let waited = if cycle.is_some() {
@@ -318,7 +319,7 @@ fn control_plane_facts(ordered: &[&Span]) -> Vec<String> {
         };
         lines.push(format!("{waited} ({scheduler}): {verdict}"));
     }
-    if let Some(policies) = root_attribute("podtrace.k8s.image_pull_policy") {
+    if let Some(policies) = root_attribute(attr::K8S_IMAGE_PULL_POLICY) {
         lines.push(format!("imagePullPolicy {policies}"));
     }
     lines
@@ -334,7 +335,7 @@ fn push_once(lines: &mut Vec<String>, line: String) {
 /// +NET_ADMIN,+SYS_TIME -ALL, runAsUser 0, seccomp RuntimeDefault`.
 fn security(span: &Span) -> Option<String> {
     let mut parts = Vec::new();
-    if span.bool_attribute("container.security.privileged") == Some(true) {
+    if span.bool_attribute(attr::CONTAINER_SECURITY_PRIVILEGED) == Some(true) {
         parts.push("privileged".to_owned());
     }
     let signed = |key: &str, sign: char| {
@@ -346,8 +347,8 @@ fn security(span: &Span) -> Option<String> {
         })
     };
     let caps: Vec<String> = [
-        signed("container.security.capabilities.added", '+'),
-        signed("container.security.capabilities.dropped", '-'),
+        signed(attr::CONTAINER_SECURITY_CAPABILITIES_ADDED, '+'),
+        signed(attr::CONTAINER_SECURITY_CAPABILITIES_DROPPED, '-'),
     ]
     .into_iter()
     .flatten()
@@ -355,12 +356,12 @@ fn security(span: &Span) -> Option<String> {
     if !caps.is_empty() {
         parts.push(format!("caps {}", caps.join(" ")));
     }
-    if let Some(user) = span.int_attribute("container.security.run_as_user") {
+    if let Some(user) = span.int_attribute(attr::CONTAINER_SECURITY_RUN_AS_USER) {
         parts.push(format!("runAsUser {user}"));
     }
     for (key, label) in [
-        ("container.security.seccomp", "seccomp"),
-        ("container.security.apparmor", "apparmor"),
+        (attr::CONTAINER_SECURITY_SECCOMP, "seccomp"),
+        (attr::CONTAINER_SECURITY_APPARMOR, "apparmor"),
     ] {
         if let Some(profile) = span.string_attribute(key) {
             parts.push(format!("{label} {profile}"));
@@ -392,11 +393,17 @@ mod tests {
             end_unix_ns: end_ms * 1_000_000,
             attributes: vec![
                 (
-                    "k8s.namespace.name".into(),
+                    attr::K8S_NAMESPACE_NAME.into(),
                     AttributeValue::String("default".into()),
                 ),
-                ("k8s.pod.name".into(), AttributeValue::String("web".into())),
-                ("k8s.pod.uid".into(), AttributeValue::String("u-1".into())),
+                (
+                    attr::K8S_POD_NAME.into(),
+                    AttributeValue::String("web".into()),
+                ),
+                (
+                    attr::K8S_POD_UID.into(),
+                    AttributeValue::String("u-1".into()),
+                ),
             ],
             status: SpanStatus::Unset,
             links: Vec::new(),
@@ -451,12 +458,12 @@ mod tests {
         let text = |key: &str, value: &str| (key.to_owned(), AttributeValue::String(value.into()));
         let mut root = span(trace, "pod.create default/web", "root", None, 0, 1000);
         root.attributes.extend([
-            text("podtrace.k8s.scheduler.name", "my-scheduler"),
-            text("podtrace.k8s.image_pull_policy", "main=Never"),
+            text(attr::K8S_SCHEDULER_NAME, "my-scheduler"),
+            text(attr::K8S_IMAGE_PULL_POLICY, "main=Never"),
         ]);
         let mut create = span(
             trace,
-            "apiserver POST /api/v1/namespaces/{namespace}/pods",
+            name::APISERVER_POD_CREATE,
             "create",
             Some("root"),
             0,
@@ -464,43 +471,26 @@ mod tests {
         );
         create.kind = SpanKind::Server;
         create.attributes.extend([
-            text("podtrace.k8s.user", "alice"),
-            text("user_agent.original", "kubectl/v1.28.4"),
-            text(
-                "podtrace.k8s.warnings",
-                "299 - \"would violate PodSecurity\"",
-            ),
+            text(attr::K8S_USER, "alice"),
+            text(attr::USER_AGENT_ORIGINAL, "kubectl/v1.28.4"),
+            text(attr::K8S_WARNINGS, "299 - \"would violate PodSecurity\""),
         ]);
-        let mut failed = span(
-            trace,
-            "scheduler scheduling cycle",
-            "c1",
-            Some("root"),
-            11,
-            12,
-        );
+        let mut failed = span(trace, name::SCHEDULER_CYCLE, "c1", Some("root"), 11, 12);
         failed.status = SpanStatus::Error("no node fits".into());
         let mut verdict = span(trace, "etcdserverpb.KV/Txn", "w", Some("root"), 13, 14);
         verdict.attributes.push(text(
-            "podtrace.k8s.scheduling.failure",
+            attr::K8S_SCHEDULING_FAILURE,
             "0/3 nodes are available: 3 Insufficient cpu.",
         ));
-        let mut cycle = span(
-            trace,
-            "scheduler scheduling cycle",
-            "c2",
-            Some("root"),
-            500,
-            501,
-        );
+        let mut cycle = span(trace, name::SCHEDULER_CYCLE, "c2", Some("root"), 500, 501);
         cycle.attributes.extend([
-            text("k8s.node.name", "node-b"),
+            text(attr::K8S_NODE_NAME, "node-b"),
             (
-                "podtrace.k8s.scheduling.evaluated_nodes".into(),
+                attr::K8S_SCHEDULING_EVALUATED_NODES.into(),
                 AttributeValue::Int(4),
             ),
             (
-                "podtrace.k8s.scheduling.feasible_nodes".into(),
+                attr::K8S_SCHEDULING_FEASIBLE_NODES.into(),
                 AttributeValue::Int(1),
             ),
         ]);
@@ -531,39 +521,41 @@ mod tests {
                 );
                 span.kind = kind;
                 span.attributes.push((
-                    "rpc.service".into(),
+                    attr::RPC_SERVICE.into(),
                     AttributeValue::String("runtime.v1.RuntimeService".into()),
                 ));
-                span.attributes
-                    .push(("rpc.method".into(), AttributeValue::String(method.into())));
+                span.attributes.push((
+                    attr::RPC_METHOD.into(),
+                    AttributeValue::String(method.into()),
+                ));
                 span.attributes
                     .extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
                 span
             };
         let image = (
-            "container.image.name",
+            attr::CONTAINER_IMAGE_NAME,
             AttributeValue::String("busybox:1.36".into()),
         );
         let status = [
             image.clone(),
-            (
-                "podtrace.container.image.present",
-                AttributeValue::Bool(true),
-            ),
+            (attr::CONTAINER_IMAGE_PRESENT, AttributeValue::Bool(true)),
         ];
         let create = [
             image.clone(),
-            ("k8s.container.name", AttributeValue::String("c".into())),
+            (attr::K8S_CONTAINER_NAME, AttributeValue::String("c".into())),
             (
-                "podtrace.container.image.source",
+                attr::CONTAINER_IMAGE_SOURCE,
                 AttributeValue::String("present".into()),
             ),
-            ("container.security.privileged", AttributeValue::Bool(true)),
             (
-                "container.security.capabilities.added",
+                attr::CONTAINER_SECURITY_PRIVILEGED,
+                AttributeValue::Bool(true),
+            ),
+            (
+                attr::CONTAINER_SECURITY_CAPABILITIES_ADDED,
                 AttributeValue::String("NET_ADMIN,SYS_TIME".into()),
             ),
-            ("container.security.run_as_user", AttributeValue::Int(0)),
+            (attr::CONTAINER_SECURITY_RUN_AS_USER, AttributeValue::Int(0)),
         ];
         let spans = vec![
             span(trace, "node node-a", "node", Some("root"), 0, 1000),

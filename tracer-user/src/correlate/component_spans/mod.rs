@@ -22,6 +22,8 @@
 //! a storage call, or a CRI call the kubelet made inside a pod sync, is
 //! nested under it ([`ComponentSpans::adopt`]).
 
+use crate::correlate::contract::attr;
+
 use std::collections::{HashMap, VecDeque};
 
 use tracer_common::gofunc::GoFunction;
@@ -707,15 +709,15 @@ impl ComponentSpans {
             return;
         }
         let (Some(namespace), Some(name)) = (
-            span.string_attribute("k8s.namespace.name"),
-            span.string_attribute("k8s.pod.name"),
+            span.string_attribute(attr::K8S_NAMESPACE_NAME),
+            span.string_attribute(attr::K8S_POD_NAME),
         ) else {
             return;
         };
-        let uid = span.string_attribute("k8s.pod.uid");
-        let etcd = span.string_attribute("db.system.name") == Some("etcd");
+        let uid = span.string_attribute(attr::K8S_POD_UID);
+        let etcd = span.string_attribute(attr::DB_SYSTEM_NAME) == Some("etcd");
         let cri = span
-            .string_attribute("rpc.service")
+            .string_attribute(attr::RPC_SERVICE)
             .is_some_and(|service| service.starts_with("runtime.v1."));
         let start = self.clock.monotonic_ns(span.start_unix_ns);
         let end = self.clock.monotonic_ns(span.end_unix_ns);
@@ -757,7 +759,7 @@ impl ComponentSpans {
 fn derived_offsets(entry: &FuncMessage) -> Option<(String, AttributeValue)> {
     entry
         .derived
-        .then(|| string_attribute("podtrace.k8s.offsets", "derived"))
+        .then(|| string_attribute(attr::K8S_OFFSETS, "derived"))
 }
 
 fn call_key(entry: &FuncMessage) -> String {

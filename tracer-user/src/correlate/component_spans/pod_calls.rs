@@ -2,6 +2,8 @@
 //! cycle, the bind; the kubelet's dispatch, pod syncs, volume waits and
 //! status updates — each a call of one Pod, whose UID the probe read.
 
+use crate::correlate::contract::{attr, name};
+
 use tracer_common::gofunc::GoFunction;
 
 use super::{ComponentSpans, MAX_SYNCS_PER_POD, call_key, derived_offsets};
@@ -28,34 +30,31 @@ impl ComponentSpans {
                 queued,
                 entry,
                 root,
-                "scheduler queue",
+                name::SCHEDULER_QUEUE,
                 attributes.clone(),
             ));
         }
         if let Some((evaluated, feasible)) = ret.nodes {
             attributes.push(int_attribute(
-                "podtrace.k8s.scheduling.evaluated_nodes",
+                attr::K8S_SCHEDULING_EVALUATED_NODES,
                 evaluated as i64,
             ));
             attributes.push(int_attribute(
-                "podtrace.k8s.scheduling.feasible_nodes",
+                attr::K8S_SCHEDULING_FEASIBLE_NODES,
                 feasible as i64,
             ));
         }
         let status = if ret.failed == Some(true) {
             attributes.push(string_attribute(
-                "podtrace.k8s.scheduling.result",
+                attr::K8S_SCHEDULING_RESULT,
                 "unschedulable",
             ));
             SpanStatus::Error("no node fits the Pod (the scheduler's reason is in the Pod's PodScheduled condition)".to_owned())
         } else {
             if let Some(node) = &ret.text {
-                attributes.push(string_attribute("k8s.node.name", node));
+                attributes.push(string_attribute(attr::K8S_NODE_NAME, node));
             }
-            attributes.push(string_attribute(
-                "podtrace.k8s.scheduling.result",
-                "scheduled",
-            ));
+            attributes.push(string_attribute(attr::K8S_SCHEDULING_RESULT, "scheduled"));
             SpanStatus::Unset
         };
         spans.push(self.call_span(
@@ -63,7 +62,7 @@ impl ComponentSpans {
             entry,
             ret,
             root,
-            "scheduler scheduling cycle",
+            name::SCHEDULER_CYCLE,
             attributes,
             status,
         ));
@@ -166,9 +165,9 @@ impl ComponentSpans {
         let name = match entry.function {
             GoFunction::SchedulerBind => {
                 if let Some(node) = &entry.text {
-                    attributes.push(string_attribute("k8s.node.name", node));
+                    attributes.push(string_attribute(attr::K8S_NODE_NAME, node));
                 }
-                "scheduler bind"
+                name::SCHEDULER_BIND
             }
             GoFunction::KubeletSyncPod => {
                 if let Some(dispatched) = self.dispatched.remove(&pod.uid) {
@@ -177,14 +176,14 @@ impl ComponentSpans {
                         dispatched,
                         entry,
                         parent,
-                        "kubelet pod dispatch",
+                        name::KUBELET_DISPATCH,
                         attributes.clone(),
                     ));
                 }
-                "kubelet pod sync"
+                name::KUBELET_SYNC
             }
-            GoFunction::KubeletVolumeWait => "kubelet volume wait",
-            _ => "kubelet status update",
+            GoFunction::KubeletVolumeWait => name::KUBELET_VOLUME_WAIT,
+            _ => name::KUBELET_STATUS_UPDATE,
         };
         let status = match ret.failed {
             Some(true) => SpanStatus::Error(format!("{name} returned an error")),
@@ -210,6 +209,6 @@ impl ComponentSpans {
 /// A Pod's attributes and the component whose span it is.
 fn component_attributes(pod: &Pod, component: &str) -> Vec<(String, AttributeValue)> {
     let mut attributes = pod.attributes();
-    attributes.push(string_attribute("k8s.component", component));
+    attributes.push(string_attribute(attr::K8S_COMPONENT, component));
     attributes
 }

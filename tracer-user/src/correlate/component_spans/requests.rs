@@ -3,6 +3,8 @@
 //! under the request's REST exchange, nested under the client's side when
 //! this agent sees it, and the client spans of followed components.
 
+use crate::correlate::contract::{attr, name};
+
 use tracer_common::gofunc::GoFunction;
 
 use super::{
@@ -138,7 +140,7 @@ impl ComponentSpans {
             trace_id: pod.trace,
             span_id,
             parent_span_id: Some(parent),
-            name: format!("{} {}", rest.method, rest.route),
+            name: name::client_request(&rest.method, &rest.route),
             kind: SpanKind::Client,
             start_unix_ns: self.clock.unix_ns(start_ns),
             end_unix_ns: self.clock.unix_ns(end_ns),
@@ -332,11 +334,11 @@ impl ComponentSpans {
                     uid.as_deref().unwrap_or("")
                 );
                 let mut attributes = vec![
-                    string_attribute("k8s.pod.name", &name),
-                    string_attribute("k8s.namespace.name", &namespace),
+                    string_attribute(attr::K8S_POD_NAME, &name),
+                    string_attribute(attr::K8S_NAMESPACE_NAME, &namespace),
                 ];
                 if let Some(uid) = uid {
-                    attributes.push(string_attribute("k8s.pod.uid", uid));
+                    attributes.push(string_attribute(attr::K8S_POD_UID, uid));
                 }
                 (TraceId::for_pod(&self.cluster_id, &what), attributes)
             }
@@ -396,22 +398,19 @@ impl ComponentSpans {
             |r| r.route.clone(),
         );
         let mut attributes = pod_attributes;
-        attributes.push(string_attribute("k8s.component", "kube-apiserver"));
+        attributes.push(string_attribute(attr::K8S_COMPONENT, "kube-apiserver"));
         match rest {
             Some(rest) => attributes.extend(http_attributes(rest)),
             None => {
-                attributes.push(string_attribute("http.request.method", &method));
-                attributes.push(string_attribute("http.route", &route));
+                attributes.push(string_attribute(attr::HTTP_REQUEST_METHOD, &method));
+                attributes.push(string_attribute(attr::HTTP_ROUTE, &route));
             }
         }
         if let Some(addr) = request.as_ref().and_then(|r| r.remote_addr.as_deref()) {
-            attributes.push(string_attribute("client.address", addr));
+            attributes.push(string_attribute(attr::CLIENT_ADDRESS, addr));
         }
         if dry_run {
-            attributes.push((
-                "podtrace.k8s.dry_run".to_owned(),
-                AttributeValue::Bool(true),
-            ));
+            attributes.push((attr::K8S_DRY_RUN.to_owned(), AttributeValue::Bool(true)));
         }
         let registry = request.as_ref().filter(|r| r.registry).map(|r| {
             (
@@ -430,7 +429,7 @@ impl ComponentSpans {
             .find(|call| call.entry.function == GoFunction::ApiserverAuthenticate)
             .and_then(|call| call.ret.text.as_deref())
         {
-            attributes.push(string_attribute("podtrace.k8s.user", user));
+            attributes.push(string_attribute(attr::K8S_USER, user));
         }
         let error = rest.and_then(|r| r.error.as_ref());
         let status = if failed {
@@ -446,20 +445,18 @@ impl ComponentSpans {
             SpanStatus::Unset
         };
         let span_name = if own_root {
-            format!(
-                "pod.create {namespace}/{name} ({})",
-                if dry_run { "dry run" } else { "rejected" }
+            name::pod_create_not_stored(
+                &namespace,
+                &name,
+                if dry_run { "dry run" } else { "rejected" },
             )
         } else {
-            format!("apiserver {method} {route}")
+            name::apiserver_request(&method, &route)
         };
         if own_root {
-            attributes.push((
-                "podtrace.trace.complete".to_owned(),
-                AttributeValue::Bool(false),
-            ));
+            attributes.push((attr::TRACE_COMPLETE.to_owned(), AttributeValue::Bool(false)));
             attributes.push(string_attribute(
-                "podtrace.trace.stuck_phase",
+                attr::TRACE_STUCK_PHASE,
                 if dry_run {
                     "dry run: nothing stored"
                 } else {
@@ -568,9 +565,9 @@ impl ComponentSpans {
         let mut spans = Vec::new();
         if let Some(start) = wire_start.filter(|start| *start < first.entry.ids.ts_ns) {
             let name = if create {
-                "apiserver authentication, authorization, admission (mutating)"
+                name::APISERVER_BEFORE_VALIDATION_WITH_ADMISSION
             } else {
-                "apiserver authentication, authorization"
+                name::APISERVER_BEFORE_VALIDATION
             };
             spans.push(span(
                 name,
@@ -582,7 +579,7 @@ impl ComponentSpans {
         }
         if create && first.ret.ids.ts_ns < end_ns {
             let mut after = span(
-                "apiserver admission (validating), storage create",
+                name::APISERVER_AFTER_VALIDATION,
                 after_key,
                 first.ret.ids.ts_ns,
                 end_ns,
@@ -609,40 +606,39 @@ impl ComponentSpans {
         let name = match call.entry.function {
             GoFunction::ApiserverAuthenticate => {
                 if let Some(user) = &call.ret.text {
-                    attributes.push(string_attribute("podtrace.k8s.user", user));
+                    attributes.push(string_attribute(attr::K8S_USER, user));
                 }
-                "apiserver authentication".to_owned()
+                name::APISERVER_AUTHENTICATION.to_owned()
             }
             GoFunction::ApiserverAuthorize => {
                 if let Some(decision) = call.ret.decision {
                     attributes.push(string_attribute(
-                        "podtrace.k8s.authz.decision",
+                        attr::K8S_AUTHZ_DECISION,
                         decision.as_str(),
                     ));
                 }
                 if let Some(reason) = &call.ret.text {
-                    attributes.push(string_attribute("podtrace.k8s.authz.reason", reason));
+                    attributes.push(string_attribute(attr::K8S_AUTHZ_REASON, reason));
                 }
-                "apiserver authorization".to_owned()
+                name::APISERVER_AUTHORIZATION.to_owned()
             }
-            GoFunction::ApiserverAdmit => "apiserver admission (mutating)".to_owned(),
-            GoFunction::ApiserverValidate => "apiserver admission (validating)".to_owned(),
-            GoFunction::ApiserverPodValidate => "apiserver Pod validation".to_owned(),
-            GoFunction::ApiserverPodBinding => "apiserver binding".to_owned(),
-            GoFunction::ApiserverPodStatusUpdate => "apiserver status update".to_owned(),
+            GoFunction::ApiserverAdmit => name::APISERVER_ADMISSION_MUTATING.to_owned(),
+            GoFunction::ApiserverValidate => name::APISERVER_ADMISSION_VALIDATING.to_owned(),
+            GoFunction::ApiserverPodValidate => name::APISERVER_POD_VALIDATION.to_owned(),
+            GoFunction::ApiserverPodBinding => name::APISERVER_BINDING.to_owned(),
+            GoFunction::ApiserverPodStatusUpdate => name::APISERVER_STATUS_UPDATE.to_owned(),
             GoFunction::ApiserverMutatingWebhook | GoFunction::ApiserverValidatingWebhook => {
                 let hook = call.entry.text.clone().unwrap_or_default();
-                attributes.push(string_attribute("podtrace.k8s.admission.webhook", &hook));
-                format!("apiserver admission webhook {hook}")
+                attributes.push(string_attribute(attr::K8S_ADMISSION_WEBHOOK, &hook));
+                name::apiserver_webhook(&hook)
             }
-            _ => format!(
-                "apiserver storage {} {}",
+            _ => name::apiserver_storage(
                 if call.entry.function == GoFunction::ApiserverStorageCreate {
                     "create"
                 } else {
                     "update"
                 },
-                call.entry.text.as_deref().unwrap_or_default()
+                call.entry.text.as_deref().unwrap_or_default(),
             ),
         };
         let denied = call.ret.decision == Some(Decision::Deny);
@@ -684,7 +680,7 @@ impl ComponentSpans {
 
 /// The attribute of a span whose bounds are not one probed call's: where
 /// its start and end come from.
-const PHASE_BOUNDS: &str = "podtrace.k8s.apiserver.phase_bounds";
+const PHASE_BOUNDS: &str = attr::K8S_APISERVER_PHASE_BOUNDS;
 
 /// What [`ComponentSpans::registry_phase_spans`] derives its spans from.
 struct RegistryPhases<'a> {
@@ -723,24 +719,27 @@ fn same_exchange(one: &RestMessage, other: &RestMessage) -> bool {
 /// The HTTP attributes of a REST request, either side.
 fn http_attributes(rest: &RestMessage) -> Vec<(String, AttributeValue)> {
     let mut attributes = vec![
-        string_attribute("http.request.method", &rest.method),
-        string_attribute("http.route", &rest.route),
-        string_attribute("podtrace.k8s.verb", &rest.verb),
+        string_attribute(attr::HTTP_REQUEST_METHOD, &rest.method),
+        string_attribute(attr::HTTP_ROUTE, &rest.route),
+        string_attribute(attr::K8S_VERB, &rest.verb),
     ];
     if let Some(code) = rest.status {
-        attributes.push(int_attribute("http.response.status_code", i64::from(code)));
+        attributes.push(int_attribute(
+            attr::HTTP_RESPONSE_STATUS_CODE,
+            i64::from(code),
+        ));
     }
     if let Some(agent) = &rest.user_agent {
-        attributes.push(string_attribute("user_agent.original", agent));
+        attributes.push(string_attribute(attr::USER_AGENT_ORIGINAL, agent));
     }
     // The phase the response returned: a status update that reports
     // Running ends the Pod's creation for an agent that sees no etcd.
     if let Some(phase) = rest.pod.as_ref().and_then(|pod| pod.phase.as_deref()) {
-        attributes.push(string_attribute("k8s.pod.phase", phase));
+        attributes.push(string_attribute(attr::K8S_POD_PHASE, phase));
     }
     if !rest.warnings.is_empty() {
         attributes.push(string_attribute(
-            "podtrace.k8s.warnings",
+            attr::K8S_WARNINGS,
             &rest.warnings.join("; "),
         ));
     }

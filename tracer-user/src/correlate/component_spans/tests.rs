@@ -1,5 +1,7 @@
 //! Scenario tests of the components' spans.
 
+use crate::correlate::contract::{attr, name};
+
 use super::requests::{path_pod, pod_key};
 use super::*;
 use crate::capture::{ConnKey, ProcessIds};
@@ -78,9 +80,9 @@ fn etcd_txn_of_web(trace: TraceId, key: &[u8], start_ms: u64, end_ms: u64) -> Sp
         start_unix_ns: start_ms * MS,
         end_unix_ns: end_ms * MS,
         attributes: vec![
-            string_attribute("k8s.pod.name", "web"),
-            string_attribute("k8s.namespace.name", "default"),
-            string_attribute("db.system.name", "etcd"),
+            string_attribute(attr::K8S_POD_NAME, "web"),
+            string_attribute(attr::K8S_NAMESPACE_NAME, "default"),
+            string_attribute(attr::DB_SYSTEM_NAME, "etcd"),
         ],
         status: SpanStatus::Unset,
         links: Vec::new(),
@@ -131,10 +133,10 @@ fn a_request_gathers_the_calls_of_the_goroutines_it_spawned() {
     assert_eq!(
         names,
         [
-            "apiserver POST /api/v1/namespaces/{namespace}/pods",
-            "apiserver authentication",
-            "apiserver authorization",
-            "apiserver admission (mutating)",
+            name::APISERVER_POD_CREATE,
+            name::APISERVER_AUTHENTICATION,
+            name::APISERVER_AUTHORIZATION,
+            name::APISERVER_ADMISSION_MUTATING,
             "apiserver storage create /pods/default/web",
         ]
     );
@@ -145,7 +147,7 @@ fn a_request_gathers_the_calls_of_the_goroutines_it_spawned() {
         request.parent_span_id,
         Some(SpanId::well_known(trace, "root"))
     );
-    assert_eq!(request.string_attribute("podtrace.k8s.user"), Some("alice"));
+    assert_eq!(request.string_attribute(attr::K8S_USER), Some("alice"));
     assert!(
         out[1..]
             .iter()
@@ -309,11 +311,11 @@ fn kubelet_calls_of_a_pod_it_ran_before_the_agent_make_no_span() {
     assert_eq!(
         names,
         [
-            "kubelet pod dispatch",
-            "kubelet pod sync",
-            "kubelet pod sync",
-            "kubelet pod sync",
-            "kubelet pod sync"
+            name::KUBELET_DISPATCH,
+            name::KUBELET_SYNC,
+            name::KUBELET_SYNC,
+            name::KUBELET_SYNC,
+            name::KUBELET_SYNC
         ]
     );
     assert_eq!(spans.not_followed, 3);
@@ -497,10 +499,10 @@ fn a_create_seen_from_the_pod_registry_is_split_at_its_validation() {
             .find(|s| s.name == name)
             .unwrap_or_else(|| panic!("no {name:?} in {out:#?}"))
     };
-    let request = named("apiserver POST /api/v1/namespaces/{namespace}/pods");
-    let before = named("apiserver authentication, authorization, admission (mutating)");
-    let validation = named("apiserver Pod validation");
-    let after = named("apiserver admission (validating), storage create");
+    let request = named(name::APISERVER_POD_CREATE);
+    let before = named(name::APISERVER_BEFORE_VALIDATION_WITH_ADMISSION);
+    let validation = named(name::APISERVER_POD_VALIDATION);
+    let after = named(name::APISERVER_AFTER_VALIDATION);
     assert_eq!(out.len(), 4, "{out:#?}");
     for (span, start, end) in [(before, 9, 13), (validation, 13, 14), (after, 14, 20)] {
         assert_eq!(span.parent_span_id, Some(request.span_id), "{}", span.name);
@@ -513,7 +515,7 @@ fn a_create_seen_from_the_pod_registry_is_split_at_its_validation() {
     }
     assert!(
         before
-            .string_attribute("podtrace.k8s.apiserver.phase_bounds")
+            .string_attribute(attr::K8S_APISERVER_PHASE_BOUNDS)
             .is_some_and(|bounds| bounds.contains("wire")),
         "the trace says where a phase's bounds come from"
     );
@@ -559,13 +561,13 @@ fn a_status_update_seen_from_the_pod_registry() {
     let out = spans.tick(19 * MS + CLIENT_WAIT_NS, &no_uids);
     let names: Vec<&str> = out.iter().map(|s| s.name.as_str()).collect();
     assert!(
-        names.contains(&"apiserver authentication, authorization")
-            && names.contains(&"apiserver status update"),
+        names.contains(&name::APISERVER_BEFORE_VALIDATION)
+            && names.contains(&name::APISERVER_STATUS_UPDATE),
         "{names:?}"
     );
     let status = out
         .iter()
-        .find(|s| s.name == "apiserver status update")
+        .find(|s| s.name == name::APISERVER_STATUS_UPDATE)
         .expect("status update span");
     let trace = TraceId::for_pod("c", UID);
     let mut etcd = etcd_txn_of_web(trace, b"etcd/client/y", 14, 16);
@@ -604,8 +606,8 @@ fn a_binding_seen_from_the_pod_registry() {
             .find(|s| s.name == name)
             .unwrap_or_else(|| panic!("no {name:?} in {out:#?}"))
     };
-    let before = named("apiserver authentication, authorization");
-    let bind = named("apiserver binding");
+    let before = named(name::APISERVER_BEFORE_VALIDATION);
+    let bind = named(name::APISERVER_BINDING);
     assert_eq!(
         (before.start_unix_ns, before.end_unix_ns),
         (10 * MS, 12 * MS)
@@ -613,7 +615,7 @@ fn a_binding_seen_from_the_pod_registry() {
     assert_eq!((bind.start_unix_ns, bind.end_unix_ns), (12 * MS, 17 * MS));
     assert!(
         out.iter()
-            .all(|s| s.name != "apiserver admission (validating), storage create"),
+            .all(|s| s.name != name::APISERVER_AFTER_VALIDATION),
         "only a create has a phase after its validation"
     );
     let trace = TraceId::for_pod("c", UID);

@@ -32,6 +32,8 @@
 //! agent, ended); `root`: the Pod's root span; `wal`: WAL appends and
 //! fdatasyncs; `raft`: replication, commit and apply of Pod entries.
 
+use crate::correlate::contract::{attr, name};
+
 use std::collections::{HashMap, VecDeque};
 
 use tracer_decode::{
@@ -249,19 +251,19 @@ impl ControlSpans {
         for pod in &pods {
             let change = self.change(call, pod, failed.is_some());
             let mut attributes = vec![
-                string_attribute("rpc.system", "grpc"),
-                string_attribute("rpc.service", tracer_decode::etcd::KV_SERVICE),
-                string_attribute("rpc.method", &call.method),
-                string_attribute("db.system.name", "etcd"),
-                string_attribute("db.operation.name", &call.method),
-                string_attribute("podtrace.etcd.write", call.write.name()),
+                string_attribute(attr::RPC_SYSTEM, "grpc"),
+                string_attribute(attr::RPC_SERVICE, tracer_decode::etcd::KV_SERVICE),
+                string_attribute(attr::RPC_METHOD, &call.method),
+                string_attribute(attr::DB_SYSTEM_NAME, "etcd"),
+                string_attribute(attr::DB_OPERATION_NAME, &call.method),
+                string_attribute(attr::ETCD_WRITE, call.write.name()),
                 string_attribute(
-                    "podtrace.etcd.key",
+                    attr::ETCD_KEY,
                     &format!("/registry/pods/{}/{}", pod.namespace, pod.name),
                 ),
             ];
             if let Some(change) = &change {
-                attributes.push(string_attribute("podtrace.k8s.pod.change", change));
+                attributes.push(string_attribute(attr::K8S_POD_CHANGE, change));
             }
             // The scheduler's verdict on a Pod no node fits, as it wrote it.
             let verdict = call.clues.iter().find_map(|clue| match clue {
@@ -273,19 +275,19 @@ impl ControlSpans {
                 _ => None,
             });
             if let Some(verdict) = verdict {
-                attributes.push(string_attribute("podtrace.k8s.scheduling.failure", verdict));
+                attributes.push(string_attribute(attr::K8S_SCHEDULING_FAILURE, verdict));
             }
             if let Some(revision) = call.revision {
-                attributes.push(int_attribute("podtrace.etcd.revision", revision));
+                attributes.push(int_attribute(attr::ETCD_REVISION, revision));
             }
             if let Some(code) = call.status_code {
-                attributes.push(int_attribute("rpc.grpc.status_code", i64::from(code)));
+                attributes.push(int_attribute(attr::RPC_GRPC_STATUS_CODE, i64::from(code)));
             }
             self.wait(Draft {
                 pod: pod.clone(),
                 key: format!("etcd/{side}/{fingerprint}"),
                 parent: (call.side == Side::Server).then(|| format!("etcd/client/{fingerprint}")),
-                name: format!("{}/{}", tracer_decode::etcd::KV_SERVICE, call.method),
+                name: name::grpc(tracer_decode::etcd::KV_SERVICE, &call.method),
                 kind: match call.side {
                     Side::Client => SpanKind::Client,
                     Side::Server => SpanKind::Server,

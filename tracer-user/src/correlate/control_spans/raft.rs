@@ -3,6 +3,8 @@
 //! ([`crate::correlate::replication`] keeps the protocol state; this names
 //! the spans).
 
+use crate::correlate::contract::{attr, name};
+
 use super::*;
 
 /// A span of a Raft entry ([`ControlSpans::draft_entry_spans`]).
@@ -54,10 +56,10 @@ impl ControlSpans {
                 } => {
                     let mut attributes = self.member_attributes(from, RaftRole::Follower);
                     attributes.extend([
-                        string_attribute("podtrace.etcd.raft.leader.name", &self.member_label(to)),
-                        string_attribute("podtrace.etcd.raft.leader.id", &format!("{to:x}")),
+                        string_attribute(attr::ETCD_RAFT_LEADER_NAME, &self.member_label(to)),
+                        string_attribute(attr::ETCD_RAFT_LEADER_ID, &format!("{to:x}")),
                     ]);
-                    let name = format!("etcd raft forward → {}", self.member_label(to));
+                    let name = name::etcd_forward(&self.member_label(to));
                     self.draft_entry_spans(
                         &entry,
                         EntrySpan {
@@ -87,15 +89,12 @@ impl ControlSpans {
                     let mut attributes = self.member_attributes(leader, RaftRole::Leader);
                     attributes.extend([
                         string_attribute(
-                            "podtrace.etcd.raft.follower.name",
+                            attr::ETCD_RAFT_FOLLOWER_NAME,
                             &self.member_label(follower),
                         ),
-                        string_attribute(
-                            "podtrace.etcd.raft.follower.id",
-                            &format!("{follower:x}"),
-                        ),
+                        string_attribute(attr::ETCD_RAFT_FOLLOWER_ID, &format!("{follower:x}")),
                         (
-                            "podtrace.etcd.raft.in_quorum".to_owned(),
+                            attr::ETCD_RAFT_IN_QUORUM.to_owned(),
                             AttributeValue::Bool(in_quorum),
                         ),
                     ]);
@@ -106,7 +105,7 @@ impl ControlSpans {
                             WAIT_NS / 1_000_000_000
                         )),
                     };
-                    let name = format!("etcd raft replicate → {}", self.member_label(follower));
+                    let name = name::etcd_replicate(&self.member_label(follower));
                     self.draft_entry_spans(
                         &entry,
                         EntrySpan {
@@ -138,25 +137,22 @@ impl ControlSpans {
                     };
                     let mut attributes = self.member_attributes(leader, RaftRole::Leader);
                     attributes.extend([
-                        int_attribute("podtrace.etcd.raft.members", members as i64),
-                        int_attribute("podtrace.etcd.raft.quorum", quorum as i64),
-                        string_attribute("podtrace.etcd.raft.waited_for", &names(&waited_for)),
+                        int_attribute(attr::ETCD_RAFT_MEMBERS, members as i64),
+                        int_attribute(attr::ETCD_RAFT_QUORUM, quorum as i64),
+                        string_attribute(attr::ETCD_RAFT_WAITED_FOR, &names(&waited_for)),
                         string_attribute(
-                            "podtrace.etcd.raft.waited_longest_for",
+                            attr::ETCD_RAFT_WAITED_LONGEST_FOR,
                             &waited_for
                                 .last()
                                 .map_or_else(String::new, |id| self.member_label(*id)),
                         ),
-                        string_attribute(
-                            "podtrace.etcd.raft.not_waited_for",
-                            &names(&not_waited_for),
-                        ),
+                        string_attribute(attr::ETCD_RAFT_NOT_WAITED_FOR, &names(&not_waited_for)),
                     ]);
                     self.draft_entry_spans(
                         &entry,
                         EntrySpan {
                             key: format!("etcd/commit/{}", entry.index),
-                            name: "etcd raft commit".to_owned(),
+                            name: name::ETCD_COMMIT.to_owned(),
                             start_ns: proposed_ns,
                             end_ns: commit_ns,
                             attributes,
@@ -170,15 +166,15 @@ impl ControlSpans {
                     answered_ns,
                     server_tgid,
                 } => {
-                    let mut attributes = vec![string_attribute("db.system.name", "etcd")];
+                    let mut attributes = vec![string_attribute(attr::DB_SYSTEM_NAME, "etcd")];
                     if let Some(name) = self.members.get(&server_tgid) {
-                        attributes.push(string_attribute("podtrace.etcd.member.name", name));
+                        attributes.push(string_attribute(attr::ETCD_MEMBER_NAME, name));
                     }
                     self.draft_entry_spans(
                         &entry,
                         EntrySpan {
                             key: format!("etcd/apply/{}", entry.index),
-                            name: "etcd apply".to_owned(),
+                            name: name::ETCD_APPLY.to_owned(),
                             start_ns: commit_ns,
                             end_ns: answered_ns,
                             attributes,
@@ -204,8 +200,8 @@ impl ControlSpans {
                 Vec::new()
             } else {
                 vec![
-                    int_attribute("podtrace.etcd.raft.index", entry.index as i64),
-                    int_attribute("podtrace.etcd.raft.term", entry.term as i64),
+                    int_attribute(attr::ETCD_RAFT_INDEX, entry.index as i64),
+                    int_attribute(attr::ETCD_RAFT_TERM, entry.term as i64),
                 ]
             };
             attributes.extend(span.attributes.iter().cloned());
@@ -227,12 +223,12 @@ impl ControlSpans {
     /// Attributes naming etcd member `id` in `role`.
     fn member_attributes(&self, id: u64, role: RaftRole) -> Vec<(String, AttributeValue)> {
         let mut attributes = vec![
-            string_attribute("db.system.name", "etcd"),
-            string_attribute("podtrace.etcd.member.id", &format!("{id:x}")),
-            string_attribute("podtrace.etcd.member.role", role.as_str()),
+            string_attribute(attr::DB_SYSTEM_NAME, "etcd"),
+            string_attribute(attr::ETCD_MEMBER_ID, &format!("{id:x}")),
+            string_attribute(attr::ETCD_MEMBER_ROLE, role.as_str()),
         ];
         if let Some(name) = self.member_names.get(&id) {
-            attributes.push(string_attribute("podtrace.etcd.member.name", name));
+            attributes.push(string_attribute(attr::ETCD_MEMBER_NAME, name));
         }
         attributes
     }

@@ -2,6 +2,8 @@
 //! create: from the create write to the write that reports it Running (or
 //! incomplete at the timeout, with the phase it is stuck in).
 
+use crate::correlate::contract::{attr, name};
+
 use super::*;
 
 /// A Pod whose create this agent saw etcd handle: its root is ours to emit.
@@ -126,16 +128,16 @@ impl ControlSpans {
         let pod = &root.pod;
         let mut attributes = pod.attributes();
         if let Some(node) = &root.node {
-            attributes.push(string_attribute("k8s.node.name", node));
+            attributes.push(string_attribute(attr::K8S_NODE_NAME, node));
         }
         if let Some(scheduler) = &root.scheduler {
-            attributes.push(string_attribute("podtrace.k8s.scheduler.name", scheduler));
+            attributes.push(string_attribute(attr::K8S_SCHEDULER_NAME, scheduler));
         }
         if let Some(policies) = &root.pull_policies {
-            attributes.push(string_attribute("podtrace.k8s.image_pull_policy", policies));
+            attributes.push(string_attribute(attr::K8S_IMAGE_PULL_POLICY, policies));
         }
         attributes.push((
-            "podtrace.trace.complete".to_owned(),
+            attr::TRACE_COMPLETE.to_owned(),
             AttributeValue::Bool(incomplete.is_none()),
         ));
         let status = match incomplete {
@@ -147,17 +149,15 @@ impl ControlSpans {
                 } else {
                     "scheduling: not bound to a node"
                 };
-                attributes.push(string_attribute("podtrace.trace.stuck_phase", phase));
+                attributes.push(string_attribute(attr::TRACE_STUCK_PHASE, phase));
                 // What the components themselves reported about it.
                 let reported = match (&root.node, &root.unschedulable, &root.waiting) {
                     (None, Some(verdict), _) => {
-                        attributes
-                            .push(string_attribute("podtrace.k8s.scheduling.failure", verdict));
+                        attributes.push(string_attribute(attr::K8S_SCHEDULING_FAILURE, verdict));
                         format!(" ({verdict})")
                     }
                     (Some(_), _, Some(waiting)) => {
-                        attributes
-                            .push(string_attribute("podtrace.k8s.container.waiting", waiting));
+                        attributes.push(string_attribute(attr::K8S_CONTAINER_WAITING, waiting));
                         format!(" ({waiting})")
                     }
                     _ => String::new(),
@@ -169,7 +169,7 @@ impl ControlSpans {
             trace_id: pod.trace,
             span_id: SpanId::well_known(pod.trace, "root"),
             parent_span_id: None,
-            name: format!("pod.create {}/{}", pod.namespace, pod.name),
+            name: name::pod_create(&pod.namespace, &pod.name),
             kind: SpanKind::Internal,
             start_unix_ns: self.clock.unix_ns(root.start_ns),
             end_unix_ns,

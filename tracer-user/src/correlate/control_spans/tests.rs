@@ -1,3 +1,5 @@
+use crate::correlate::contract::{attr, name};
+
 use tracer_common::io::IoSyscall;
 use tracer_decode::{
     identity::PodIdentity,
@@ -194,7 +196,7 @@ fn client_server_and_wal_spans_nest_by_request_fingerprint_under_the_root() {
     assert_eq!((root.start_unix_ns, root.end_unix_ns), (9 * MS, 903 * MS));
     assert_eq!(root.status, SpanStatus::Unset);
     assert_eq!(
-        attribute(root, "k8s.node.name"),
+        attribute(root, attr::K8S_NODE_NAME),
         &AttributeValue::String("node-a".into())
     );
 
@@ -208,18 +210,18 @@ fn client_server_and_wal_spans_nest_by_request_fingerprint_under_the_root() {
         assert_eq!(server.parent_span_id, Some(client.span_id), "{server:#?}");
     }
     assert_eq!(
-        attribute(servers[0], "podtrace.etcd.write"),
+        attribute(servers[0], attr::ETCD_WRITE),
         &AttributeValue::String("create".into())
     );
-    let wal = named(&out, "etcd WAL append + fdatasync", SpanKind::Internal);
+    let wal = named(&out, name::ETCD_WAL, SpanKind::Internal);
     assert_eq!(wal.parent_span_id, Some(servers[0].span_id));
     assert_eq!((wal.start_unix_ns, wal.end_unix_ns), (11 * MS, 13 * MS));
     assert_eq!(
-        attribute(wal, "podtrace.etcd.wal.shared"),
+        attribute(wal, attr::ETCD_WAL_SHARED),
         &AttributeValue::Bool(false)
     );
     assert_eq!(
-        attribute(wal, "podtrace.etcd.member.name"),
+        attribute(wal, attr::ETCD_MEMBER_NAME),
         &AttributeValue::String("infra1".into())
     );
     assert_eq!(out.len(), 8);
@@ -247,7 +249,7 @@ fn a_binding_whose_txn_conflicted_and_was_retried_is_named_bound_both_times() {
     let changes: Vec<(&AttributeValue, &SpanStatus)> = out
         .iter()
         .filter(|s| s.kind == SpanKind::Client)
-        .map(|s| (attribute(s, "podtrace.k8s.pod.change"), &s.status))
+        .map(|s| (attribute(s, attr::K8S_POD_CHANGE), &s.status))
         .collect();
     let bound = AttributeValue::String("bound to node-a".into());
     assert_eq!(changes.len(), 3, "{out:#?}");
@@ -267,13 +269,13 @@ fn the_first_write_seen_of_a_bound_pod_is_not_named_its_binding() {
     let changes: Vec<&AttributeValue> = out
         .iter()
         .filter(|s| s.kind == SpanKind::Client)
-        .map(|s| attribute(s, "podtrace.k8s.pod.change"))
+        .map(|s| attribute(s, attr::K8S_POD_CHANGE))
         .collect();
     let updated = AttributeValue::String("updated".into());
     assert_eq!(changes, [&updated], "{out:#?}");
 }
 
-const WAL_SPAN: &str = "etcd WAL append + fdatasync";
+const WAL_SPAN: &str = name::ETCD_WAL;
 
 /// Every span once `write` is synced and the spans are finished.
 fn synced_wal_spans(control: &mut ControlSpans, write: &WalMessage) -> Vec<Span> {
@@ -298,11 +300,11 @@ fn a_wal_span_names_its_member_by_id_and_role() {
     assert_eq!(wal.len(), 2, "{out:#?}");
     for (span, role) in wal.iter().zip(["leader", "follower"]) {
         assert_eq!(
-            attribute(span, "podtrace.etcd.member.id"),
+            attribute(span, attr::ETCD_MEMBER_ID),
             &AttributeValue::String("8e9e05c52164694d".into())
         );
         assert_eq!(
-            attribute(span, "podtrace.etcd.member.role"),
+            attribute(span, attr::ETCD_MEMBER_ROLE),
             &AttributeValue::String(role.into())
         );
     }
@@ -322,15 +324,15 @@ fn one_fdatasync_for_two_pods_is_a_span_in_each_trace_naming_the_batch() {
     assert_eq!(wal[1].trace_id, TraceId::for_pod("test", "uid-b"));
     for span in wal {
         assert_eq!(
-            attribute(span, "podtrace.etcd.wal.pods"),
+            attribute(span, attr::ETCD_WAL_PODS),
             &AttributeValue::Int(2)
         );
         assert_eq!(
-            attribute(span, "podtrace.etcd.wal.shared"),
+            attribute(span, attr::ETCD_WAL_SHARED),
             &AttributeValue::Bool(true)
         );
         assert_eq!(
-            attribute(span, "podtrace.etcd.wal.batch"),
+            attribute(span, attr::ETCD_WAL_BATCH),
             &AttributeValue::String("default/a,default/b".into())
         );
         assert!(
@@ -383,7 +385,7 @@ fn a_pod_never_running_is_exported_incomplete_with_the_phase_it_is_stuck_in() {
         "{root:#?}"
     );
     assert_eq!(
-        attribute(root, "podtrace.trace.complete"),
+        attribute(root, attr::TRACE_COMPLETE),
         &AttributeValue::Bool(false)
     );
     assert!(control.finish().is_empty());
@@ -544,7 +546,7 @@ fn nothing_after_the_write_that_reports_running_joins_the_creation_trace() {
     let changes: Vec<&AttributeValue> = out
         .iter()
         .filter(|s| s.kind == SpanKind::Server)
-        .map(|s| attribute(s, "podtrace.k8s.pod.change"))
+        .map(|s| attribute(s, attr::K8S_POD_CHANGE))
         .collect();
     assert_eq!(
         changes,
@@ -694,23 +696,23 @@ fn a_three_member_write_shows_replication_commit_and_apply_under_the_server_span
     assert_eq!(fast.span_id, id("etcd/replicate/b/10"));
     assert_eq!((fast.start_unix_ns, fast.end_unix_ns), (11 * MS, 15 * MS));
     assert_eq!(
-        attribute(fast, "podtrace.etcd.raft.in_quorum"),
+        attribute(fast, attr::ETCD_RAFT_IN_QUORUM),
         &AttributeValue::Bool(true)
     );
     assert_eq!(
-        attribute(fast, "podtrace.etcd.member.name"),
+        attribute(fast, attr::ETCD_MEMBER_NAME),
         &AttributeValue::String("etcd-0".into())
     );
     // The slow follower's name is unknown here (no WAL of it seen): its id.
     let slow = named(&out, "etcd raft replicate → c", SpanKind::Internal);
     assert_eq!((slow.start_unix_ns, slow.end_unix_ns), (11 * MS, 40 * MS));
     assert_eq!(
-        attribute(slow, "podtrace.etcd.raft.in_quorum"),
+        attribute(slow, attr::ETCD_RAFT_IN_QUORUM),
         &AttributeValue::Bool(false)
     );
 
     let wal: Vec<&Span> = out.iter().filter(|s| s.name == WAL_SPAN).collect();
-    let role = |span: &Span| attribute(span, "podtrace.etcd.member.role").clone();
+    let role = |span: &Span| attribute(span, attr::ETCD_MEMBER_ROLE).clone();
     let leader_wal = wal
         .iter()
         .find(|s| role(s) == AttributeValue::String("leader".into()));
@@ -728,16 +730,16 @@ fn a_three_member_write_shows_replication_commit_and_apply_under_the_server_span
         "{out:#?}"
     );
 
-    let commit = named(&out, "etcd raft commit", SpanKind::Internal);
+    let commit = named(&out, name::ETCD_COMMIT, SpanKind::Internal);
     assert_eq!(commit.parent_span_id, Some(server.span_id));
     assert_eq!(
         (commit.start_unix_ns, commit.end_unix_ns),
         (11 * MS, 15 * MS)
     );
     for (key, value) in [
-        ("podtrace.etcd.raft.waited_for", "etcd-0,etcd-1"),
-        ("podtrace.etcd.raft.waited_longest_for", "etcd-1"),
-        ("podtrace.etcd.raft.not_waited_for", "c"),
+        (attr::ETCD_RAFT_WAITED_FOR, "etcd-0,etcd-1"),
+        (attr::ETCD_RAFT_WAITED_LONGEST_FOR, "etcd-1"),
+        (attr::ETCD_RAFT_NOT_WAITED_FOR, "c"),
     ] {
         assert_eq!(
             attribute(commit, key),
@@ -746,10 +748,10 @@ fn a_three_member_write_shows_replication_commit_and_apply_under_the_server_span
         );
     }
     assert_eq!(
-        attribute(commit, "podtrace.etcd.raft.quorum"),
+        attribute(commit, attr::ETCD_RAFT_QUORUM),
         &AttributeValue::Int(2)
     );
-    let apply = named(&out, "etcd apply", SpanKind::Internal);
+    let apply = named(&out, name::ETCD_APPLY, SpanKind::Internal);
     assert_eq!(apply.parent_span_id, Some(server.span_id));
     assert_eq!((apply.start_unix_ns, apply.end_unix_ns), (15 * MS, 16 * MS));
 }

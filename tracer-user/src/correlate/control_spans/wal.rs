@@ -1,6 +1,8 @@
 //! The WAL appends and fdatasyncs that made a Pod write durable, one span
 //! per Pod entry a sync covered, in every member's trace of the Pod.
 
+use crate::correlate::contract::{attr, name};
+
 use super::*;
 
 /// WAL writes since the segment's last sync.
@@ -82,31 +84,28 @@ impl ControlSpans {
                 // A follower sees the Pod reported Running only here.
                 self.end_if_reported(&entry.clues, &pod, entry.fingerprint);
                 let mut attributes = vec![
-                    string_attribute("db.system.name", "etcd"),
-                    int_attribute("podtrace.etcd.raft.index", entry.index as i64),
-                    int_attribute("podtrace.etcd.raft.term", entry.term as i64),
-                    int_attribute("podtrace.etcd.wal.bytes", batch.bytes as i64),
-                    int_attribute("podtrace.etcd.wal.entries", batch.entries as i64),
-                    int_attribute("podtrace.etcd.wal.pods", pods_in_batch.len() as i64),
-                    string_attribute("podtrace.etcd.wal.batch", &batch_names),
-                    int_attribute("podtrace.etcd.wal.fsync_ns", sync.duration_ns as i64),
+                    string_attribute(attr::DB_SYSTEM_NAME, "etcd"),
+                    int_attribute(attr::ETCD_RAFT_INDEX, entry.index as i64),
+                    int_attribute(attr::ETCD_RAFT_TERM, entry.term as i64),
+                    int_attribute(attr::ETCD_WAL_BYTES, batch.bytes as i64),
+                    int_attribute(attr::ETCD_WAL_ENTRIES, batch.entries as i64),
+                    int_attribute(attr::ETCD_WAL_PODS, pods_in_batch.len() as i64),
+                    string_attribute(attr::ETCD_WAL_BATCH, &batch_names),
+                    int_attribute(attr::ETCD_WAL_FSYNC_NS, sync.duration_ns as i64),
                     (
-                        "podtrace.etcd.wal.shared".to_owned(),
+                        attr::ETCD_WAL_SHARED.to_owned(),
                         AttributeValue::Bool(pods_in_batch.len() > 1),
                     ),
                 ];
                 if let Some(member) = self.members.get(&sync.ids.tgid) {
-                    attributes.push(string_attribute("podtrace.etcd.member.name", member));
+                    attributes.push(string_attribute(attr::ETCD_MEMBER_NAME, member));
                 }
                 // In hex, as etcd prints member ids.
                 if let Some(id) = batch.member_id {
-                    attributes.push(string_attribute(
-                        "podtrace.etcd.member.id",
-                        &format!("{id:x}"),
-                    ));
+                    attributes.push(string_attribute(attr::ETCD_MEMBER_ID, &format!("{id:x}")));
                 }
                 if let Some(role) = entry.role {
-                    attributes.push(string_attribute("podtrace.etcd.member.role", role.as_str()));
+                    attributes.push(string_attribute(attr::ETCD_MEMBER_ROLE, role.as_str()));
                 }
                 // A follower's append is part of its leader's replication
                 // to it, when that was decoded (here or on the leader's node).
@@ -125,7 +124,7 @@ impl ControlSpans {
                     parent: Some(
                         replicated.unwrap_or_else(|| format!("etcd/server/{fingerprint}")),
                     ),
-                    name: "etcd WAL append + fdatasync".to_owned(),
+                    name: name::ETCD_WAL.to_owned(),
                     kind: SpanKind::Internal,
                     start_unix_ns: self.clock.unix_ns(batch.first_write_ns),
                     end_unix_ns: self.clock.unix_ns(sync.ids.ts_ns),

@@ -2,6 +2,8 @@
 //! pulls or creates, naming only the image), and the image and security
 //! facts the node's spans carry.
 
+use crate::correlate::contract::attr;
+
 use super::*;
 
 /// How long an ImageStatus call waits for the PullImage or CreateContainer
@@ -334,14 +336,14 @@ fn same_image(a: &ContainerFacts, b: &ContainerFacts) -> bool {
 pub(super) fn image_attributes(facts: &ContainerFacts) -> Vec<(String, AttributeValue)> {
     let mut attributes = Vec::new();
     if let Some(image) = &facts.image {
-        attributes.push(string_attribute("container.image.name", image));
+        attributes.push(string_attribute(attr::CONTAINER_IMAGE_NAME, image));
     }
     if let Some(id) = &facts.image_id {
-        attributes.push(string_attribute("container.image.id", id));
+        attributes.push(string_attribute(attr::CONTAINER_IMAGE_ID, id));
     }
     if let Some(present) = facts.image_present {
         attributes.push((
-            "podtrace.container.image.present".to_owned(),
+            attr::CONTAINER_IMAGE_PRESENT.to_owned(),
             AttributeValue::Bool(present),
         ));
     }
@@ -353,13 +355,13 @@ pub(super) fn image_attributes(facts: &ContainerFacts) -> Vec<(String, Attribute
 pub(super) fn container_attributes(image: &ContainerImage) -> Vec<(String, AttributeValue)> {
     let mut attributes = Vec::new();
     if let Some(name) = &image.container_name {
-        attributes.push(string_attribute("k8s.container.name", name));
+        attributes.push(string_attribute(attr::K8S_CONTAINER_NAME, name));
     }
     if let Some(name) = &image.image {
-        attributes.push(string_attribute("container.image.name", name));
+        attributes.push(string_attribute(attr::CONTAINER_IMAGE_NAME, name));
     }
     if let Some(source) = image.source {
-        attributes.push(string_attribute("podtrace.container.image.source", source));
+        attributes.push(string_attribute(attr::CONTAINER_IMAGE_SOURCE, source));
     }
     attributes
 }
@@ -367,32 +369,35 @@ pub(super) fn container_attributes(image: &ContainerImage) -> Vec<(String, Attri
 /// `container.security.*`: the security context the kubelet asked for.
 pub(super) fn security_attributes(security: &SecurityFacts) -> Vec<(String, AttributeValue)> {
     let mut attributes = vec![(
-        "container.security.privileged".to_owned(),
+        attr::CONTAINER_SECURITY_PRIVILEGED.to_owned(),
         AttributeValue::Bool(security.privileged),
     )];
     if !security.capabilities_added.is_empty() {
         attributes.push(string_attribute(
-            "container.security.capabilities.added",
+            attr::CONTAINER_SECURITY_CAPABILITIES_ADDED,
             &security.capabilities_added.join(","),
         ));
     }
     if !security.capabilities_dropped.is_empty() {
         attributes.push(string_attribute(
-            "container.security.capabilities.dropped",
+            attr::CONTAINER_SECURITY_CAPABILITIES_DROPPED,
             &security.capabilities_dropped.join(","),
         ));
     }
     if let Some(user) = security.run_as_user {
         attributes.push((
-            "container.security.run_as_user".to_owned(),
+            attr::CONTAINER_SECURITY_RUN_AS_USER.to_owned(),
             AttributeValue::Int(user),
         ));
     }
     if let Some(seccomp) = &security.seccomp {
-        attributes.push(string_attribute("container.security.seccomp", seccomp));
+        attributes.push(string_attribute(attr::CONTAINER_SECURITY_SECCOMP, seccomp));
     }
     if let Some(apparmor) = &security.apparmor {
-        attributes.push(string_attribute("container.security.apparmor", apparmor));
+        attributes.push(string_attribute(
+            attr::CONTAINER_SECURITY_APPARMOR,
+            apparmor,
+        ));
     }
     attributes
 }

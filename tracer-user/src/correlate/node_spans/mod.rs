@@ -13,6 +13,8 @@
 //! and security facts; `runtime`: runc, the shim, the containers' first
 //! processes and CNI plugin runs under the calls that caused them.
 
+use crate::correlate::contract::{attr, name};
+
 use std::collections::{HashMap, VecDeque};
 
 use tracer_decode::{
@@ -305,7 +307,7 @@ impl NodeSpans {
                 let image = self.container_image(call, &pod, &statuses);
                 facts.extend(container_attributes(&image));
                 if let Some(id) = call.facts.as_ref().and_then(|f| f.image_id.as_ref()) {
-                    facts.push(string_attribute("container.image.id", id));
+                    facts.push(string_attribute(attr::CONTAINER_IMAGE_ID, id));
                 }
                 if let Some(security) = call.facts.as_ref().and_then(|f| f.security.as_ref()) {
                     facts.extend(security_attributes(security));
@@ -384,30 +386,30 @@ impl NodeSpans {
         }
         let mut attributes = vec![
             (
-                "rpc.system".to_owned(),
+                attr::RPC_SYSTEM.to_owned(),
                 AttributeValue::String("grpc".into()),
             ),
             (
-                "rpc.service".to_owned(),
+                attr::RPC_SERVICE.to_owned(),
                 AttributeValue::String(call.service.clone()),
             ),
             (
-                "rpc.method".to_owned(),
+                attr::RPC_METHOD.to_owned(),
                 AttributeValue::String(call.method.clone()),
             ),
         ];
         if let Some(sandbox_id) = &sandbox_id {
-            attributes.push(string_attribute("podtrace.cri.sandbox_id", sandbox_id));
+            attributes.push(string_attribute(attr::CRI_SANDBOX_ID, sandbox_id));
         }
         if let Some(container_id) = &container_id {
             attributes.push((
-                "container.id".to_owned(),
+                attr::CONTAINER_ID.to_owned(),
                 AttributeValue::String(container_id.clone()),
             ));
         }
         if let Some(code) = call.status_code {
             attributes.push((
-                "rpc.grpc.status_code".to_owned(),
+                attr::RPC_GRPC_STATUS_CODE.to_owned(),
                 AttributeValue::Int(i64::from(code)),
             ));
         }
@@ -424,7 +426,7 @@ impl NodeSpans {
             trace_id: pod.trace,
             span_id: Self::call_span_id(pod.trace, call.side, &call.method, &span_key),
             parent_span_id: Some(self.node_span_id(pod.trace)),
-            name: format!("{}/{}", call.service, call.method),
+            name: name::grpc(&call.service, &call.method),
             kind: match call.side {
                 Side::Server => SpanKind::Server,
                 Side::Client => SpanKind::Client,
@@ -554,7 +556,7 @@ impl NodeSpans {
             trace_id: pod.trace,
             span_id: self.node_span_id(pod.trace),
             parent_span_id: Some(SpanId::well_known(pod.trace, "root")),
-            name: format!("node {}", self.node_name),
+            name: name::node(&self.node_name),
             kind: SpanKind::Internal,
             start_unix_ns: start,
             end_unix_ns: end_ns,
@@ -566,7 +568,7 @@ impl NodeSpans {
 
     fn pod_attributes(&self, pod: &Pod) -> Vec<(String, AttributeValue)> {
         let mut attributes = pod.attributes();
-        attributes.push(string_attribute("k8s.node.name", &self.node_name));
+        attributes.push(string_attribute(attr::K8S_NODE_NAME, &self.node_name));
         attributes
     }
 }

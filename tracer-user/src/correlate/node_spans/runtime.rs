@@ -2,6 +2,8 @@
 //! create and start, the shim, the containers' first processes and CNI
 //! plugin runs, each placed in its Pod once the call that ran it is known.
 
+use crate::correlate::contract::{attr, name};
+
 use super::*;
 
 /// A runc execution waiting for its exit.
@@ -336,29 +338,28 @@ impl NodeSpans {
         let (pod, parent) = self.container_parent(&process.container_id)?;
         let mut attributes = vec![
             (
-                "process.pid".to_owned(),
+                attr::PROCESS_PID.to_owned(),
                 AttributeValue::Int(i64::from(process.pid)),
             ),
-            string_attribute("process.executable.name", &process.executable),
-            string_attribute("container.id", &process.container_id),
+            string_attribute(attr::PROCESS_EXECUTABLE_NAME, &process.executable),
+            string_attribute(attr::CONTAINER_ID, &process.container_id),
         ];
         if let Some(image) = self.container_images.get(&process.container_id) {
             attributes.extend(container_attributes(image));
         }
         let (name, role, status) = match process.exit {
             None => (
-                format!("container process start: {}", process.executable),
+                name::container_start(&process.executable),
                 "exec",
                 SpanStatus::Unset,
             ),
             Some(status) => {
                 let (code, status) = exit_status(status);
-                attributes.push(("process.exit.code".to_owned(), AttributeValue::Int(code)));
-                (
-                    format!("container process exit: {}", process.executable),
-                    "exit",
-                    status,
-                )
+                attributes.push((
+                    attr::PROCESS_EXIT_CODE.to_owned(),
+                    AttributeValue::Int(code),
+                ));
+                (name::container_exit(&process.executable), "exit", status)
             }
         };
         attributes.extend(self.pod_attributes(pod));
@@ -429,17 +430,20 @@ impl NodeSpans {
         let (code, status) = exit_status(run.status);
         let mut attributes = vec![
             (
-                "process.pid".to_owned(),
+                attr::PROCESS_PID.to_owned(),
                 AttributeValue::Int(i64::from(run.pid)),
             ),
-            string_attribute("process.executable.name", &run.plugin),
-            ("process.exit.code".to_owned(), AttributeValue::Int(code)),
-            string_attribute("podtrace.cri.sandbox_id", sandbox_id),
+            string_attribute(attr::PROCESS_EXECUTABLE_NAME, &run.plugin),
+            (
+                attr::PROCESS_EXIT_CODE.to_owned(),
+                AttributeValue::Int(code),
+            ),
+            string_attribute(attr::CRI_SANDBOX_ID, sandbox_id),
             // ADD for RunPodSandbox, DEL for the teardown calls: which
             // trace of the Pod the run belongs to.
-            string_attribute("podtrace.cni.call", window.method),
+            string_attribute(attr::CNI_CALL, window.method),
             string_attribute(
-                "podtrace.attribution",
+                attr::ATTRIBUTION,
                 if run.sandbox_id.is_some() {
                     "CNI_CONTAINERID: the sandbox the runtime named"
                 } else {
@@ -455,7 +459,7 @@ impl NodeSpans {
                 format!("cni/{}/{}", run.plugin, run.pid).as_bytes(),
             ),
             parent_span_id: Some(parent),
-            name: format!("CNI {}", run.plugin),
+            name: name::cni(&run.plugin),
             kind: SpanKind::Internal,
             start_unix_ns: self.clock.unix_ns(run.start_ns),
             end_unix_ns: self.clock.unix_ns(run.end_ns),
@@ -475,14 +479,17 @@ impl NodeSpans {
         }
         let mut attributes = vec![
             (
-                "process.pid".to_owned(),
+                attr::PROCESS_PID.to_owned(),
                 AttributeValue::Int(i64::from(finished.pid)),
             ),
-            string_attribute("process.executable.name", &run.executable),
-            string_attribute("container.id", &run.container_id),
+            string_attribute(attr::PROCESS_EXECUTABLE_NAME, &run.executable),
+            string_attribute(attr::CONTAINER_ID, &run.container_id),
         ];
         let (code, status) = exit_status(finished.status);
-        attributes.push(("process.exit.code".to_owned(), AttributeValue::Int(code)));
+        attributes.push((
+            attr::PROCESS_EXIT_CODE.to_owned(),
+            AttributeValue::Int(code),
+        ));
         attributes.extend(self.pod_attributes(pod));
         Some(Span {
             trace_id: pod.trace,
@@ -497,7 +504,7 @@ impl NodeSpans {
                 .as_bytes(),
             ),
             parent_span_id: Some(parent),
-            name: format!("{} {}", run.executable, run.subcommand),
+            name: name::runtime(&run.executable, &run.subcommand),
             kind: SpanKind::Internal,
             start_unix_ns: self.clock.unix_ns(run.start_ns),
             end_unix_ns: self.clock.unix_ns(finished.end_ns),

@@ -1,3 +1,5 @@
+use crate::correlate::contract::attr;
+
 use tracer_decode::{
     cri::{SandboxPod, SecurityFacts},
     identity::PodIdentity,
@@ -197,7 +199,7 @@ fn a_cni_plugin_another_ran_goes_where_its_parent_went() {
     let host_local = cni.iter().find(|s| s.name == "CNI host-local").unwrap();
     assert_eq!(host_local.parent_span_id, Some(ptp.span_id));
     assert_eq!(
-        attribute(ptp, "process.pid"),
+        attribute(ptp, attr::PROCESS_PID),
         Some(&AttributeValue::Int(10))
     );
 }
@@ -241,9 +243,9 @@ fn a_cni_plugin_goes_to_the_sandbox_its_environment_names() {
         .filter(|s| s.name.starts_with("CNI "))
         .collect();
     assert_eq!(cni.len(), 1, "{cni:#?}");
-    assert_eq!(cni[0].string_attribute("k8s.pod.uid"), Some("u-2"));
+    assert_eq!(cni[0].string_attribute(attr::K8S_POD_UID), Some("u-2"));
     assert_eq!(
-        attribute(cni[0], "process.pid"),
+        attribute(cni[0], attr::PROCESS_PID),
         Some(&AttributeValue::Int(10))
     );
     assert_eq!((node.unattributed, node.cni_ambiguous), (1, 1));
@@ -298,31 +300,31 @@ fn image_and_security_facts_land_on_the_cri_spans() {
     for kind in [SpanKind::Client, SpanKind::Server] {
         let status = named("/ImageStatus", kind);
         assert_eq!(
-            attribute(status, "container.image.name").cloned(),
+            attribute(status, attr::CONTAINER_IMAGE_NAME).cloned(),
             string("busybox:1.36")
         );
         assert_eq!(
-            attribute(status, "podtrace.container.image.present"),
+            attribute(status, attr::CONTAINER_IMAGE_PRESENT),
             Some(&AttributeValue::Bool(true))
         );
-        assert_eq!(status.string_attribute("k8s.pod.uid"), Some("u-1"));
+        assert_eq!(status.string_attribute(attr::K8S_POD_UID), Some("u-1"));
         let create = named("/CreateContainer", kind);
         for (key, value) in [
-            ("container.image.name", string("busybox:1.36")),
-            ("container.image.id", string(ID)),
-            ("k8s.container.name", string("c")),
-            ("podtrace.container.image.source", string(IMAGE_PRESENT)),
+            (attr::CONTAINER_IMAGE_NAME, string("busybox:1.36")),
+            (attr::CONTAINER_IMAGE_ID, string(ID)),
+            (attr::K8S_CONTAINER_NAME, string("c")),
+            (attr::CONTAINER_IMAGE_SOURCE, string(IMAGE_PRESENT)),
             (
-                "container.security.capabilities.added",
+                attr::CONTAINER_SECURITY_CAPABILITIES_ADDED,
                 string("NET_ADMIN,SYS_TIME"),
             ),
-            ("container.security.seccomp", string("RuntimeDefault")),
+            (attr::CONTAINER_SECURITY_SECCOMP, string("RuntimeDefault")),
             (
-                "container.security.privileged",
+                attr::CONTAINER_SECURITY_PRIVILEGED,
                 Some(AttributeValue::Bool(true)),
             ),
             (
-                "container.security.run_as_user",
+                attr::CONTAINER_SECURITY_RUN_AS_USER,
                 Some(AttributeValue::Int(0)),
             ),
         ] {
@@ -375,22 +377,22 @@ fn an_absent_image_is_pulled_for_the_pod_and_the_container_says_so() {
     };
     let status = named("/ImageStatus");
     assert_eq!(
-        attribute(status, "podtrace.container.image.present"),
+        attribute(status, attr::CONTAINER_IMAGE_PRESENT),
         Some(&AttributeValue::Bool(false))
     );
     let pull = named("/PullImage");
     assert_eq!(
-        pull.string_attribute("container.image.name"),
+        pull.string_attribute(attr::CONTAINER_IMAGE_NAME),
         Some("busybox:1.36")
     );
     assert_eq!(pull.end_unix_ns - pull.start_unix_ns, 75 * MS);
     let create = named("/CreateContainer");
     assert_eq!(
-        create.string_attribute("podtrace.container.image.source"),
+        create.string_attribute(attr::CONTAINER_IMAGE_SOURCE),
         Some(IMAGE_PULLED)
     );
     assert_eq!(
-        create.string_attribute("container.image.name"),
+        create.string_attribute(attr::CONTAINER_IMAGE_NAME),
         Some("busybox:1.36")
     );
 }
@@ -464,10 +466,7 @@ fn image_status_of_two_pods_at_once_is_not_guessed() {
         .iter()
         .find(|s| s.name.ends_with("/CreateContainer"))
         .expect("CreateContainer");
-    assert_eq!(
-        create.string_attribute("podtrace.container.image.source"),
-        None
-    );
+    assert_eq!(create.string_attribute(attr::CONTAINER_IMAGE_SOURCE), None);
     // An ImageStatus no Pod claims is about no Pod: it goes quietly.
     let mut node = self::node();
     node.on_cri(&image_status(side, 3, false, 0));
@@ -536,7 +535,7 @@ fn an_image_status_claimed_at_one_end_is_claimed_at_the_other() {
             .find(|s| s.name.ends_with("/CreateContainer") && s.kind == SpanKind::Client)
             .expect("the kubelet's CreateContainer");
         assert_eq!(
-            client_create.string_attribute("podtrace.container.image.source"),
+            client_create.string_attribute(attr::CONTAINER_IMAGE_SOURCE),
             if server_first {
                 Some(IMAGE_PRESENT)
             } else {
