@@ -1442,3 +1442,59 @@ fn a_follower_on_another_node_hangs_its_wal_spans_from_the_leaders_replication()
         }
     }
 }
+
+/// What each recording's replay exports, pinned: the SHA-256 of its
+/// OTLP-JSON, resource attributes in key order and without `host.name` (the
+/// machine's). A change of any span, attribute, id or time fails it; an
+/// intended one is re-pinned with `PODTRACE_PIN_EXPORTS=1`, and the diff of
+/// `exports.sha256` says which recordings it moved.
+#[test]
+fn every_replayed_export_is_the_one_pinned() {
+    use sha2::{Digest as _, Sha256};
+    let pinned_path = fixture("exports.sha256");
+    let mut recordings: Vec<String> = std::fs::read_dir(fixture(""))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".ptrace") || name.ends_with(".ptrace.gz"))
+        .collect();
+    recordings.sort();
+    let mut digests = String::new();
+    for recording in &recordings {
+        let node = match recording.as_str() {
+            "two-nodes-control-plane.ptrace" => "control-plane",
+            "two-nodes-worker.ptrace" => "worker-1",
+            _ => "demo-node",
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("spans.jsonl");
+        let output = Command::new(podtrace_binary())
+            .arg("replay")
+            .arg(fixture(recording))
+            .args(["--cluster-id", CLUSTER, "--node-name", node, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{recording}: {output:?}");
+        let mut hasher = Sha256::new();
+        for line in std::fs::read_to_string(&out).unwrap().lines() {
+            let mut export: Value = serde_json::from_str(line).unwrap();
+            for resource in export["resourceSpans"].as_array_mut().unwrap() {
+                let attributes = resource["resource"]["attributes"].as_array_mut().unwrap();
+                attributes.retain(|kv| kv["key"] != "host.name");
+                attributes.sort_by(|a, b| a["key"].as_str().cmp(&b["key"].as_str()));
+            }
+            hasher.update(export.to_string());
+            hasher.update(b"\n");
+        }
+        let digest: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        digests.push_str(&format!("{digest}  {recording}\n"));
+    }
+    if std::env::var_os("PODTRACE_PIN_EXPORTS").is_some() {
+        std::fs::write(&pinned_path, &digests).unwrap();
+    }
+    let pinned = std::fs::read_to_string(&pinned_path).unwrap_or_default();
+    assert_eq!(
+        digests, pinned,
+        "a replay exports what it did not (re-pin an intended change with PODTRACE_PIN_EXPORTS=1)"
+    );
+}
