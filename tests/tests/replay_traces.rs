@@ -1486,7 +1486,11 @@ fn every_replayed_export_is_the_one_pinned() {
             hasher.update(export.to_string());
             hasher.update(b"\n");
         }
-        let digest: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        let digest: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         digests.push_str(&format!("{digest}  {recording}\n"));
     }
     if std::env::var_os("PODTRACE_PIN_EXPORTS").is_some() {
