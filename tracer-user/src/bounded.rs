@@ -1,7 +1,7 @@
 //! A map with a bound that, when full, forgets its oldest entry and counts
 //! it. What the stages remember of sandboxes, calls and Pods must stay
 //! bounded, but forgetting everything at once when a bound is reached drops
-//! what the very next event needs (a wiped "node span sent" set sent a Pod's
+//! what the very next event needs (a wiped set of the node spans sent sent a Pod's
 //! node span twice); the oldest entry is the one least likely to be asked
 //! for again.
 

@@ -9,7 +9,7 @@
 //! In: the spans a running agent holds (`GET /traces` on its metrics
 //! address) or an OTLP-JSON file. Out: text.
 
-use crate::correlate::contract::attr;
+use crate::correlate::contract::{What, attr};
 
 use std::collections::BTreeMap;
 
@@ -68,7 +68,7 @@ fn section(spans: &[Span]) -> String {
         Some(root) => {
             let ms = root.end_unix_ns.saturating_sub(root.start_unix_ns) as f64 / 1e6;
             let complete = root.bool_attribute(attr::TRACE_COMPLETE) == Some(true);
-            let deletion = root.name.starts_with("pod.delete ");
+            let deletion = What::of(root) == What::DeletionRoot;
             match (&root.status, complete) {
                 // The Pod's deletion: a trace of its own.
                 (SpanStatus::Unset, _) if deletion => {
@@ -114,6 +114,7 @@ fn section(spans: &[Span]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::correlate::contract::name;
     use crate::correlate::span::{AttributeValue, SpanId, SpanKind};
 
     fn span(trace: TraceId, name: &str, parent: Option<&str>, status: SpanStatus) -> Span {
@@ -150,7 +151,7 @@ mod tests {
         let spans = vec![
             span(
                 trace,
-                "pod.create default/web",
+                &name::pod_create("default", "web"),
                 None,
                 SpanStatus::Error(
                     "incomplete: timed out; stuck in node: bound, not reported Running".into(),
@@ -158,14 +159,14 @@ mod tests {
             ),
             span(
                 trace,
-                "node node-a",
-                Some("pod.create default/web"),
+                &name::node("node-a"),
+                Some(&name::pod_create("default", "web")),
                 SpanStatus::Unset,
             ),
             span(
                 trace,
                 "runtime.v1.RuntimeService/RunPodSandbox",
-                Some("node node-a"),
+                Some(&name::node("node-a")),
                 SpanStatus::Error("gRPC status 2: no runtime for \"gone\" is configured".into()),
             ),
         ];
@@ -188,10 +189,20 @@ mod tests {
     fn a_deleted_pod_has_its_creation_and_then_its_deletion() {
         let creation = TraceId::for_pod("c", "uid");
         let deletion = TraceId::for_pod_deletion("c", "uid");
-        let mut root = span(creation, "pod.create default/web", None, SpanStatus::Unset);
+        let mut root = span(
+            creation,
+            &name::pod_create("default", "web"),
+            None,
+            SpanStatus::Unset,
+        );
         root.attributes
             .push((attr::TRACE_COMPLETE.to_owned(), AttributeValue::Bool(true)));
-        let mut delete = span(deletion, "pod.delete default/web", None, SpanStatus::Unset);
+        let mut delete = span(
+            deletion,
+            &name::pod_delete("default", "web"),
+            None,
+            SpanStatus::Unset,
+        );
         delete.start_unix_ns += 9_000_000_000;
         delete.end_unix_ns = delete.start_unix_ns + 250_000_000;
         let text = explain(&[delete, root], "default", "web").unwrap();
@@ -208,7 +219,7 @@ mod tests {
         let mut pull = span(
             trace,
             "runtime.v1.ImageService/PullImage",
-            Some("node node-a"),
+            Some(&name::node("node-a")),
             SpanStatus::Unset,
         );
         for (key, value) in [
@@ -218,7 +229,10 @@ mod tests {
             pull.attributes
                 .push((key.to_owned(), AttributeValue::String(value.into())));
         }
-        let spans = vec![span(trace, "node node-a", None, SpanStatus::Unset), pull];
+        let spans = vec![
+            span(trace, &name::node("node-a"), None, SpanStatus::Unset),
+            pull,
+        ];
         let text = explain(&spans, "default", "web").unwrap();
         assert!(
             text.contains("\n  image nginx:1.27 pulled (PullImage 500.0 ms)\n"),

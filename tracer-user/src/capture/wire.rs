@@ -717,11 +717,11 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawEvent, WireError> {
             }))
         }
         EventKind::CniExec => {
-            let event: CniExecEvent = read_record("CNI exec", bytes)?;
+            let event: CniExecEvent = read_record("exec of a CNI plugin", bytes)?;
             let copied = event.copied as usize;
             if copied > CNI_CONTAINER_ID_BYTES {
                 return Err(WireError::Malformed {
-                    kind: "CNI exec",
+                    kind: "exec of a CNI plugin",
                     what: format!("copied {copied}"),
                 });
             }

@@ -39,7 +39,7 @@
 //! Across agents each holds only its own spans: their clocks differ, and
 //! a tree spread over nodes is as well-formed as their clocks agree.
 
-use crate::correlate::contract::{attr, name};
+use crate::correlate::contract::{What, attr, name};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -90,22 +90,28 @@ enum Role {
 }
 
 fn role(span: &Span) -> Role {
-    if span.parent_span_id.is_none() && span.name.starts_with("pod.create ") {
+    let what = What::of(span);
+    if what == What::CreationRoot {
         return Role::CreationRoot;
     }
     let attribute = |key| span.string_attribute(key);
     let teardown = attribute(attr::RPC_METHOD).is_some_and(|m| TEARDOWN_CALLS.contains(&m))
-        || matches!(span.name.as_str(), "runc kill" | "runc delete")
-        || span.name.starts_with("container process exit")
+        || matches!(
+            what,
+            What::Runtime {
+                executable: "runc",
+                subcommand: "kill" | "delete"
+            } | What::ContainerExit
+        )
         || attribute(attr::CNI_CALL)
             .is_some_and(|call| call == "StopPodSandbox" || call == "RemovePodSandbox")
         || attribute(attr::HTTP_REQUEST_METHOD) == Some("DELETE");
     if teardown {
         Role::Teardown
     } else if attribute(attr::K8S_POD_PHASE).is_some_and(|phase| ENDING_PHASES.contains(&phase))
-        // The request's span, not the calls inside it (which repeat its
-        // attributes): it ends when the answer is in.
-        && attribute(attr::HTTP_ROUTE).is_some_and(|route| span.name.ends_with(route))
+        // The request's span, not the calls inside it: it ends when the
+        // answer is in.
+        && what.is_api_request()
     {
         Role::EndsCreation
     } else {
@@ -324,7 +330,7 @@ impl Assembly {
         // it execs after the kubelet reported the Pod Running: runc start
         // returns once runc init was told to exec, and under load the exec
         // can follow the status update (the summaries reach over it).
-        let first_exec = span.name.starts_with("container process start: ");
+        let first_exec = What::of(&span) == What::ContainerStart;
         let after_end = !first_exec && pod.ended.is_some_and(|(end, _)| span.start_unix_ns > end);
         if role == Role::Teardown {
             pod.deletion_last_ns = now;
@@ -854,7 +860,13 @@ mod tests {
     }
 
     fn root(end_ms: u64) -> Span {
-        let mut root = span("root", None, "pod.create default/web", (0, end_ms), &[]);
+        let mut root = span(
+            "root",
+            None,
+            &name::pod_create("default", "web"),
+            (0, end_ms),
+            &[],
+        );
         root.span_id = root_id();
         root.attributes
             .push(string_attribute(attr::K8S_NODE_NAME, NODE));
@@ -865,7 +877,7 @@ mod tests {
         let mut node = span(
             "node",
             Some(root_id()),
-            "node node-a",
+            &name::node("node-a"),
             (start_ms, end_ms),
             &[],
         );
@@ -929,7 +941,7 @@ mod tests {
         let exec = span(
             "exec",
             Some(start.span_id),
-            "container process start: sh",
+            &name::container_start("sh"),
             (55, 55),
             &[(attr::K8S_NODE_NAME, NODE)],
         );
@@ -958,9 +970,9 @@ mod tests {
         // The node span reaches from the kubelet's first work to the
         // process start; the exec that followed its call's answer hangs
         // from the node span.
-        let node = named(&out, "node node-a");
+        let node = named(&out, &name::node("node-a"));
         assert_eq!((node.start_unix_ns, node.end_unix_ns), (at(5), at(55)));
-        let exec = named(&out, "container process start: sh");
+        let exec = named(&out, &name::container_start("sh"));
         assert_eq!(exec.parent_span_id, Some(node_id()));
         // It links to the call it belongs to; spans that fit keep no link.
         let start = named(&out, "runtime.v1.RuntimeService/StartContainer");
@@ -996,7 +1008,7 @@ mod tests {
         let pause = span(
             "pause",
             Some(sandbox.span_id),
-            "container process start: pause",
+            &name::container_start("pause"),
             (82, 82),
             &[(attr::K8S_NODE_NAME, NODE)],
         );
@@ -1004,14 +1016,14 @@ mod tests {
         out.extend(assembly.admit(vec![sandbox, root(100)], at(100)));
         assert!(out.is_empty(), "{out:#?}");
         out.extend(assembly.tick(at(100) + SETTLE_NS));
-        let pause = named(&out, "container process start: pause");
+        let pause = named(&out, &name::container_start("pause"));
         assert_eq!(pause.parent_span_id, Some(node_id()), "{out:#?}");
         assert_eq!(pause.links.len(), 1);
         assert_eq!(
             named(&out, "runtime.v1.RuntimeService/RunPodSandbox").parent_span_id,
             Some(kubelet_side)
         );
-        let node = named(&out, "node node-a");
+        let node = named(&out, &name::node("node-a"));
         assert!(node.start_unix_ns <= at(82) && at(82) <= node.end_unix_ns);
 
         // The kubelet's side comes, after containerd's stopped waiting for
@@ -1031,7 +1043,7 @@ mod tests {
         let pause = span(
             "pause",
             Some(sandbox.span_id),
-            "container process start: pause",
+            &name::container_start("pause"),
             (82, 82),
             &[(attr::K8S_NODE_NAME, NODE)],
         );
@@ -1039,7 +1051,7 @@ mod tests {
         out.extend(assembly.tick(at(83) + SETTLE_NS));
         assert_eq!(out.len(), 2, "the sync and the sandbox call: {out:#?}");
         out.extend(assembly.admit(vec![client, root(100)], at(83) + SETTLE_NS + MS));
-        let pause = named(&out, "container process start: pause");
+        let pause = named(&out, &name::container_start("pause"));
         assert_eq!(pause.parent_span_id, Some(sync.span_id), "{out:#?}");
         assert_eq!(pause.links.len(), 1);
     }
@@ -1053,7 +1065,7 @@ mod tests {
         let exec = span(
             "exec",
             Some(start.span_id),
-            "container process start: sh",
+            &name::container_start("sh"),
             (120, 120),
             &[(attr::K8S_NODE_NAME, NODE)],
         );
@@ -1061,9 +1073,12 @@ mod tests {
         out.extend(assembly.admit(vec![exec], at(121)));
         out.extend(assembly.tick(at(121) + SETTLE_NS));
         assert_tree(&out, creation());
-        let exec = named(&out, "container process start: sh");
+        let exec = named(&out, &name::container_start("sh"));
         assert_eq!(exec.parent_span_id, Some(node_id()));
-        assert_eq!(named(&out, "pod.create default/web").end_unix_ns, at(120));
+        assert_eq!(
+            named(&out, &name::pod_create("default", "web")).end_unix_ns,
+            at(120)
+        );
         assert_eq!(assembly.after_creation, 0);
     }
 
@@ -1081,7 +1096,7 @@ mod tests {
         let mut del = span(
             "cni",
             Some(stop.span_id),
-            "CNI ptp",
+            &name::cni("ptp"),
             (3010, 3090),
             &[
                 (attr::CNI_CALL, "StopPodSandbox"),
@@ -1105,7 +1120,7 @@ mod tests {
         assert_eq!(out.len(), 5, "{out:#?}");
         assert!(out.iter().all(|s| s.trace_id == deletion));
         assert_tree(&out, deletion);
-        let root = named(&out, "pod.delete default/web");
+        let root = named(&out, &name::pod_delete("default", "web"));
         assert_eq!(
             root.links,
             [SpanLink {
@@ -1114,11 +1129,14 @@ mod tests {
             }]
         );
         assert_eq!((root.start_unix_ns, root.end_unix_ns), (at(3000), at(3100)));
-        let node = named(&out, "node node-a");
+        let node = named(&out, &name::node("node-a"));
         assert_eq!(node.parent_span_id, Some(root.span_id));
         let stop = named(&out, "runtime.v1.RuntimeService/StopPodSandbox");
         assert_eq!(stop.parent_span_id, Some(node.span_id));
-        assert_eq!(named(&out, "CNI ptp").parent_span_id, Some(stop.span_id));
+        assert_eq!(
+            named(&out, &name::cni("ptp")).parent_span_id,
+            Some(stop.span_id)
+        );
         assert_eq!(
             named(&out, name::KUBELET_STATUS_UPDATE).parent_span_id,
             Some(node.span_id)
@@ -1159,7 +1177,7 @@ mod tests {
         assert_eq!(out.len(), 4, "{out:#?}");
         assert!(out.iter().all(|s| !s.name.ends_with("ContainerStatus")));
         // Without the root here, the node span holds the rest.
-        let node = named(&out, "node node-a");
+        let node = named(&out, &name::node("node-a"));
         assert_eq!((node.start_unix_ns, node.end_unix_ns), (at(20), at(92)));
     }
 
@@ -1205,7 +1223,7 @@ mod tests {
         out.extend(assembly.tick(at(300_000) + SETTLE_NS));
         assert_eq!(out.len(), 4, "{out:#?}");
         assert_tree(&out, creation());
-        let node = named(&out, "node node-a");
+        let node = named(&out, &name::node("node-a"));
         assert_eq!(node.parent_span_id, Some(root_id()));
         assert_eq!(node.string_attribute(attr::K8S_POD_UID), Some(UID));
         assert_eq!((node.start_unix_ns, node.end_unix_ns), (at(30), at(40)));

@@ -7,6 +7,8 @@
 //! and both lists render the reference in `docs/spans.md` (a test keeps the
 //! two equal, another that no other source file spells one of them out).
 
+use super::span::Span;
+
 /// Defines attribute keys as constants, and [`ATTRIBUTES`] listing each with
 /// its description, in order.
 macro_rules! attributes {
@@ -84,8 +86,6 @@ pub mod attr {
         PROCESS_EXECUTABLE_NAME = "process.executable.name";
         /// A process's exit code.
         PROCESS_EXIT_CODE = "process.exit.code";
-        /// A process's arguments, where they carry no value of the Pod's.
-        PROCESS_COMMAND_ARGS = "process.command_args";
         /// The container (or sandbox) id.
         CONTAINER_ID = "container.id";
         /// The image a container runs, as the Pod names it.
@@ -221,11 +221,11 @@ pub mod name {
         APISERVER_ADMISSION_MUTATING = "apiserver admission (mutating)";
         /// Validating admission (function probes).
         APISERVER_ADMISSION_VALIDATING = "apiserver admission (validating)";
-        /// From the request's arrival to the Pod's validation, without webhooks.
+        /// A binding's or status update's way from the request's arrival to the Pod registry (function probes off).
         APISERVER_BEFORE_VALIDATION = "apiserver authentication, authorization";
-        /// From the request's arrival to the Pod's validation, mutating webhooks included.
+        /// A create's way from the request's arrival to the Pod's validation: authentication, authorization, mutating admission (function probes off).
         APISERVER_BEFORE_VALIDATION_WITH_ADMISSION = "apiserver authentication, authorization, admission (mutating)";
-        /// From the validation's return to the answer.
+        /// A create's way from the Pod's validation to the answer: validating admission, the storage write (function probes off).
         APISERVER_AFTER_VALIDATION = "apiserver admission (validating), storage create";
         /// The Pod registry's validation of the Pod.
         APISERVER_POD_VALIDATION = "apiserver Pod validation";
@@ -422,5 +422,405 @@ pub mod name {
     /// Whether `name` is the container's first process exiting.
     pub fn is_container_exit(name: &str) -> bool {
         name.starts_with(CONTAINER_EXIT_PREFIX)
+    }
+}
+
+/// What an etcd write did to a Pod ([`attr::K8S_POD_CHANGE`]), as the Pod
+/// object it stored shows against the one before.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodChange {
+    /// The create.
+    Created,
+    /// The scheduler's binding, to this node.
+    BoundTo(String),
+    /// The kubelet's status report, of this phase.
+    Status(String),
+    /// Anything else, or a write whose previous object was not seen.
+    Updated,
+    /// The delete.
+    Deleted,
+}
+
+impl PodChange {
+    const BOUND_TO: &str = "bound to ";
+    const STATUS: &str = "status ";
+
+    /// The attribute's value.
+    pub fn to_attribute(&self) -> String {
+        match self {
+            Self::Created => "created".to_owned(),
+            Self::BoundTo(node) => format!("{}{node}", Self::BOUND_TO),
+            Self::Status(phase) => format!("{}{phase}", Self::STATUS),
+            Self::Updated => "updated".to_owned(),
+            Self::Deleted => "deleted".to_owned(),
+        }
+    }
+
+    /// Reads the attribute's value back.
+    pub fn from_attribute(value: &str) -> Option<Self> {
+        Some(match value {
+            "created" => Self::Created,
+            "updated" => Self::Updated,
+            "deleted" => Self::Deleted,
+            _ => {
+                if let Some(node) = value.strip_prefix(Self::BOUND_TO) {
+                    Self::BoundTo(node.to_owned())
+                } else {
+                    Self::Status(value.strip_prefix(Self::STATUS)?.to_owned())
+                }
+            }
+        })
+    }
+
+    /// What `span` (an etcd write of a Pod) did to it.
+    pub fn of(span: &Span) -> Option<Self> {
+        Self::from_attribute(span.string_attribute(attr::K8S_POD_CHANGE)?)
+    }
+}
+
+/// What a span is, for those that read spans back (assembly, metrics, the
+/// waterfall, `explain`): read from its name and attributes here, where they
+/// are spelled, because spans also come back from OTLP-JSON files, where
+/// nothing else survives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum What<'a> {
+    /// The root of a Pod's creation (`pod.create …`).
+    CreationRoot,
+    /// The root of a Pod's deletion (`pod.delete …`).
+    DeletionRoot,
+    /// A node's span.
+    Node,
+    /// kube-apiserver's span of a Pod create.
+    ApiserverPodCreate,
+    /// An admission pass (function probes).
+    Admission,
+    /// The scheduler's queue.
+    SchedulerQueue,
+    /// A scheduling cycle.
+    SchedulingCycle,
+    /// The kubelet's dispatch to its pod worker.
+    KubeletDispatch,
+    /// The kubelet's volume wait.
+    KubeletVolumeWait,
+    /// etcd's WAL append and fdatasync.
+    EtcdWal,
+    /// An API request's own span, either side (not the calls inside it,
+    /// which repeat its attributes).
+    ApiRequest,
+    /// runc or the shim.
+    Runtime {
+        /// Its executable.
+        executable: &'a str,
+        /// What it was asked to do.
+        subcommand: &'a str,
+    },
+    /// The container's first process exec'd.
+    ContainerStart,
+    /// The container's first process exited.
+    ContainerExit,
+    /// Anything else.
+    Other,
+}
+
+impl<'a> What<'a> {
+    /// What `span` is.
+    pub fn of(span: &'a Span) -> Self {
+        let text = span.name.as_str();
+        if span.parent_span_id.is_none() {
+            if name::is_pod_create(text) {
+                return Self::CreationRoot;
+            }
+            if name::is_pod_delete(text) {
+                return Self::DeletionRoot;
+            }
+        }
+        match text {
+            name::APISERVER_POD_CREATE => return Self::ApiserverPodCreate,
+            name::APISERVER_ADMISSION_MUTATING | name::APISERVER_ADMISSION_VALIDATING => {
+                return Self::Admission;
+            }
+            name::SCHEDULER_QUEUE => return Self::SchedulerQueue,
+            name::SCHEDULER_CYCLE => return Self::SchedulingCycle,
+            name::KUBELET_DISPATCH => return Self::KubeletDispatch,
+            name::KUBELET_VOLUME_WAIT => return Self::KubeletVolumeWait,
+            name::ETCD_WAL => return Self::EtcdWal,
+            _ => {}
+        }
+        if name::is_node(text) {
+            Self::Node
+        } else if name::is_container_start(text) {
+            Self::ContainerStart
+        } else if name::is_container_exit(text) {
+            Self::ContainerExit
+        } else if span
+            .string_attribute(attr::HTTP_ROUTE)
+            .is_some_and(|route| text.ends_with(route))
+        {
+            Self::ApiRequest
+        } else if let Some((executable, subcommand)) = span
+            .string_attribute(attr::PROCESS_EXECUTABLE_NAME)
+            .and_then(|executable| Some((executable, text.strip_prefix(executable)?)))
+            .and_then(|(executable, rest)| Some((executable, rest.strip_prefix(' ')?)))
+        {
+            Self::Runtime {
+                executable,
+                subcommand,
+            }
+        } else {
+            Self::Other
+        }
+    }
+
+    /// An API request's own span, the create's included.
+    pub fn is_api_request(self) -> bool {
+        matches!(self, Self::ApiRequest | Self::ApiserverPodCreate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::correlate::span::{SpanId, SpanKind, SpanStatus, TraceId};
+
+    fn span(name: &str, parent: bool, attributes: &[(&str, &str)]) -> Span {
+        Span {
+            trace_id: TraceId([1; 16]),
+            span_id: SpanId([2; 8]),
+            parent_span_id: parent.then_some(SpanId([3; 8])),
+            name: name.to_owned(),
+            kind: SpanKind::Internal,
+            start_unix_ns: 1,
+            end_unix_ns: 2,
+            attributes: attributes
+                .iter()
+                .map(|(key, value)| crate::correlate::pod::string_attribute(key, value))
+                .collect(),
+            status: SpanStatus::Unset,
+            links: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn each_name_built_reads_back_as_what_it_is() {
+        let route = "/api/v1/namespaces/{namespace}/pods/{name}/status";
+        let request = [
+            (attr::HTTP_REQUEST_METHOD, "PATCH"),
+            (attr::HTTP_ROUTE, route),
+        ];
+        let runc = [(attr::PROCESS_EXECUTABLE_NAME, "runc")];
+        let cases = [
+            (
+                span(&name::pod_create("ns", "web"), false, &[]),
+                What::CreationRoot,
+            ),
+            (
+                span(
+                    &name::pod_create_not_stored("ns", "web", "dry run"),
+                    false,
+                    &[],
+                ),
+                What::CreationRoot,
+            ),
+            (
+                span(&name::pod_delete("ns", "web"), false, &[]),
+                What::DeletionRoot,
+            ),
+            // Only a root is a root.
+            (span(&name::pod_delete("ns", "web"), true, &[]), What::Other),
+            (span(&name::node("node-a"), true, &[]), What::Node),
+            (
+                span(name::APISERVER_POD_CREATE, true, &[]),
+                What::ApiserverPodCreate,
+            ),
+            (
+                span(name::APISERVER_ADMISSION_MUTATING, true, &[]),
+                What::Admission,
+            ),
+            (
+                span(name::APISERVER_ADMISSION_VALIDATING, true, &[]),
+                What::Admission,
+            ),
+            (span(name::SCHEDULER_QUEUE, true, &[]), What::SchedulerQueue),
+            (
+                span(name::SCHEDULER_CYCLE, true, &[]),
+                What::SchedulingCycle,
+            ),
+            (
+                span(name::KUBELET_DISPATCH, true, &[]),
+                What::KubeletDispatch,
+            ),
+            (
+                span(name::KUBELET_VOLUME_WAIT, true, &[]),
+                What::KubeletVolumeWait,
+            ),
+            (span(name::ETCD_WAL, true, &[]), What::EtcdWal),
+            (
+                span(&name::client_request("PATCH", route), true, &request),
+                What::ApiRequest,
+            ),
+            (
+                span(&name::apiserver_request("PATCH", route), true, &request),
+                What::ApiRequest,
+            ),
+            // A call inside the request repeats its attributes; it is not it.
+            (
+                span(name::APISERVER_STATUS_UPDATE, true, &request),
+                What::Other,
+            ),
+            (
+                span(&name::runtime("runc", "kill"), true, &runc),
+                What::Runtime {
+                    executable: "runc",
+                    subcommand: "kill",
+                },
+            ),
+            (
+                span(&name::container_start("sh"), true, &[]),
+                What::ContainerStart,
+            ),
+            (
+                span(&name::container_exit("sh"), true, &[]),
+                What::ContainerExit,
+            ),
+            (
+                span(
+                    &name::cni("ptp"),
+                    true,
+                    &[(attr::PROCESS_EXECUTABLE_NAME, "ptp")],
+                ),
+                What::Other,
+            ),
+        ];
+        for (span, what) in &cases {
+            assert_eq!(What::of(span), *what, "{}", span.name);
+        }
+        assert!(What::ApiserverPodCreate.is_api_request() && !What::Node.is_api_request());
+    }
+
+    #[test]
+    fn a_pod_change_reads_back_as_written() {
+        for change in [
+            PodChange::Created,
+            PodChange::BoundTo("node-a".to_owned()),
+            PodChange::Status("Running".to_owned()),
+            PodChange::Updated,
+            PodChange::Deleted,
+        ] {
+            let written = span(
+                "etcdserverpb.KV/Txn",
+                true,
+                &[(attr::K8S_POD_CHANGE, &change.to_attribute())],
+            );
+            assert_eq!(PodChange::of(&written), Some(change));
+        }
+        assert_eq!(
+            PodChange::from_attribute("bound to node-a")
+                .unwrap()
+                .to_attribute(),
+            "bound to node-a"
+        );
+        assert_eq!(PodChange::from_attribute("moved"), None);
+    }
+
+    fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// What a literal of the contract's looks like in source: a whole key
+    /// or fixed name, or the fixed start of a name that varies.
+    fn spelled_out() -> Vec<String> {
+        let mut quoted: Vec<String> = attr::ATTRIBUTES
+            .iter()
+            .chain(name::FIXED_NAMES)
+            .map(|(text, _)| format!("\"{text}\""))
+            .collect();
+        quoted.extend(
+            [
+                name::pod_create("", ""),
+                name::pod_delete("", ""),
+                name::node(""),
+                name::container_start(""),
+                name::container_exit(""),
+                name::cni(""),
+                name::etcd_forward(""),
+                name::etcd_replicate(""),
+                name::apiserver_webhook(""),
+                name::apiserver_storage("", ""),
+            ]
+            .iter()
+            .map(|start| format!("\"{}", start.trim_end_matches('/').trim_end()))
+            .map(|start| format!("{start} ")),
+        );
+        quoted
+    }
+
+    #[test]
+    fn no_source_file_spells_out_a_name_or_key_of_the_contract() {
+        let mut files = Vec::new();
+        sources(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        assert!(files.len() > 50, "{files:?}");
+        let literals = spelled_out();
+        let mut found = Vec::new();
+        for file in files
+            .iter()
+            .filter(|file| !file.ends_with("correlate/contract.rs"))
+        {
+            let text = std::fs::read_to_string(file).unwrap();
+            for literal in &literals {
+                if text.contains(literal.as_str()) {
+                    found.push(format!("{}: {literal}", file.display()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "use correlate::contract:\n{}",
+            found.join("\n")
+        );
+    }
+
+    /// The reference users read: docs/spans.md.
+    fn reference() -> String {
+        let mut text = String::from(
+            "# Spans and attributes\n\n\
+             Every span name and attribute key podtrace exports. Generated from\n\
+             `tracer-user/src/correlate/contract.rs` (the test\n\
+             `correlate::contract::tests::docs_list_every_name_and_attribute` keeps them equal;\n\
+             `PODTRACE_WRITE_DOCS=1 cargo test -p tracer-user --lib contract` rewrites this file).\n\n\
+             ## Span names\n\n| name | what it is |\n|---|---|\n",
+        );
+        for (name, what) in name::FIXED_NAMES.iter().chain(name::PATTERNS) {
+            text.push_str(&format!("| `{name}` | {} |\n", what.trim()));
+        }
+        text.push_str("\n## Attributes\n\n| key | what it holds |\n|---|---|\n");
+        for (key, what) in attr::ATTRIBUTES {
+            text.push_str(&format!("| `{key}` | {} |\n", what.trim()));
+        }
+        text
+    }
+
+    #[test]
+    fn docs_list_every_name_and_attribute() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/spans.md");
+        if std::env::var_os("PODTRACE_WRITE_DOCS").is_some() {
+            std::fs::write(&path, reference()).unwrap();
+        }
+        let written = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            written == reference(),
+            "docs/spans.md is not the contract's reference: PODTRACE_WRITE_DOCS=1 cargo test -p tracer-user --lib contract"
+        );
     }
 }

@@ -104,6 +104,7 @@ pub fn check(thresholds: &[Threshold], spans: &[Span]) -> Vec<Alert> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::correlate::contract::name;
     use crate::correlate::span::{AttributeValue, SpanId, SpanKind, SpanStatus, TraceId};
 
     #[test]
@@ -136,7 +137,7 @@ mod tests {
             trace_id: trace,
             span_id: SpanId::well_known(trace, "root"),
             parent_span_id: None,
-            name: "pod.create default/web".into(),
+            name: name::pod_create("default", "web"),
             kind: SpanKind::Internal,
             start_unix_ns: 0,
             end_unix_ns: 6_000_000_000,

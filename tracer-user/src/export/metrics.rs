@@ -7,7 +7,7 @@
 //! OTLP exporter's counts. Out: the OpenMetrics text exposition (exemplars
 //! exist only in OpenMetrics), served over HTTP by [`serve`].
 
-use crate::correlate::contract::{attr, name};
+use crate::correlate::contract::{PodChange, What, attr};
 
 use std::{
     net::SocketAddr,
@@ -122,7 +122,8 @@ impl Phase {
             let complete = span.bool_attribute(attr::TRACE_COMPLETE) == Some(true);
             return complete.then_some((Phase::EndToEnd, duration));
         }
-        if span.name == name::ETCD_WAL {
+        let what = What::of(span);
+        if what == What::EtcdWal {
             let fsync = u64::try_from(span.int_attribute(attr::ETCD_WAL_FSYNC_NS)?).ok()?;
             return Some((Phase::WalFsync, seconds(fsync)));
         }
@@ -131,15 +132,13 @@ impl Phase {
             return None;
         }
         // The components' own spans (correlate::component_spans).
-        let component = match span.name.as_str() {
-            name::APISERVER_POD_CREATE => Some(Phase::CreateRequest),
-            name::APISERVER_ADMISSION_MUTATING | name::APISERVER_ADMISSION_VALIDATING => {
-                Some(Phase::Admission)
-            }
-            name::SCHEDULER_QUEUE => Some(Phase::SchedulingQueue),
-            name::SCHEDULER_CYCLE => Some(Phase::Scheduling),
-            name::KUBELET_DISPATCH => Some(Phase::KubeletDispatch),
-            name::KUBELET_VOLUME_WAIT => Some(Phase::VolumeWait),
+        let component = match what {
+            What::ApiserverPodCreate => Some(Phase::CreateRequest),
+            What::Admission => Some(Phase::Admission),
+            What::SchedulerQueue => Some(Phase::SchedulingQueue),
+            What::SchedulingCycle => Some(Phase::Scheduling),
+            What::KubeletDispatch => Some(Phase::KubeletDispatch),
+            What::KubeletVolumeWait => Some(Phase::VolumeWait),
             _ => None,
         };
         if let Some(phase) = component {
@@ -150,10 +149,10 @@ impl Phase {
         }
         let phase = match (
             span.string_attribute(attr::RPC_METHOD)?,
-            span.string_attribute(attr::K8S_POD_CHANGE),
+            PodChange::of(span),
         ) {
-            ("Txn" | "Put", Some("created")) => Phase::EtcdCommit,
-            ("Txn" | "Put", Some(change)) if change.starts_with("bound to ") => Phase::Binding,
+            ("Txn" | "Put", Some(PodChange::Created)) => Phase::EtcdCommit,
+            ("Txn" | "Put", Some(PodChange::BoundTo(_))) => Phase::Binding,
             ("RunPodSandbox", _) => Phase::Sandbox,
             ("PullImage", _) => Phase::ImagePull,
             ("CreateContainer", _) => Phase::ContainerCreate,
@@ -354,7 +353,7 @@ impl Metrics {
         for span in spans {
             // A deletion's root is neither a creation traced nor one left
             // incomplete.
-            if span.parent_span_id.is_none() && !span.name.starts_with("pod.delete ") {
+            if span.parent_span_id.is_none() && What::of(span) != What::DeletionRoot {
                 match Phase::of(span) {
                     Some(_) => self.pods_traced.inc(),
                     None => self.incomplete_traces.inc(),
@@ -530,6 +529,7 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::correlate::contract::name;
     use crate::correlate::span::{AttributeValue, SpanId, TraceId};
 
     fn span(
@@ -563,7 +563,7 @@ mod tests {
         let text = |s: &str| AttributeValue::String(s.to_owned());
         metrics.on_spans(&[
             span(
-                "pod.create default/web",
+                &name::pod_create("default", "web"),
                 SpanKind::Internal,
                 false,
                 900,
@@ -667,7 +667,7 @@ mod tests {
     fn an_incomplete_root_is_counted_and_not_a_sample() {
         let metrics = Metrics::default();
         metrics.on_spans(&[span(
-            "pod.create default/web",
+            &name::pod_create("default", "web"),
             SpanKind::Internal,
             false,
             900,
@@ -685,7 +685,7 @@ mod tests {
     fn a_deletion_root_is_no_creation_traced_or_incomplete() {
         let metrics = Metrics::default();
         metrics.on_spans(&[span(
-            "pod.delete default/web",
+            &name::pod_delete("default", "web"),
             SpanKind::Internal,
             false,
             300,

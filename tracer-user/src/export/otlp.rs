@@ -740,10 +740,7 @@ pub(crate) mod tests {
                 end_unix_ns: 4,
                 attributes: vec![
                     (attr::PROCESS_EXECUTABLE_NAME.to_owned(), string("kubelet")),
-                    (
-                        attr::PROCESS_COMMAND_ARGS.to_owned(),
-                        string(&argv.join(" ")),
-                    ),
+                    ("process.command_args".to_owned(), string(&argv.join(" "))),
                 ],
                 status: SpanStatus::Unset,
                 links: Vec::new(),

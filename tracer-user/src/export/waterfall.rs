@@ -6,7 +6,7 @@
 //! agent saw the Pod's etcd writes, else at its node span (the Pod's
 //! containers were started on this node).
 
-use crate::correlate::contract::{attr, name};
+use crate::correlate::contract::{What, attr};
 
 use std::collections::HashMap;
 
@@ -77,8 +77,7 @@ fn completes_trace(span: &Span, trace: &[Span]) -> bool {
             key == attr::DB_SYSTEM_NAME && *value == AttributeValue::String("etcd".into())
         })
     };
-    span.parent_span_id.is_none()
-        || (span.name.starts_with("node ") && !trace.iter().any(from_etcd))
+    span.parent_span_id.is_none() || (What::of(span) == What::Node && !trace.iter().any(from_etcd))
 }
 
 /// A span's line label: a short name (`CRI RunPodSandbox`, `etcd Txn`),
@@ -270,7 +269,10 @@ fn control_plane_facts(ordered: &[&Span]) -> Vec<String> {
     let root_attribute = |key: &str| root.and_then(|root| root.string_attribute(key));
     let create = ordered.iter().find(|span| {
         span.kind == SpanKind::Server
-            && (span.name == name::APISERVER_POD_CREATE || span.name.starts_with("pod.create "))
+            && matches!(
+                What::of(span),
+                What::ApiserverPodCreate | What::CreationRoot
+            )
     });
     if let Some(create) = create {
         match (
@@ -293,7 +295,7 @@ fn control_plane_facts(ordered: &[&Span]) -> Vec<String> {
     let cycle = ordered
         .iter()
         .rev()
-        .find(|span| span.name == name::SCHEDULER_CYCLE && span.status == SpanStatus::Unset);
+        .find(|span| What::of(span) == What::SchedulingCycle && span.status == SpanStatus::Unset);
     if let Some(cycle) = cycle {
         let counts = match (
             cycle.int_attribute(attr::K8S_SCHEDULING_FEASIBLE_NODES),
@@ -373,6 +375,7 @@ fn security(span: &Span) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::correlate::contract::name;
     use crate::correlate::span::{SpanId, SpanKind};
 
     fn span(
@@ -426,8 +429,14 @@ mod tests {
             span(trace, "runc create", "runc", Some("sandbox"), 100, 200),
         ]);
         assert!(first.is_empty());
-        let done =
-            waterfalls.on_spans(&[span(trace, "node node-a", "node", Some("root"), 0, 1000)]);
+        let done = waterfalls.on_spans(&[span(
+            trace,
+            &name::node("node-a"),
+            "node",
+            Some("root"),
+            0,
+            1000,
+        )]);
         assert_eq!(done.len(), 1);
         let lines: Vec<&str> = done[0].lines().collect();
         assert!(
@@ -436,7 +445,7 @@ mod tests {
             done[0]
         );
         assert!(
-            lines[1].trim_start().starts_with("node node-a"),
+            lines[1].trim_start().starts_with(&name::node("node-a")),
             "{}",
             done[0]
         );
@@ -456,7 +465,14 @@ mod tests {
     fn who_asked_and_the_schedulers_verdict_are_one_line_each() {
         let trace = TraceId::for_pod("c", "u-1");
         let text = |key: &str, value: &str| (key.to_owned(), AttributeValue::String(value.into()));
-        let mut root = span(trace, "pod.create default/web", "root", None, 0, 1000);
+        let mut root = span(
+            trace,
+            &name::pod_create("default", "web"),
+            "root",
+            None,
+            0,
+            1000,
+        );
         root.attributes.extend([
             text(attr::K8S_SCHEDULER_NAME, "my-scheduler"),
             text(attr::K8S_IMAGE_PULL_POLICY, "main=Never"),
@@ -558,7 +574,7 @@ mod tests {
             (attr::CONTAINER_SECURITY_RUN_AS_USER, AttributeValue::Int(0)),
         ];
         let spans = vec![
-            span(trace, "node node-a", "node", Some("root"), 0, 1000),
+            span(trace, &name::node("node-a"), "node", Some("root"), 0, 1000),
             cri("ImageStatus", SpanKind::Client, 100, &status),
             cri("ImageStatus", SpanKind::Server, 101, &status),
             cri("CreateContainer", SpanKind::Client, 200, &create),

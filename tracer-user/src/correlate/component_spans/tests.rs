@@ -137,7 +137,7 @@ fn a_request_gathers_the_calls_of_the_goroutines_it_spawned() {
             name::APISERVER_AUTHENTICATION,
             name::APISERVER_AUTHORIZATION,
             name::APISERVER_ADMISSION_MUTATING,
-            "apiserver storage create /pods/default/web",
+            &name::apiserver_storage("create", "/pods/default/web"),
         ]
     );
     let request = &out[0];
@@ -459,12 +459,17 @@ fn creates_at_once_are_told_apart_by_the_pod_they_stored() {
         let trace = TraceId::for_pod("c", uid);
         let storage: Vec<&str> = out
             .iter()
-            .filter(|s| s.trace_id == trace && s.name.starts_with("apiserver storage"))
+            .filter(|s| {
+                s.trace_id == trace && s.name.starts_with(&name::apiserver_storage("create", ""))
+            })
             .map(|s| s.name.as_str())
             .collect();
         assert_eq!(
             storage,
-            [format!("apiserver storage create /pods/default/{stored}")]
+            [name::apiserver_storage(
+                "create",
+                &format!("/pods/default/{stored}")
+            )]
         );
     }
 }

@@ -32,7 +32,7 @@
 //! agent, ended); `root`: the Pod's root span; `wal`: WAL appends and
 //! fdatasyncs; `raft`: replication, commit and apply of Pod entries.
 
-use crate::correlate::contract::{attr, name};
+use crate::correlate::contract::{PodChange, attr, name};
 
 use std::collections::{HashMap, VecDeque};
 
@@ -125,7 +125,7 @@ pub struct ControlSpans {
     states: HashMap<String, (Option<String>, Option<String>)>,
     /// What recent writes did, by request fingerprint: both sides of a
     /// call and its WAL entry describe one write.
-    changes: BoundedMap<[u8; 16], String>,
+    changes: BoundedMap<[u8; 16], PodChange>,
     roots: HashMap<String, Root>,
     batches: HashMap<ConnKey, WalBatch>,
     /// etcd members' names (`--name`), by tgid: which member a WAL span's
@@ -263,7 +263,10 @@ impl ControlSpans {
                 ),
             ];
             if let Some(change) = &change {
-                attributes.push(string_attribute(attr::K8S_POD_CHANGE, change));
+                attributes.push(string_attribute(
+                    attr::K8S_POD_CHANGE,
+                    &change.to_attribute(),
+                ));
             }
             // The scheduler's verdict on a Pod no node fits, as it wrote it.
             let verdict = call.clues.iter().find_map(|clue| match clue {
@@ -340,7 +343,7 @@ impl ControlSpans {
     /// that `failed` (a Txn whose compare failed: the apiserver retries it
     /// on the object it got back) is named for what it tried, and stored
     /// nothing: the retry is compared with the same previous object.
-    fn change(&mut self, call: &EtcdMessage, pod: &PodName, failed: bool) -> Option<String> {
+    fn change(&mut self, call: &EtcdMessage, pod: &PodName, failed: bool) -> Option<PodChange> {
         if let Some(change) = self.changes.get(&call.fingerprint) {
             return Some(change.clone());
         }
@@ -349,9 +352,9 @@ impl ControlSpans {
         Some(change)
     }
 
-    fn new_change(&mut self, call: &EtcdMessage, pod: &PodName, failed: bool) -> Option<String> {
+    fn new_change(&mut self, call: &EtcdMessage, pod: &PodName, failed: bool) -> Option<PodChange> {
         if call.write == WriteKind::Delete {
-            return Some("deleted".to_owned());
+            return Some(PodChange::Deleted);
         }
         let uid = pod.uid.as_ref()?;
         let object = call.clues.iter().find_map(|clue| match clue {
@@ -368,21 +371,21 @@ impl ControlSpans {
             None
         };
         if call.write == WriteKind::Create {
-            return Some("created".to_owned());
+            return Some(PodChange::Created);
         }
         let Some((node_before, phase_before)) = before else {
             // None of the Pod's earlier writes was seen (it is older than
             // podtrace, or they were lost): what this one changed is not
             // known, and a status update of an older Pod, which names its
             // node, is not its binding.
-            return Some("updated".to_owned());
+            return Some(PodChange::Updated);
         };
         match (&now.0, &now.1) {
-            (Some(node), _) if node_before.is_none() => Some(format!("bound to {node}")),
+            (Some(node), _) if node_before.is_none() => Some(PodChange::BoundTo(node.clone())),
             (_, Some(phase)) if phase_before.as_ref() != Some(phase) => {
-                Some(format!("status {phase}"))
+                Some(PodChange::Status(phase.clone()))
             }
-            _ => Some("updated".to_owned()),
+            _ => Some(PodChange::Updated),
         }
     }
 

@@ -189,7 +189,11 @@ fn client_server_and_wal_spans_nest_by_request_fingerprint_under_the_root() {
 
     let trace = TraceId::for_pod("test", "uid-1");
     assert!(out.iter().all(|s| s.trace_id == trace), "{out:#?}");
-    let root = named(&out, "pod.create default/web", SpanKind::Internal);
+    let root = named(
+        &out,
+        &name::pod_create("default", "web"),
+        SpanKind::Internal,
+    );
     assert_eq!(root.span_id, SpanId::well_known(trace, "root"));
     assert_eq!(root.parent_span_id, None);
     // From the apiserver's create call to its Running write's answer.
@@ -379,7 +383,11 @@ fn a_pod_never_running_is_exported_incomplete_with_the_phase_it_is_stuck_in() {
             .any(|s| s.parent_span_id.is_none())
     );
     let out = control.tick(61_000 * MS);
-    let root = named(&out, "pod.create default/web", SpanKind::Internal);
+    let root = named(
+        &out,
+        &name::pod_create("default", "web"),
+        SpanKind::Internal,
+    );
     assert!(
         matches!(&root.status, SpanStatus::Error(m) if m.contains("timed out") && m.contains("node")),
         "{root:#?}"
@@ -691,7 +699,7 @@ fn a_three_member_write_shows_replication_commit_and_apply_under_the_server_span
     let trace = TraceId::for_pod("test", "uid-1");
     let id = |key: &str| SpanId::for_key(trace, key.as_bytes());
     let server = named(&out, "etcdserverpb.KV/Txn", SpanKind::Server);
-    let fast = named(&out, "etcd raft replicate → etcd-1", SpanKind::Internal);
+    let fast = named(&out, &name::etcd_replicate("etcd-1"), SpanKind::Internal);
     assert_eq!(fast.parent_span_id, Some(server.span_id));
     assert_eq!(fast.span_id, id("etcd/replicate/b/10"));
     assert_eq!((fast.start_unix_ns, fast.end_unix_ns), (11 * MS, 15 * MS));
@@ -704,7 +712,7 @@ fn a_three_member_write_shows_replication_commit_and_apply_under_the_server_span
         &AttributeValue::String("etcd-0".into())
     );
     // The slow follower's name is unknown here (no WAL of it seen): its id.
-    let slow = named(&out, "etcd raft replicate → c", SpanKind::Internal);
+    let slow = named(&out, &name::etcd_replicate("c"), SpanKind::Internal);
     assert_eq!((slow.start_unix_ns, slow.end_unix_ns), (11 * MS, 40 * MS));
     assert_eq!(
         attribute(slow, attr::ETCD_RAFT_IN_QUORUM),

@@ -192,11 +192,14 @@ fn a_cni_plugin_another_ran_goes_where_its_parent_went() {
     spans.extend(node.tick(2_000 * MS));
     let cni: Vec<&Span> = spans
         .iter()
-        .filter(|s| s.name.starts_with("CNI "))
+        .filter(|s| s.name.starts_with(&name::cni("")))
         .collect();
     assert_eq!(cni.len(), 2, "{cni:#?}");
-    let ptp = cni.iter().find(|s| s.name == "CNI ptp").unwrap();
-    let host_local = cni.iter().find(|s| s.name == "CNI host-local").unwrap();
+    let ptp = cni.iter().find(|s| s.name == name::cni("ptp")).unwrap();
+    let host_local = cni
+        .iter()
+        .find(|s| s.name == name::cni("host-local"))
+        .unwrap();
     assert_eq!(host_local.parent_span_id, Some(ptp.span_id));
     assert_eq!(
         attribute(ptp, attr::PROCESS_PID),
@@ -240,7 +243,7 @@ fn a_cni_plugin_goes_to_the_sandbox_its_environment_names() {
     spans.extend(node.tick(2_000 * MS));
     let cni: Vec<&Span> = spans
         .iter()
-        .filter(|s| s.name.starts_with("CNI "))
+        .filter(|s| s.name.starts_with(&name::cni("")))
         .collect();
     assert_eq!(cni.len(), 1, "{cni:#?}");
     assert_eq!(cni[0].string_attribute(attr::K8S_POD_UID), Some("u-2"));
@@ -270,7 +273,10 @@ fn the_node_span_goes_out_once_when_the_kubelets_side_comes_late() {
     spans.extend(node.tick(351 * MS + CLIENT_WAIT_NS));
     spans.extend(node.on_cri(&start(Side::Client, (299, 351))));
     spans.extend(node.finish());
-    let nodes: Vec<_> = spans.iter().filter(|s| s.name == "node node-a").collect();
+    let nodes: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == name::node("node-a"))
+        .collect();
     assert_eq!(nodes.len(), 1, "{nodes:#?}");
     assert_eq!(nodes[0].start_unix_ns, 0, "from the Pod's first call");
 }
