@@ -26,7 +26,7 @@ use tracer_user::{
     capture::{RawEvent, clock::WallClock},
     correlate::{
         Activity, Correlator, Span, TraceConfig,
-        span::{AttributeValue, SpanId, TraceId},
+        span::{AttributeValue, SpanId, SpanKey, TraceId},
     },
     decode::{Decoder, FollowWindow},
 };
@@ -212,8 +212,8 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
             .unwrap_or_else(|| panic!("no {name} span: {spans:#?}"))
     };
     let node = named("node node-a");
-    assert_eq!(node.span_id, SpanId::well_known(trace, "node/node-a"));
-    assert_eq!(node.parent_span_id, Some(SpanId::well_known(trace, "root")));
+    assert_eq!(node.span_id, SpanId::of(trace, &SpanKey::Node("node-a")));
+    assert_eq!(node.parent_span_id, Some(SpanId::of(trace, &SpanKey::Root)));
     for call in ["RunPodSandbox", "CreateContainer", "StartContainer"] {
         let span = named(&format!("runtime.v1.RuntimeService/{call}"));
         assert_eq!(span.parent_span_id, Some(node.span_id), "{span:#?}");

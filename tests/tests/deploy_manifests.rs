@@ -59,7 +59,7 @@ use tracer_user::{
     capture::DropCounts,
     correlate::{
         Span,
-        span::{AttributeValue, SpanId, SpanKind, SpanStatus, TraceId},
+        span::{AttributeValue, SpanId, SpanKey, SpanKind, SpanStatus, TraceId},
     },
     export::metrics::{Metrics, Phase},
 };
@@ -1246,7 +1246,7 @@ fn exported() -> Exported {
     let trace = TraceId::for_pod("deploy-manifests", "uid-1");
     metrics.on_spans(&[Span {
         trace_id: trace,
-        span_id: SpanId::well_known(trace, "root"),
+        span_id: SpanId::of(trace, &SpanKey::Root),
         parent_span_id: None,
         name: "pod.create default/web".to_owned(),
         kind: SpanKind::Internal,

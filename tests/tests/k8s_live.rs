@@ -50,7 +50,7 @@ use podtrace_tests::{
     xtask,
 };
 use serde_json::Value;
-use tracer_user::correlate::span::{SpanId, TraceId};
+use tracer_user::correlate::span::{SpanId, SpanKey, TraceId};
 
 /// The directory with the four Kubernetes binaries.
 const K8S_BIN_VAR: &str = "PODTRACE_K8S_BIN";
@@ -539,7 +539,7 @@ fn assert_deletion_trace(all: &[ExportedSpan], pod: &DemoPod) {
         root.name,
         format!("pod.delete {}/{}", pod.namespace, pod.name)
     );
-    let creation_root = SpanId::well_known(creation, "root").to_hex();
+    let creation_root = SpanId::of(creation, &SpanKey::Root).to_hex();
     assert_eq!(root.links, [(creation.to_hex(), creation_root)]);
     for call in ["StopPodSandbox", "RemovePodSandbox"] {
         let name = format!("runtime.v1.RuntimeService/{call}");

@@ -28,7 +28,7 @@ use podtrace_tests::{
     trees::{assert_well_formed, outline},
 };
 use serde_json::Value;
-use tracer_user::correlate::span::{SpanId, TraceId};
+use tracer_user::correlate::span::{SpanId, SpanKey, TraceId};
 
 const CLUSTER: &str = "replay-test";
 const SPAN_KIND_SERVER: u64 = 2;
@@ -118,7 +118,7 @@ fn assert_deletion(spans: &[ExportedSpan], pod: &DemoPod, node: &str) {
     let deletion = Trace::new(spans, &deletion_of(pod));
     let root = deletion.one(&format!("pod.delete {}/{}", pod.namespace, pod.name), None);
     assert_eq!(root.parent_span_id, None);
-    let creation_root = SpanId::well_known(TraceId::for_pod(CLUSTER, &pod.uid), "root").to_hex();
+    let creation_root = SpanId::of(TraceId::for_pod(CLUSTER, &pod.uid), &SpanKey::Root).to_hex();
     assert_eq!(root.links, [(trace_of(pod), creation_root)]);
     let node_span = deletion.one(&format!("node {node}"), None);
     assert_eq!(

@@ -39,6 +39,8 @@
 //! Across agents each holds only its own spans: their clocks differ, and
 //! a tree spread over nodes is as well-formed as their clocks agree.
 
+use crate::correlate::span::SpanKey;
+
 use crate::correlate::contract::{What, attr, name};
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -231,12 +233,12 @@ impl Assembly {
     }
 
     fn node_span(&self, trace: TraceId) -> SpanId {
-        SpanId::well_known(trace, &format!("node/{}", self.node_name))
+        SpanId::of(trace, &SpanKey::Node(&self.node_name))
     }
 
     /// The ids of `trace`'s summaries on this agent: its root, its node span.
     fn summary_ids(&self, trace: TraceId) -> (SpanId, SpanId) {
-        (SpanId::well_known(trace, "root"), self.node_span(trace))
+        (SpanId::of(trace, &SpanKey::Root), self.node_span(trace))
     }
 
     /// Takes finished spans at event time `now_unix_ns`; returns those
@@ -471,9 +473,9 @@ impl Assembly {
             return Vec::new();
         };
         let trace = TraceId::for_pod_deletion(&self.cluster_id, uid);
-        let root = SpanId::well_known(trace, "root");
+        let root = SpanId::of(trace, &SpanKey::Root);
         let node = self.node_span(trace);
-        let creation_root = SpanId::well_known(creation, "root");
+        let creation_root = SpanId::of(creation, &SpanKey::Root);
         let creation_node = self.node_span(creation);
         let held: HashSet<SpanId> = spans.iter().map(|span| span.span_id).collect();
         for span in &mut spans {
@@ -643,8 +645,8 @@ fn place_as_is(pod: &mut PodSpans, span: Span, out: &mut Vec<Span>) {
 /// node span (made when spans hang from it and nothing closed it: the node
 /// never started the Pod's workload), then the root over all.
 fn summaries(pod: &mut PodSpans, trace: TraceId, node_name: &str) -> Vec<Span> {
-    let root = SpanId::well_known(trace, "root");
-    let node = SpanId::well_known(trace, &format!("node/{node_name}"));
+    let root = SpanId::of(trace, &SpanKey::Root);
+    let node = SpanId::of(trace, &SpanKey::Node(node_name));
     let placed = std::mem::take(&mut pod.placed);
     let mut spans = std::mem::take(&mut pod.summaries);
     let node_reach = reach(&placed, node);
@@ -823,11 +825,11 @@ mod tests {
     }
 
     fn root_id() -> SpanId {
-        SpanId::well_known(creation(), "root")
+        SpanId::of(creation(), &SpanKey::Root)
     }
 
     fn node_id() -> SpanId {
-        SpanId::well_known(creation(), &format!("node/{NODE}"))
+        SpanId::of(creation(), &SpanKey::Node(NODE))
     }
 
     /// A span of the Pod from `start_ms` to `end_ms`, with `attributes`

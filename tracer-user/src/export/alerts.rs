@@ -105,6 +105,7 @@ pub fn check(thresholds: &[Threshold], spans: &[Span]) -> Vec<Alert> {
 mod tests {
     use super::*;
     use crate::correlate::contract::name;
+    use crate::correlate::span::SpanKey;
     use crate::correlate::span::{AttributeValue, SpanId, SpanKind, SpanStatus, TraceId};
 
     #[test]
@@ -135,7 +136,7 @@ mod tests {
         let trace = TraceId::for_pod("c", "uid");
         let root = Span {
             trace_id: trace,
-            span_id: SpanId::well_known(trace, "root"),
+            span_id: SpanId::of(trace, &SpanKey::Root),
             parent_span_id: None,
             name: name::pod_create("default", "web"),
             kind: SpanKind::Internal,

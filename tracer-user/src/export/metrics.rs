@@ -530,6 +530,7 @@ pub async fn serve(
 mod tests {
     use super::*;
     use crate::correlate::contract::name;
+    use crate::correlate::span::SpanKey;
     use crate::correlate::span::{AttributeValue, SpanId, TraceId};
 
     fn span(
@@ -543,7 +544,7 @@ mod tests {
         Span {
             trace_id: trace,
             span_id: SpanId::for_key(trace, name.as_bytes()),
-            parent_span_id: parent.then(|| SpanId::well_known(trace, "root")),
+            parent_span_id: parent.then(|| SpanId::of(trace, &SpanKey::Root)),
             name: name.to_owned(),
             kind,
             start_unix_ns: 1_000_000_000,

@@ -597,6 +597,8 @@ pub(crate) mod tests {
     //! In-process OTLP receivers (tonic gRPC, axum HTTP/protobuf) and the
     //! spans they must receive; the fixtures serve `otlp_json`'s tests too.
 
+    use crate::correlate::span::SpanKey;
+
     use std::{
         collections::HashMap,
         net::SocketAddr,
@@ -631,7 +633,7 @@ pub(crate) mod tests {
     /// attributes, nanosecond times.
     pub(crate) fn pod_spans() -> Vec<Span> {
         let trace = TraceId::for_pod("test-cluster", "5d0c7a52-1b8e-4e1f-9d5a-0f6f3a4b2c10");
-        let root = SpanId::well_known(trace, "root");
+        let root = SpanId::of(trace, &SpanKey::Root);
         let client = SpanId::for_key(trace, b"cri/RunPodSandbox/client");
         let server = SpanId::for_key(trace, b"cri/RunPodSandbox/server");
         let string = |s: &str| AttributeValue::String(s.to_owned());
@@ -713,7 +715,7 @@ pub(crate) mod tests {
             Span {
                 trace_id: trace,
                 span_id: SpanId::for_key(trace, b"cri/CreateContainer"),
-                parent_span_id: Some(SpanId::well_known(trace, "root")),
+                parent_span_id: Some(SpanId::of(trace, &SpanKey::Root)),
                 name: path.trim_start_matches('/').to_owned(),
                 kind: SpanKind::Client,
                 start_unix_ns: 1,
@@ -733,7 +735,7 @@ pub(crate) mod tests {
             Span {
                 trace_id: trace,
                 span_id: SpanId::for_key(trace, b"exec/kubelet"),
-                parent_span_id: Some(SpanId::well_known(trace, "root")),
+                parent_span_id: Some(SpanId::of(trace, &SpanKey::Root)),
                 name: "exec kubelet".to_owned(),
                 kind: SpanKind::Internal,
                 start_unix_ns: 3,

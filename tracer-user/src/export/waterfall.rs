@@ -388,8 +388,8 @@ mod tests {
     ) -> Span {
         Span {
             trace_id: trace,
-            span_id: SpanId::well_known(trace, id),
-            parent_span_id: parent.map(|parent| SpanId::well_known(trace, parent)),
+            span_id: SpanId::for_key(trace, id.as_bytes()),
+            parent_span_id: parent.map(|parent| SpanId::for_key(trace, parent.as_bytes())),
             name: name.into(),
             kind: SpanKind::Internal,
             start_unix_ns: start_ms * 1_000_000,

@@ -22,6 +22,8 @@
 //! a storage call, or a CRI call the kubelet made inside a pod sync, is
 //! nested under it ([`ComponentSpans::adopt`]).
 
+use crate::correlate::span::SpanKey;
+
 use crate::correlate::contract::attr;
 
 use std::collections::{HashMap, VecDeque};
@@ -111,10 +113,12 @@ struct Request {
 
 impl Request {
     fn key(&self) -> String {
-        format!(
-            "apiserver/request/{}/{}/{}",
-            self.tgid, self.goid, self.start_ns
-        )
+        SpanKey::ApiserverRequest {
+            tgid: self.tgid,
+            goid: self.goid,
+            start_ns: self.start_ns,
+        }
+        .encode()
     }
 
     /// The key of a registry request's span before the registry (from the
@@ -762,11 +766,19 @@ fn derived_offsets(entry: &FuncMessage) -> Option<(String, AttributeValue)> {
         .then(|| string_attribute(attr::K8S_OFFSETS, "derived"))
 }
 
+/// The key of a probed call's span, encoded (kept while its parent or
+/// children are awaited).
 fn call_key(entry: &FuncMessage) -> String {
-    format!(
-        "{:?}/{}/{}/{}",
-        entry.function, entry.ids.tgid, entry.goid, entry.ids.ts_ns
-    )
+    go_call(entry).encode()
+}
+
+fn go_call(entry: &FuncMessage) -> SpanKey<'static> {
+    SpanKey::GoCall {
+        function: entry.function,
+        tgid: entry.ids.tgid,
+        goid: entry.goid,
+        ts_ns: entry.ids.ts_ns,
+    }
 }
 
 fn remember(map: &mut HashMap<String, u64>, dropped: &mut u64, uid: &str, ts_ns: u64) {

@@ -2,11 +2,13 @@
 //! cycle, the bind; the kubelet's dispatch, pod syncs, volume waits and
 //! status updates — each a call of one Pod, whose UID the probe read.
 
+use crate::correlate::span::SpanKey;
+
 use crate::correlate::contract::{attr, name};
 
 use tracer_common::gofunc::GoFunction;
 
-use super::{ComponentSpans, MAX_SYNCS_PER_POD, call_key, derived_offsets};
+use super::{ComponentSpans, MAX_SYNCS_PER_POD, derived_offsets, go_call};
 use crate::{
     correlate::{
         pod::{Pod, int_attribute, string_attribute},
@@ -22,7 +24,7 @@ impl ComponentSpans {
             return Vec::new();
         };
         let mut spans = Vec::new();
-        let root = SpanId::well_known(pod.trace, "root");
+        let root = SpanId::of(pod.trace, &SpanKey::Root);
         let mut attributes = component_attributes(&pod, "kube-scheduler");
         if let Some(queued) = self.queued.remove(&pod.uid) {
             spans.push(self.wait_span(
@@ -87,7 +89,7 @@ impl ComponentSpans {
         attributes.extend(derived_offsets(entry));
         Span {
             trace_id: pod.trace,
-            span_id: SpanId::for_key(pod.trace, call_key(entry).as_bytes()),
+            span_id: SpanId::of(pod.trace, &go_call(entry)),
             parent_span_id: Some(parent),
             name: name.to_owned(),
             kind: SpanKind::Internal,
@@ -113,7 +115,13 @@ impl ComponentSpans {
         attributes.extend(derived_offsets(entry));
         Span {
             trace_id: pod.trace,
-            span_id: SpanId::for_key(pod.trace, format!("{name}/{}", call_key(entry)).as_bytes()),
+            span_id: SpanId::of(
+                pod.trace,
+                &SpanKey::GoCallPart {
+                    name,
+                    call: &go_call(entry),
+                },
+            ),
             parent_span_id: Some(parent),
             name: name.to_owned(),
             kind: SpanKind::Internal,
@@ -156,9 +164,9 @@ impl ComponentSpans {
         }
         let mut spans = Vec::new();
         let parent = if kubelet {
-            SpanId::well_known(pod.trace, &format!("node/{}", self.node_name))
+            SpanId::of(pod.trace, &SpanKey::Node(&self.node_name))
         } else {
-            SpanId::well_known(pod.trace, "root")
+            SpanId::of(pod.trace, &SpanKey::Root)
         };
         let mut attributes =
             component_attributes(&pod, if kubelet { "kubelet" } else { "kube-scheduler" });

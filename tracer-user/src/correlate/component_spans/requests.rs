@@ -3,13 +3,15 @@
 //! under the request's REST exchange, nested under the client's side when
 //! this agent sees it, and the client spans of followed components.
 
+use crate::correlate::span::SpanKey;
+
 use crate::correlate::contract::{attr, name};
 
 use tracer_common::gofunc::GoFunction;
 
 use super::{
     CLIENT_WAIT_NS, ClientSide, ComponentSpans, MATCH_SLACK_NS, MAX_EXCHANGES, MAX_REQUESTS,
-    REQUEST_WAIT_NS, Request, RequestCall, UidLookup, WaitingServer, call_key, derived_offsets,
+    REQUEST_WAIT_NS, Request, RequestCall, UidLookup, WaitingServer, derived_offsets, go_call,
 };
 use crate::{
     correlate::{
@@ -122,13 +124,13 @@ impl ComponentSpans {
         };
         let pod = Pod::new(&self.cluster_id, &namespace, &name, &uid);
         let parent = self.caller(rest.subresource.as_deref(), &pod, start_ns, end_ns);
-        let span_id = SpanId::for_key(
+        let span_id = SpanId::of(
             pod.trace,
-            format!(
-                "rest/client/{}/{}/{}",
-                rest.conn.tgid, rest.conn.conn_id, rest.stream_id
-            )
-            .as_bytes(),
+            &SpanKey::RestClient {
+                tgid: rest.conn.tgid,
+                conn_id: rest.conn.conn_id,
+                stream_id: rest.stream_id,
+            },
         );
         let mut attributes = pod.attributes();
         attributes.extend(http_attributes(rest));
@@ -180,11 +182,11 @@ impl ComponentSpans {
         let function = match subresource {
             Some("binding") => GoFunction::SchedulerBind,
             Some("status") => GoFunction::KubeletStatusSync,
-            _ => return SpanId::well_known(pod.trace, "root"),
+            _ => return SpanId::of(pod.trace, &SpanKey::Root),
         };
         self.parent_containing(function, pod, start_ns, end_ns)
             .map_or_else(
-                || SpanId::well_known(pod.trace, "root"),
+                || SpanId::of(pod.trace, &SpanKey::Root),
                 |key| SpanId::for_key(pod.trace, key.as_bytes()),
             )
     }
@@ -346,9 +348,11 @@ impl ComponentSpans {
         let key = match (&request, rest) {
             (Some(request), _) => request.key(),
             (None, Some(rest)) if rest.side == Side::Client => return Vec::new(),
-            (None, Some(rest)) => {
-                format!("apiserver/stream/{}/{}", rest.conn.conn_id, rest.stream_id)
+            (None, Some(rest)) => SpanKey::ApiserverStream {
+                conn_id: rest.conn.conn_id,
+                stream_id: rest.stream_id,
             }
+            .encode(),
             (None, None) => return Vec::new(),
         };
         let span_id = SpanId::for_key(trace, key.as_bytes());
@@ -382,7 +386,7 @@ impl ComponentSpans {
                     let pod = Pod::new(&self.cluster_id, &namespace, &name, uid);
                     self.caller(subresource, &pod, start_ns, end_ns)
                 }
-                None => SpanId::well_known(trace, "root"),
+                None => SpanId::of(trace, &SpanKey::Root),
             })
         };
         let method = rest
@@ -665,7 +669,7 @@ impl ComponentSpans {
         };
         Span {
             trace_id: trace,
-            span_id: SpanId::for_key(trace, call_key(&call.entry).as_bytes()),
+            span_id: SpanId::of(trace, &go_call(&call.entry)),
             parent_span_id: Some(parent),
             name,
             kind: SpanKind::Internal,

@@ -1,5 +1,7 @@
 //! Scenario tests of the components' spans.
 
+use crate::correlate::span::SpanKey;
+
 use crate::correlate::contract::{attr, name};
 
 use super::requests::{path_pod, pod_key};
@@ -74,7 +76,7 @@ fn etcd_txn_of_web(trace: TraceId, key: &[u8], start_ms: u64, end_ms: u64) -> Sp
     Span {
         trace_id: trace,
         span_id: SpanId::for_key(trace, key),
-        parent_span_id: Some(SpanId::well_known(trace, "root")),
+        parent_span_id: Some(SpanId::of(trace, &SpanKey::Root)),
         name: "etcdserverpb.KV/Txn".into(),
         kind: SpanKind::Client,
         start_unix_ns: start_ms * MS,
@@ -145,7 +147,7 @@ fn a_request_gathers_the_calls_of_the_goroutines_it_spawned() {
     assert_eq!(request.trace_id, trace);
     assert_eq!(
         request.parent_span_id,
-        Some(SpanId::well_known(trace, "root"))
+        Some(SpanId::of(trace, &SpanKey::Root))
     );
     assert_eq!(request.string_attribute(attr::K8S_USER), Some("alice"));
     assert!(
@@ -278,7 +280,7 @@ fn kubelet_calls_of_a_pod_it_ran_before_the_agent_make_no_span() {
     let pod = Pod::new("c", "default", "web", old);
     assert_eq!(
         patch_span.parent_span_id,
-        Some(SpanId::well_known(pod.trace, "root"))
+        Some(SpanId::of(pod.trace, &SpanKey::Root))
     );
 
     // A Pod handed to the kubelet while the agent runs: its dispatch and

@@ -32,6 +32,8 @@
 //! agent, ended); `root`: the Pod's root span; `wal`: WAL appends and
 //! fdatasyncs; `raft`: replication, commit and apply of Pod entries.
 
+use crate::correlate::span::SpanKey;
+
 use crate::correlate::contract::{PodChange, attr, name};
 
 use std::collections::{HashMap, VecDeque};
@@ -238,10 +240,6 @@ impl ControlSpans {
             return self.release(false);
         }
         let fingerprint = hex(&call.fingerprint);
-        let side = match call.side {
-            Side::Client => "client",
-            Side::Server => "server",
-        };
         let failed = match (call.status_code, call.txn_succeeded) {
             (Some(code), _) if code != 0 => Some(format!("gRPC status {code}")),
             (_, Some(false)) => Some("Txn compare failed: the key changed (conflict)".to_owned()),
@@ -288,8 +286,18 @@ impl ControlSpans {
             }
             self.wait(Draft {
                 pod: pod.clone(),
-                key: format!("etcd/{side}/{fingerprint}"),
-                parent: (call.side == Side::Server).then(|| format!("etcd/client/{fingerprint}")),
+                key: SpanKey::EtcdCall {
+                    side: call.side,
+                    fingerprint: &fingerprint,
+                }
+                .encode(),
+                parent: (call.side == Side::Server).then(|| {
+                    SpanKey::EtcdCall {
+                        side: Side::Client,
+                        fingerprint: &fingerprint,
+                    }
+                    .encode()
+                }),
                 name: name::grpc(tracer_decode::etcd::KV_SERVICE, &call.method),
                 kind: match call.side {
                     Side::Client => SpanKind::Client,
@@ -497,7 +505,7 @@ impl ControlSpans {
         attributes.extend(draft.attributes);
         let parent = match (&draft.parent, parent_seen) {
             (Some(parent), true) => SpanId::for_key(trace, parent.as_bytes()),
-            _ => SpanId::well_known(trace, "root"),
+            _ => SpanId::of(trace, &SpanKey::Root),
         };
         Some(Span {
             trace_id: trace,

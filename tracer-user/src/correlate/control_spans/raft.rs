@@ -3,6 +3,8 @@
 //! ([`crate::correlate::replication`] keeps the protocol state; this names
 //! the spans).
 
+use crate::correlate::span::SpanKey;
+
 use crate::correlate::contract::{attr, name};
 
 use super::*;
@@ -21,7 +23,7 @@ struct EntrySpan {
 /// `follower`: the same on every node, so that the follower's node's agent
 /// can hang the follower's WAL span from it.
 pub(super) fn replicate_key(follower: u64, index: u64) -> String {
-    format!("etcd/replicate/{follower:x}/{index}")
+    SpanKey::EtcdReplicate { follower, index }.encode()
 }
 
 impl ControlSpans {
@@ -63,7 +65,10 @@ impl ControlSpans {
                     self.draft_entry_spans(
                         &entry,
                         EntrySpan {
-                            key: format!("etcd/forward/{}", hex(&entry.fingerprint)),
+                            key: SpanKey::EtcdForward {
+                                fingerprint: &hex(&entry.fingerprint),
+                            }
+                            .encode(),
                             name,
                             start_ns: sent_ns,
                             end_ns: received_ns,
@@ -151,7 +156,7 @@ impl ControlSpans {
                     self.draft_entry_spans(
                         &entry,
                         EntrySpan {
-                            key: format!("etcd/commit/{}", entry.index),
+                            key: SpanKey::EtcdCommit(entry.index).encode(),
                             name: name::ETCD_COMMIT.to_owned(),
                             start_ns: proposed_ns,
                             end_ns: commit_ns,
@@ -173,7 +178,7 @@ impl ControlSpans {
                     self.draft_entry_spans(
                         &entry,
                         EntrySpan {
-                            key: format!("etcd/apply/{}", entry.index),
+                            key: SpanKey::EtcdApply(entry.index).encode(),
                             name: name::ETCD_APPLY.to_owned(),
                             start_ns: commit_ns,
                             end_ns: answered_ns,
@@ -208,7 +213,13 @@ impl ControlSpans {
             self.wait(Draft {
                 pod,
                 key: span.key.clone(),
-                parent: Some(format!("etcd/server/{fingerprint}")),
+                parent: Some(
+                    SpanKey::EtcdCall {
+                        side: Side::Server,
+                        fingerprint: &fingerprint,
+                    }
+                    .encode(),
+                ),
                 name: span.name.clone(),
                 kind: SpanKind::Internal,
                 start_unix_ns: self.clock.unix_ns(span.start_ns),

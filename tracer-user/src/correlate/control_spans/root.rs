@@ -2,6 +2,8 @@
 //! create: from the create write to the write that reports it Running (or
 //! incomplete at the timeout, with the phase it is stuck in).
 
+use crate::correlate::span::SpanKey;
+
 use crate::correlate::contract::{attr, name};
 
 use super::*;
@@ -102,7 +104,11 @@ impl ControlSpans {
                 self.closing.push(ClosingRoot {
                     root,
                     end_ns: end,
-                    client: format!("etcd/client/{}", hex(&call.fingerprint)),
+                    client: SpanKey::EtcdCall {
+                        side: Side::Client,
+                        fingerprint: &hex(&call.fingerprint),
+                    }
+                    .encode(),
                     deadline_ns: end + WAIT_NS,
                 });
                 None
@@ -167,7 +173,7 @@ impl ControlSpans {
         };
         Span {
             trace_id: pod.trace,
-            span_id: SpanId::well_known(pod.trace, "root"),
+            span_id: SpanId::of(pod.trace, &SpanKey::Root),
             parent_span_id: None,
             name: name::pod_create(&pod.namespace, &pod.name),
             kind: SpanKind::Internal,

@@ -1,3 +1,5 @@
+use crate::correlate::span::SpanKey;
+
 use crate::correlate::contract::{attr, name};
 
 use tracer_common::io::IoSyscall;
@@ -194,7 +196,7 @@ fn client_server_and_wal_spans_nest_by_request_fingerprint_under_the_root() {
         &name::pod_create("default", "web"),
         SpanKind::Internal,
     );
-    assert_eq!(root.span_id, SpanId::well_known(trace, "root"));
+    assert_eq!(root.span_id, SpanId::of(trace, &SpanKey::Root));
     assert_eq!(root.parent_span_id, None);
     // From the apiserver's create call to its Running write's answer.
     assert_eq!((root.start_unix_ns, root.end_unix_ns), (9 * MS, 903 * MS));
@@ -349,7 +351,7 @@ fn one_fdatasync_for_two_pods_is_a_span_in_each_trace_naming_the_batch() {
         // No etcd handling seen here (a follower): under the root.
         assert_eq!(
             span.parent_span_id,
-            Some(SpanId::well_known(span.trace_id, "root"))
+            Some(SpanId::of(span.trace_id, &SpanKey::Root))
         );
     }
 }
@@ -365,7 +367,7 @@ fn a_server_span_waits_for_its_client_then_falls_back_to_the_root() {
     let server = named(&out, "etcdserverpb.KV/Txn", SpanKind::Server);
     assert_eq!(
         server.parent_span_id,
-        Some(SpanId::well_known(server.trace_id, "root"))
+        Some(SpanId::of(server.trace_id, &SpanKey::Root))
     );
 }
 

@@ -1,6 +1,8 @@
 //! The WAL appends and fdatasyncs that made a Pod write durable, one span
 //! per Pod entry a sync covered, in every member's trace of the Pod.
 
+use crate::correlate::span::SpanKey;
+
 use crate::correlate::contract::{attr, name};
 
 use super::*;
@@ -117,13 +119,19 @@ impl ControlSpans {
                 };
                 self.wait(Draft {
                     pod,
-                    key: format!(
-                        "etcd/wal/{}/{}/{}",
-                        sync.conn.conn_id, entry.index, fingerprint
-                    ),
-                    parent: Some(
-                        replicated.unwrap_or_else(|| format!("etcd/server/{fingerprint}")),
-                    ),
+                    key: SpanKey::EtcdWal {
+                        conn_id: sync.conn.conn_id,
+                        index: entry.index,
+                        fingerprint: &fingerprint,
+                    }
+                    .encode(),
+                    parent: Some(replicated.unwrap_or_else(|| {
+                        SpanKey::EtcdCall {
+                            side: Side::Server,
+                            fingerprint: &fingerprint,
+                        }
+                        .encode()
+                    })),
                     name: name::ETCD_WAL.to_owned(),
                     kind: SpanKind::Internal,
                     start_unix_ns: self.clock.unix_ns(batch.first_write_ns),

@@ -13,6 +13,8 @@
 //! and security facts; `runtime`: runc, the shim, the containers' first
 //! processes and CNI plugin runs under the calls that caused them.
 
+use crate::correlate::span::SpanKey;
+
 use crate::correlate::contract::{attr, name};
 
 use std::collections::{HashMap, VecDeque};
@@ -184,7 +186,7 @@ impl NodeSpans {
     }
 
     fn node_span_id(&self, trace: TraceId) -> SpanId {
-        SpanId::well_known(trace, &format!("node/{}", self.node_name))
+        SpanId::of(trace, &SpanKey::Node(&self.node_name))
     }
 
     /// The span id of a CRI call about `key` (a sandbox or container id):
@@ -192,12 +194,8 @@ impl NodeSpans {
     /// would collide, so the side is part of it — spelled here, not taken
     /// from `Debug`: the key is part of the wire between agents (ids pinned
     /// in the tests).
-    fn call_span_id(trace: TraceId, side: Side, method: &str, key: &str) -> SpanId {
-        let side = match side {
-            Side::Server => "Server",
-            Side::Client => "Client",
-        };
-        SpanId::for_key(trace, format!("cri/{side}/{method}/{key}").as_bytes())
+    fn call_span_id(trace: TraceId, side: Side, method: &str, id: &str) -> SpanId {
+        SpanId::of(trace, &SpanKey::Cri { side, method, id })
     }
 
     /// A finished CRI call: its span, and the node span when the Pod's
@@ -555,7 +553,7 @@ impl NodeSpans {
         Some(Span {
             trace_id: pod.trace,
             span_id: self.node_span_id(pod.trace),
-            parent_span_id: Some(SpanId::well_known(pod.trace, "root")),
+            parent_span_id: Some(SpanId::of(pod.trace, &SpanKey::Root)),
             name: name::node(&self.node_name),
             kind: SpanKind::Internal,
             start_unix_ns: start,

@@ -2,6 +2,8 @@
 //! create and start, the shim, the containers' first processes and CNI
 //! plugin runs, each placed in its Pod once the call that ran it is known.
 
+use crate::correlate::span::SpanKey;
+
 use crate::correlate::contract::{attr, name};
 
 use super::*;
@@ -366,9 +368,13 @@ impl NodeSpans {
         let ts = self.clock.unix_ns(process.ts_ns);
         Some(Span {
             trace_id: pod.trace,
-            span_id: SpanId::for_key(
+            span_id: SpanId::of(
                 pod.trace,
-                format!("container/{role}/{}/{}", process.container_id, process.pid).as_bytes(),
+                &SpanKey::ContainerProcess {
+                    event: role,
+                    container_id: &process.container_id,
+                    pid: process.pid,
+                },
             ),
             parent_span_id: Some(parent),
             name,
@@ -422,9 +428,7 @@ impl NodeSpans {
             return Ok(None);
         };
         let parent = match (&run.parent_plugin, run.parent_pid) {
-            (Some(plugin), Some(pid)) => {
-                SpanId::for_key(pod.trace, format!("cni/{plugin}/{pid}").as_bytes())
-            }
+            (Some(plugin), Some(pid)) => SpanId::of(pod.trace, &SpanKey::Cni { plugin, pid }),
             _ => window.span_id,
         };
         let (code, status) = exit_status(run.status);
@@ -454,9 +458,12 @@ impl NodeSpans {
         attributes.extend(self.pod_attributes(pod));
         Ok(Some(Span {
             trace_id: pod.trace,
-            span_id: SpanId::for_key(
+            span_id: SpanId::of(
                 pod.trace,
-                format!("cni/{}/{}", run.plugin, run.pid).as_bytes(),
+                &SpanKey::Cni {
+                    plugin: &run.plugin,
+                    pid: run.pid,
+                },
             ),
             parent_span_id: Some(parent),
             name: name::cni(&run.plugin),
@@ -493,15 +500,14 @@ impl NodeSpans {
         attributes.extend(self.pod_attributes(pod));
         Some(Span {
             trace_id: pod.trace,
-            span_id: SpanId::for_key(
+            span_id: SpanId::of(
                 pod.trace,
-                // containerd runs `runc delete` twice per container (the
-                // shim's delete and its cleanup): the pid tells them apart.
-                format!(
-                    "{}/{}/{}/{}",
-                    run.executable, run.subcommand, run.container_id, finished.pid
-                )
-                .as_bytes(),
+                &SpanKey::Runtime {
+                    executable: &run.executable,
+                    subcommand: &run.subcommand,
+                    container_id: &run.container_id,
+                    pid: finished.pid,
+                },
             ),
             parent_span_id: Some(parent),
             name: name::runtime(&run.executable, &run.subcommand),
