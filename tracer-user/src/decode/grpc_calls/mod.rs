@@ -132,14 +132,24 @@ const FIELD_PROBES_RECHECK_NS: u64 = 250_000_000;
 /// hold them for the process's lifetime.
 const RESPONSE_TABLE_WAIT_NS: u64 = 10_000_000_000;
 
+/// What a connection speaks.
+enum Protocol {
+    /// Nothing fed yet, or a TLS connection whose plaintext has not begun
+    /// (the handshake put the parsers out of step): told from the next
+    /// bytes fed.
+    Unknown,
+    /// HTTP/2 (gRPC; Go clients of kube-apiserver): fed to `http2`.
+    Http2,
+    /// HTTP/1.x (most non-Go clients of kube-apiserver; etcd's Raft peer
+    /// streams): `http2` is not fed.
+    Http1(Box<Http1Connection>),
+}
+
 struct Connection {
     side: Side,
     http2: Http2Connection,
-    /// Set when the connection's first bytes were HTTP/1.x: then `http2`
-    /// is not fed.
-    http1: Option<Box<Http1Connection>>,
-    /// Whether the protocol was told from the first bytes.
-    sniffed: bool,
+    /// What it speaks, told from its first bytes.
+    protocol: Protocol,
     /// Bytes fed to `http2` so far.
     fed_bytes: u64,
     /// Plaintext from the TLS probes has been seen: the socket's own bytes
@@ -284,7 +294,7 @@ impl GrpcDecoder {
                 if connection.needs_fields(conn.ids.ts_ns) {
                     self.update_field_probes(conn.conn.tgid, conn.ids.ts_ns);
                 }
-                if let Some(http1) = connection.http1 {
+                if let Protocol::Http1(http1) = connection.protocol {
                     return http1_messages(conn.conn, connection.side, http1.finish());
                 }
                 return call_messages(conn.conn, connection.side, connection.http2.finish(), once);
@@ -306,8 +316,7 @@ impl GrpcDecoder {
             Connection {
                 side,
                 http2: Http2Connection::new(Limits::default()),
-                http1: None,
-                sniffed: false,
+                protocol: Protocol::Unknown,
                 fed_bytes: 0,
                 client_start_seen: false,
                 from_start: !before_start,
@@ -364,8 +373,7 @@ impl GrpcDecoder {
                 connection.http2 = Http2Connection::new(Limits::default());
                 connection.resets_seen = (0, 0);
             }
-            connection.http1 = None;
-            connection.sniffed = false;
+            connection.protocol = Protocol::Unknown;
         } else if connection.tls && !data.tls_plaintext {
             return Vec::new();
         } else if connection.fed_bytes == 0 && starts_tls_handshake(&data.data) {
@@ -384,7 +392,10 @@ impl GrpcDecoder {
             (Side::Server, Direction::Ingress) | (Side::Client, Direction::Egress) => true,
             (Side::Server, Direction::Egress) | (Side::Client, Direction::Ingress) => false,
         };
-        if !connection.from_start && !client_to_server && connection.http1.is_none() {
+        if !connection.from_start
+            && !client_to_server
+            && !matches!(connection.protocol, Protocol::Http1(_))
+        {
             // An etcd peer stream older than podtrace: its request was never
             // seen, its body is placed from the writer's bytes.
             let end = connection.stream_end(data.conn);
@@ -455,13 +466,14 @@ impl GrpcDecoder {
         } else {
             tracer_decode::Direction::ServerToClient
         };
-        if !connection.sniffed {
-            connection.sniffed = true;
-            if looks_like_http1(&data.data, client_to_server) {
-                connection.http1 = Some(Box::new(Http1Connection::new(http1::Limits::default())));
-            }
+        if matches!(connection.protocol, Protocol::Unknown) {
+            connection.protocol = if looks_like_http1(&data.data, client_to_server) {
+                Protocol::Http1(Box::new(Http1Connection::new(http1::Limits::default())))
+            } else {
+                Protocol::Http2
+            };
         }
-        if let Some(http1) = connection.http1.as_mut() {
+        if let Protocol::Http1(http1) = &mut connection.protocol {
             http1.push(&tracer_decode::Chunk {
                 direction,
                 ts_ns: data.moved_ts_ns(),
