@@ -699,9 +699,7 @@ fn traced_demo_with(
     let ambiguous: Vec<&String> = stopped
         .log
         .iter()
-        .filter(|line| {
-            line.contains("ambiguous_cni_runs=") && !line.contains("ambiguous_cni_runs=0")
-        })
+        .filter(|line| line.contains("cni_runs_ambiguous="))
         .collect();
     assert!(ambiguous.is_empty(), "{ambiguous:#?}");
     let all = read_spans(&out).unwrap();

@@ -40,6 +40,7 @@ use crate::{
         terminal::{self, TerminalPrinter},
         waterfall::Waterfalls,
     },
+    stats::log_losses,
 };
 
 /// Capacity of each inter-stage channel, in batches (a ring buffer drain, the
@@ -265,15 +266,7 @@ impl Stages {
                     return;
                 }
             }
-            let wal = &decoder.wal;
-            if decoder.grpc.skipped_connections + wal.skipped_files + wal.skipped_members > 0 {
-                tracing::warn!(
-                    connections = decoder.grpc.skipped_connections,
-                    wal_files = wal.skipped_files,
-                    etcd_members = wal.skipped_members,
-                    "not decoded: too many at once"
-                );
-            }
+            log_losses(&decoder.losses());
             if decoder.grpc.tables_loaded + decoder.grpc.tables_refused > 0 {
                 tracing::info!(
                     loaded = decoder.grpc.tables_loaded,
@@ -332,14 +325,6 @@ impl Stages {
                     "TLS connections opened while podtrace attached to their process: read through the per-call probes from their next request"
                 );
             }
-            if tls.keys_refused + tls.skipped + tls.held_too_long > 0 {
-                tracing::warn!(
-                    secrets_refused = tls.keys_refused,
-                    directions_skipped = tls.skipped,
-                    handshakes_too_long = tls.held_too_long,
-                    "TLS ciphertext not decrypted: unusable secrets, too many directions at once, or handshakes longer than podtrace holds"
-                );
-            }
             if decoder.grpc.muted_total > 0 {
                 tracing::info!(
                     connections = decoder.grpc.muted_total,
@@ -355,12 +340,6 @@ impl Stages {
                     errors = peers.errors,
                     hosts_not_kept = peers.hosts_dropped,
                     "etcd peer streams older than podtrace placed from their bytes; Pod appends dropped before their stream named its members; frames that did not decode; peer hosts not kept"
-                );
-            }
-            if decoder.wal.bad_records > 0 {
-                tracing::info!(
-                    records = decoder.wal.bad_records,
-                    "WAL records that did not decode (cut captures; the reader resynchronised)"
                 );
             }
         });
@@ -432,12 +411,6 @@ impl Stages {
                     "kubelet calls and API requests about Pods created before podtrace started (resyncs, status updates, deletions): not traced"
                 );
             }
-            if correlator.control_spans.replication.uncommitted > 0 {
-                tracing::info!(
-                    entries = correlator.control_spans.replication.uncommitted,
-                    "Pod entries sent to etcd followers whose commit was not seen (the leader's fdatasync or enough followers' answers not decoded): no commit span"
-                );
-            }
             if correlator.control_spans.replication.syncs_without_appends > 0 {
                 tracing::info!(
                     syncs = correlator.control_spans.replication.syncs_without_appends,
@@ -456,30 +429,7 @@ impl Stages {
                     "spans of the Pod this agent runs in: not exported"
                 );
             }
-            if correlator.assembly.released_at_bound > 0 {
-                tracing::warn!(
-                    pods = correlator.assembly.released_at_bound,
-                    "Pods whose traces went out unsettled: too many Pods or spans held at once"
-                );
-            }
-            if correlator.node_spans.unpaired_image_calls > 0 {
-                tracing::info!(
-                    calls = correlator.node_spans.unpaired_image_calls,
-                    "ImageStatus calls of a Pod seen from one end only where both are followed \
-                     (the other end's headers not decoded): not exported"
-                );
-            }
-            let (unattributed, dropped) = correlator.span_losses();
-            if unattributed + dropped > 0 {
-                tracing::warn!(
-                    unattributed,
-                    ambiguous_cni_runs = correlator.node_spans.cni_ambiguous,
-                    dropped,
-                    "spans whose Pod stayed unknown (exported apart or counted; among them CNI \
-                     plugin runs without CNI_CONTAINERID while several sandbox calls ran) or \
-                     that a bound dropped"
-                );
-            }
+            log_losses(&correlator.losses());
             correlator.full_drops()
         });
         let export = tokio::spawn(async move {

@@ -33,3 +33,25 @@ impl Loss {
         }
     }
 }
+
+/// Logs what a stage lost, at its end: every count above zero as
+/// `reason=count`, in one warning — the values `/metrics` exposes as
+/// `podtrace_losses_total{stage,reason}` (deploy/README.md says what each
+/// counts). Nothing when nothing was lost.
+pub fn log_losses(losses: &[Loss]) {
+    let Some(stage) = losses.first().map(|loss| loss.stage) else {
+        return;
+    };
+    let lost: Vec<String> = losses
+        .iter()
+        .filter(|loss| loss.count > 0)
+        .map(|loss| format!("{}={}", loss.reason, loss.count))
+        .collect();
+    if !lost.is_empty() {
+        tracing::warn!(
+            stage,
+            "lost (podtrace_losses_total, see deploy/README.md): {}",
+            lost.join(" ")
+        );
+    }
+}

@@ -290,7 +290,7 @@ impl Correlator {
 
     /// Spans exported without their Pod or not made because their Pod
     /// stayed unknown, and spans or entries dropped at a bound.
-    pub fn span_losses(&self) -> (u64, u64) {
+    fn span_losses(&self) -> (u64, u64) {
         (
             self.control_spans.unattributed
                 + self.node_spans.unattributed
