@@ -12,7 +12,7 @@
 //!   applied as kustomize does; every path it names exists,
 //!   every patch's target exists and every patch applies. The built objects
 //!   are validated as above, plus a few rules the API server enforces.
-//! - The DaemonSet has what DESIGN.md §8 asks: hostPID, the listed
+//! - The DaemonSet has what deploy/README.md asks: hostPID, the listed
 //!   capabilities and no others, read-only host mounts, not privileged
 //!   (except in the privileged overlay), control-plane tolerations; the base
 //!   has no field newer than Kubernetes 1.28 (appArmorProfile is 1.30's: a

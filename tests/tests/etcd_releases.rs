@@ -13,7 +13,7 @@
 //!
 //! In plaintext: etcd 3.5.0 and 3.5.1 (all PyPI has) were built with Go
 //! 1.16, which the Go probes do not read, so over TLS only their syscalls
-//! would be traced (README, "Limits").
+//! would be traced (docs/limitations.md).
 
 #![allow(
     clippy::unwrap_used,

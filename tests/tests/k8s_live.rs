@@ -339,7 +339,7 @@ const RUNNING_POD_SPANS: &[ExpectedSpan] = &[
 
 /// The spans of kube-apiserver, kube-scheduler and the kubelet themselves
 /// (their requests, the scheduling cycle, the kubelet's Pod sync), as the
-/// trace of a Pod that reached Running must hold them (DESIGN.md §1).
+/// trace of a Pod that reached Running must hold them (docs/spans.md and ARCHITECTURE.md, "Traces without a collector").
 const CONTROL_PLANE_COMPONENT_SPANS: &[ExpectedSpan] = &[
     ExpectedSpan::under_root_or(
         "apiserver POST /api/v1/namespaces/{namespace}/pods",
@@ -905,7 +905,7 @@ fn a_deployment_scaled_from_0_to_50_gets_a_trace_per_pod_and_per_deletion() {
         // The apiserver's side of that request, under it, naming the same
         // client. (The user it authenticated is not read by default: its
         // authenticator is probed only with `--apiserver-probes all`;
-        // README, Limits.)
+        // docs/limitations.md.)
         let served = trace.one(
             "apiserver POST /api/v1/namespaces/{namespace}/pods",
             Some(SPAN_KIND_SERVER),

@@ -677,7 +677,7 @@ fn assert_create_request<'a>(
 /// admission, the storage write holding the etcd call), the scheduler's
 /// queue, cycle and bind (holding the binding request), and the kubelet's
 /// pod sync (holding the CRI calls) and status update (holding the status
-/// request whose write reports Running) — DESIGN.md §1. `release`: the
+/// request whose write reports Running) — docs/spans.md and ARCHITECTURE.md, "Traces without a collector". `release`: the
 /// Kubernetes minor release recorded (`1.28`), whose kubectl created the Pod.
 fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod, release: &str) {
     let (root, _, storage) = assert_create_request(trace, pod, &format!("kubectl/v{release}"));
@@ -776,7 +776,7 @@ fn span_named<'a>(spans: &'a [ExportedSpan], name: &str) -> &'a ExportedSpan {
 
 /// Real Kubernetes 1.28.4, every scenario `podtrace-demo --k8s-bin` plays
 /// (recorded by an agent started after the cluster was up): the components'
-/// own spans nest as DESIGN.md §1 draws them, and each failure path says
+/// own spans nest as docs/spans.md and ARCHITECTURE.md, "Traces without a collector" draws them, and each failure path says
 /// where and why it stopped.
 #[test]
 fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures() {

@@ -1,7 +1,7 @@
 //! `podtrace-demo`: Pod creations through a real etcd and a real containerd
 //! with runc, this program playing the rest of the control plane itself —
 //! kube-apiserver's etcd writes, the scheduler's binding, the kubelet's CRI
-//! calls and status report — so that a tracer has the path of DESIGN.md §1
+//! calls and status report — so that a tracer has the path of ARCHITECTURE.md, "Traces without a collector"
 //! to follow without a Kubernetes installation. kube-apiserver's etcd calls
 //! are made by a child process, `demo-apiserver`: a Go program, as
 //! kube-apiserver is, so that a tracer reading TLS plaintext from Go's

@@ -1,5 +1,5 @@
 //! Pod identity: the facts about a Pod that one message reveals, in one type
-//! for every protocol (DESIGN.md §6).
+//! for every protocol (ARCHITECTURE.md, "Data flow").
 //!
 //! In: decoded messages of [`crate::etcd`], [`crate::wal`], [`crate::cri`]
 //! and [`crate::kube`]. Out: [`PodIdentity`] and [`PodClue`]s that

@@ -4,7 +4,7 @@
 //! Ids are derived, not random: the trace id from (cluster id, Pod UID), the
 //! ids of well-known spans (the Pod's root span, a node's span) from the trace
 //! id and a role. Two agents that see the same Pod compute the same ids, so
-//! the spans each exports join in Jaeger or Tempo (DESIGN.md §7).
+//! the spans each exports join in Jaeger or Tempo (ARCHITECTURE.md, "Traces without a collector").
 
 use sha2::{Digest as _, Sha256};
 use tracer_common::gofunc::GoFunction;

@@ -11,7 +11,7 @@
 //! what the agent reports: spans sent and dropped, batches sent and failed.
 //!
 //! Our trace and span ids are kept exactly as correlate derived them (agents
-//! on different nodes must agree on them, DESIGN.md §7); every span carries
+//! on different nodes must agree on them, ARCHITECTURE.md, "Traces without a collector"); every span carries
 //! the resource `service.name=podtrace`, `service.version`, `host.name` and
 //! `k8s.node.name`.
 
