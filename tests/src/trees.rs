@@ -5,7 +5,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::otlp_json::ExportedSpan;
+use tracer_user::correlate::span::TraceId;
+
+use crate::{demo_pod::DemoPod, otlp_json::ExportedSpan};
 
 /// Spans the Kubernetes function probes make (one or more in every
 /// complete Pod trace): where offsets' provenance is checked.
@@ -183,6 +185,126 @@ pub fn outline(spans: &[&ExportedSpan]) -> String {
         }
     }
     out
+}
+
+/// The spans of one trace, found by name, with checks on shape (live and
+/// replay tests share it).
+#[derive(Debug)]
+pub struct Trace<'a> {
+    /// The trace's spans, in export order.
+    pub spans: Vec<&'a ExportedSpan>,
+}
+
+impl<'a> Trace<'a> {
+    /// The spans of `all` in trace `trace_id` (hex).
+    pub fn new(all: &'a [ExportedSpan], trace_id: &str) -> Self {
+        Self {
+            spans: all.iter().filter(|s| s.trace_id == trace_id).collect(),
+        }
+    }
+
+    /// The creation trace of `pod` made by agents of cluster id `cluster`.
+    pub fn of_pod_in(all: &'a [ExportedSpan], cluster: &str, pod: &DemoPod) -> Self {
+        Self::new(all, &TraceId::for_pod(cluster, &pod.uid).to_hex())
+    }
+
+    /// The spans named `name`, of kind `kind` (`None`: any).
+    pub fn named(&self, name: &str, kind: Option<u64>) -> Vec<&'a ExportedSpan> {
+        self.spans
+            .iter()
+            .copied()
+            .filter(|s| s.name == name && kind.is_none_or(|k| s.kind == k))
+            .collect()
+    }
+
+    /// The one span named `name` of kind `kind`; fails with the trace's
+    /// outline if there is none or several.
+    pub fn one(&self, name: &str, kind: Option<u64>) -> &'a ExportedSpan {
+        let found = self.named(name, kind);
+        assert_eq!(
+            found.len(),
+            1,
+            "{name} ({kind:?}):\n{}",
+            outline(&self.spans)
+        );
+        found[0]
+    }
+
+    /// The span named `name` whose string attribute `key` is `value`.
+    pub fn with(&self, name: &str, key: &str, value: &str) -> &'a ExportedSpan {
+        self.spans
+            .iter()
+            .copied()
+            .find(|s| s.name == name && s.string(key) == Some(value))
+            .unwrap_or_else(|| panic!("no {name} with {key}={value}: {:#?}", self.spans))
+    }
+
+    /// The span of id `id`.
+    pub fn by_id(&self, id: &str) -> Option<&'a ExportedSpan> {
+        self.spans.iter().copied().find(|s| s.span_id == id)
+    }
+
+    /// `span`'s parent, which must be in the trace.
+    pub fn parent_of(&self, span: &ExportedSpan) -> &'a ExportedSpan {
+        let parent = span
+            .parent_span_id
+            .as_deref()
+            .unwrap_or_else(|| panic!("{} has no parent", span.name));
+        self.by_id(parent)
+            .unwrap_or_else(|| panic!("orphan {}: parent {parent} not exported", span.name))
+    }
+
+    /// `parent`'s children.
+    pub fn children(&self, parent: &ExportedSpan) -> Vec<&'a ExportedSpan> {
+        self.spans
+            .iter()
+            .copied()
+            .filter(|s| s.parent_span_id.as_deref() == Some(parent.span_id.as_str()))
+            .collect()
+    }
+
+    /// The trace's one root, which must be `pod`'s creation.
+    pub fn root(&self, pod: &DemoPod) -> &'a ExportedSpan {
+        let roots: Vec<_> = self
+            .spans
+            .iter()
+            .copied()
+            .filter(|s| s.parent_span_id.is_none())
+            .collect();
+        assert_eq!(roots.len(), 1, "roots of {}: {:#?}", pod.name, self.spans);
+        assert_eq!(
+            roots[0].name,
+            format!("pod.create {}/{}", pod.namespace, pod.name)
+        );
+        roots[0]
+    }
+
+    /// Whether `ancestor` is `span`'s parent, or its parent's, and so on
+    /// (spans of the components that make a call may come between).
+    pub fn descends_from(&self, span: &ExportedSpan, ancestor: &ExportedSpan) -> bool {
+        let mut parent = span.parent_span_id.as_deref();
+        for _ in 0..self.spans.len() {
+            let Some(id) = parent else {
+                return false;
+            };
+            if id == ancestor.span_id {
+                return true;
+            }
+            parent = self.by_id(id).and_then(|s| s.parent_span_id.as_deref());
+        }
+        false
+    }
+
+    /// Every parent is in the trace, and no span id repeats.
+    pub fn assert_no_orphans(&self) {
+        let ids: HashSet<&str> = self.spans.iter().map(|s| s.span_id.as_str()).collect();
+        assert_eq!(ids.len(), self.spans.len(), "span ids repeat");
+        for span in &self.spans {
+            if let Some(parent) = &span.parent_span_id {
+                assert!(ids.contains(parent.as_str()), "orphan {span:#?}");
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -46,7 +46,7 @@ use podtrace_tests::{
     otlp_json::{ExportedSpan, read_spans},
     otlp_receiver::OtlpReceiver,
     succeed,
-    trees::{assert_first_exec_under, assert_well_formed, outline},
+    trees::{Trace, assert_first_exec_under, assert_well_formed, outline},
     xtask,
 };
 use serde_json::Value;
@@ -151,98 +151,9 @@ fn run_demo<T>(
     (pods, ready.expect("podtrace-demo never said ready"))
 }
 
-/// The spans of one trace.
-struct Trace<'a> {
-    spans: Vec<&'a ExportedSpan>,
-}
-
-impl<'a> Trace<'a> {
-    fn of_pod(all: &'a [ExportedSpan], pod: &DemoPod) -> Self {
-        Self::of_pod_in(all, CLUSTER, pod)
-    }
-
-    /// The trace of `pod` made by agents of cluster id `cluster`.
-    fn of_pod_in(all: &'a [ExportedSpan], cluster: &str, pod: &DemoPod) -> Self {
-        let trace_id = TraceId::for_pod(cluster, &pod.uid).to_hex();
-        Self {
-            spans: all.iter().filter(|s| s.trace_id == trace_id).collect(),
-        }
-    }
-
-    fn named(&self, name: &str, kind: Option<u64>) -> Vec<&'a ExportedSpan> {
-        self.spans
-            .iter()
-            .copied()
-            .filter(|s| s.name == name && kind.is_none_or(|k| s.kind == k))
-            .collect()
-    }
-
-    fn one(&self, name: &str, kind: Option<u64>) -> &'a ExportedSpan {
-        let found = self.named(name, kind);
-        assert_eq!(
-            found.len(),
-            1,
-            "{name} ({kind:?}):\n{}",
-            outline(&self.spans)
-        );
-        found[0]
-    }
-
-    fn children(&self, parent: &ExportedSpan) -> Vec<&'a ExportedSpan> {
-        self.spans
-            .iter()
-            .copied()
-            .filter(|s| s.parent_span_id.as_deref() == Some(parent.span_id.as_str()))
-            .collect()
-    }
-
-    fn root(&self, pod: &DemoPod) -> &'a ExportedSpan {
-        let roots: Vec<_> = self
-            .spans
-            .iter()
-            .copied()
-            .filter(|s| s.parent_span_id.is_none())
-            .collect();
-        assert_eq!(roots.len(), 1, "roots of {}: {:#?}", pod.name, self.spans);
-        assert_eq!(
-            roots[0].name,
-            format!("pod.create {}/{}", pod.namespace, pod.name)
-        );
-        roots[0]
-    }
-
-    /// Whether `ancestor` is `span`'s parent, or its parent's, and so on.
-    /// The etcd and CRI clients are asserted below their ancestors this way:
-    /// spans of the components that make those calls (kube-apiserver's
-    /// request, the kubelet's Pod sync) may come between.
-    fn descends_from(&self, span: &ExportedSpan, ancestor: &ExportedSpan) -> bool {
-        let mut parent = span.parent_span_id.as_deref();
-        for _ in 0..self.spans.len() {
-            let Some(id) = parent else {
-                return false;
-            };
-            if id == ancestor.span_id {
-                return true;
-            }
-            parent = self
-                .spans
-                .iter()
-                .find(|s| s.span_id == id)
-                .and_then(|s| s.parent_span_id.as_deref());
-        }
-        false
-    }
-
-    /// Every parent is in the trace, and no span id repeats.
-    fn assert_no_orphans(&self) {
-        let ids: HashSet<&str> = self.spans.iter().map(|s| s.span_id.as_str()).collect();
-        assert_eq!(ids.len(), self.spans.len(), "span ids repeat");
-        for span in &self.spans {
-            if let Some(parent) = &span.parent_span_id {
-                assert!(ids.contains(parent.as_str()), "orphan {span:#?}");
-            }
-        }
-    }
+/// The creation trace of `pod` made by this test's agents.
+fn trace_of_pod<'a>(all: &'a [ExportedSpan], pod: &DemoPod) -> Trace<'a> {
+    Trace::of_pod_in(all, CLUSTER, pod)
 }
 
 /// A span some trace must hold: by name (a prefix when `prefix`), of a kind
@@ -728,7 +639,7 @@ fn real_control_plane_scenarios_get_their_traces() {
     for pod in &all_running {
         assert_eq!(pod.outcome, "Running");
         assert_eq!(pod.node, node);
-        assert_running_pod_trace(&Trace::of_pod(&all, pod), pod);
+        assert_running_pod_trace(&trace_of_pod(&all, pod), pod);
         assert_deletion_trace(&all, pod);
     }
     let [unschedulable] = of("unschedulable")[..] else {
@@ -739,7 +650,7 @@ fn real_control_plane_scenarios_get_their_traces() {
         "{unschedulable:?}"
     );
     assert_incomplete_pod_trace(
-        &Trace::of_pod(&all, unschedulable),
+        &trace_of_pod(&all, unschedulable),
         unschedulable,
         "scheduling",
     );
@@ -750,7 +661,7 @@ fn real_control_plane_scenarios_get_their_traces() {
         image_never.outcome.starts_with("ErrImageNeverPull: "),
         "{image_never:?}"
     );
-    assert_incomplete_pod_trace(&Trace::of_pod(&all, image_never), image_never, "node");
+    assert_incomplete_pod_trace(&trace_of_pod(&all, image_never), image_never, "node");
     // Each says why, in the components' own words.
     for (pod, key, words) in [
         (
@@ -823,7 +734,7 @@ fn a_burst_of_20_pods_gets_their_traces() {
     assert_eq!(pods.len(), 20, "{pods:#?}");
     for pod in &pods {
         assert_eq!(pod.outcome, "Running");
-        assert_running_pod_trace(&Trace::of_pod(&all, pod), pod);
+        assert_running_pod_trace(&trace_of_pod(&all, pod), pod);
         assert_deletion_trace(&all, pod);
     }
 }
@@ -848,7 +759,7 @@ fn pods_created_under_an_apiserver_request_load_get_complete_traces() {
     assert_eq!(pods.len(), 5, "{pods:#?}");
     for pod in &pods {
         assert_eq!(pod.outcome, "Running");
-        assert_running_pod_trace(&Trace::of_pod(&all, pod), pod);
+        assert_running_pod_trace(&trace_of_pod(&all, pod), pod);
     }
     // The load's objects are all named bench-…: no span names one.
     let of_the_load: Vec<&ExportedSpan> = all
@@ -888,7 +799,7 @@ fn a_deployment_scaled_from_0_to_50_gets_a_trace_per_pod_and_per_deletion() {
     assert_eq!(pods.len(), REPLICAS, "{pods:#?}");
     for pod in &pods {
         assert_eq!(pod.outcome, "Running");
-        let trace = Trace::of_pod(&all, pod);
+        let trace = trace_of_pod(&all, pod);
         assert_running_pod_trace(&trace, pod);
         // The create as the ReplicaSet controller sent it, above the
         // apiserver's handling.
@@ -961,7 +872,7 @@ fn an_agent_started_after_the_cluster_sees_both_sides_of_every_call() {
     for pod in &existing {
         assert_eq!(pod.outcome, "Running");
         let deletion = TraceId::for_pod_deletion(CLUSTER, &pod.uid).to_hex();
-        let traced: Vec<&ExportedSpan> = Trace::of_pod(&all, pod)
+        let traced: Vec<&ExportedSpan> = trace_of_pod(&all, pod)
             .spans
             .into_iter()
             .chain(all.iter().filter(|s| s.trace_id == deletion))
@@ -976,7 +887,7 @@ fn an_agent_started_after_the_cluster_sees_both_sides_of_every_call() {
     }
     for pod in &pods {
         assert_eq!(pod.outcome, "Running");
-        let trace = Trace::of_pod(&all, pod);
+        let trace = trace_of_pod(&all, pod);
         assert_running_pod_trace(&trace, pod);
         assert_deletion_trace(&all, pod);
         // Every CRI call containerd handled for the Pod has the kubelet's

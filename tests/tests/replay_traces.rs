@@ -25,7 +25,7 @@ use podtrace_tests::{
     demo_pod::DemoPod,
     otlp_json::{ExportedSpan, read_spans},
     podtrace_binary,
-    trees::{assert_well_formed, outline},
+    trees::{Trace, assert_well_formed, outline},
 };
 use serde_json::Value;
 use tracer_user::correlate::span::{SpanId, SpanKey, TraceId};
@@ -130,7 +130,7 @@ fn assert_deletion(spans: &[ExportedSpan], pod: &DemoPod, node: &str) {
         // The kubelet may call StopPodSandbox again when it removes the
         // sandbox: each call is its own span, and one ran the CNI DELs.
         let servers: Vec<_> = deletion
-            .named(&name)
+            .named(&name, None)
             .into_iter()
             .filter(|s| s.kind == SPAN_KIND_SERVER)
             .collect();
@@ -163,60 +163,6 @@ fn assert_deletion(spans: &[ExportedSpan], pod: &DemoPod, node: &str) {
     deletion.with("runc delete", "container.id", &pod.container_id);
 }
 
-/// The spans of one trace, by name, with checks on shape.
-struct Trace<'a> {
-    spans: Vec<&'a ExportedSpan>,
-}
-
-impl<'a> Trace<'a> {
-    fn new(all: &'a [ExportedSpan], trace_id: &str) -> Self {
-        Self {
-            spans: all.iter().filter(|s| s.trace_id == trace_id).collect(),
-        }
-    }
-
-    fn named(&self, name: &str) -> Vec<&'a ExportedSpan> {
-        self.spans
-            .iter()
-            .copied()
-            .filter(|s| s.name == name)
-            .collect()
-    }
-
-    fn one(&self, name: &str, kind: Option<u64>) -> &'a ExportedSpan {
-        let found: Vec<_> = self
-            .named(name)
-            .into_iter()
-            .filter(|s| kind.is_none_or(|k| s.kind == k))
-            .collect();
-        assert_eq!(
-            found.len(),
-            1,
-            "{name} ({kind:?}):\n{}",
-            outline(&self.spans)
-        );
-        found[0]
-    }
-
-    fn by_id(&self, id: &str) -> Option<&'a ExportedSpan> {
-        self.spans.iter().copied().find(|s| s.span_id == id)
-    }
-
-    fn parent_of(&self, span: &ExportedSpan) -> &'a ExportedSpan {
-        let parent = span.parent_span_id.as_deref().expect("has a parent");
-        self.by_id(parent)
-            .unwrap_or_else(|| panic!("orphan {}: parent {parent} not exported", span.name))
-    }
-
-    fn with(&self, name: &str, key: &str, value: &str) -> &'a ExportedSpan {
-        self.spans
-            .iter()
-            .copied()
-            .find(|s| s.name == name && s.string(key) == Some(value))
-            .unwrap_or_else(|| panic!("no {name} with {key}={value}: {:#?}", self.spans))
-    }
-}
-
 /// The control-plane part of a Pod's trace: root, the three etcd writes
 /// (create, the scheduler's binding, the kubelet's Running status) as client
 /// and server spans, and the WAL sync that made the create durable.
@@ -231,12 +177,12 @@ fn assert_control_plane(trace: &Trace<'_>, pod: &DemoPod) -> String {
     assert_eq!(root.string("k8s.pod.uid"), Some(pod.uid.as_str()));
     let txn = "etcdserverpb.KV/Txn";
     let clients: Vec<_> = trace
-        .named(txn)
+        .named(txn, None)
         .into_iter()
         .filter(|s| s.kind == SPAN_KIND_CLIENT)
         .collect();
     let servers: Vec<_> = trace
-        .named(txn)
+        .named(txn, None)
         .into_iter()
         .filter(|s| s.kind == SPAN_KIND_SERVER)
         .collect();
@@ -285,7 +231,7 @@ fn assert_control_plane(trace: &Trace<'_>, pod: &DemoPod) -> String {
         root.start_unix_ns <= create.start_unix_ns && servers[2].end_unix_ns <= root.end_unix_ns
     );
     let wal = trace
-        .named("etcd WAL append + fdatasync")
+        .named("etcd WAL append + fdatasync", None)
         .into_iter()
         .find(|w| w.parent_span_id.as_deref() == Some(create.span_id.as_str()))
         .unwrap_or_else(|| panic!("no WAL sync under the create: {:#?}", trace.spans));
@@ -362,7 +308,7 @@ fn assert_node(trace: &Trace<'_>, pod: &DemoPod, node: &str, root_id: &str) {
     // ADD under RunPodSandbox (the DEL runs of the teardown are in the
     // deletion trace: `assert_deletion`).
     for plugin in ["loopback", "ptp", "host-local"] {
-        let runs = trace.named(&format!("CNI {plugin}"));
+        let runs = trace.named(&format!("CNI {plugin}"), None);
         let add: Vec<_> = runs
             .iter()
             .filter(|cni| {
@@ -502,7 +448,7 @@ fn two_nodes_recordings_replayed_apart_join_in_one_trace_per_pod() {
         );
         // etcd's handling of the three writes, under the root: the
         // apiserver's calls were not seen on this node.
-        let servers = trace.named("etcdserverpb.KV/Txn");
+        let servers = trace.named("etcdserverpb.KV/Txn", None);
         assert_eq!(servers.len(), 3, "{:#?}", trace.spans);
         for server in servers {
             assert_eq!(server.kind, SPAN_KIND_SERVER);
@@ -511,7 +457,7 @@ fn two_nodes_recordings_replayed_apart_join_in_one_trace_per_pod() {
                 Some(root.span_id.as_str())
             );
         }
-        assert!(!trace.named("etcd WAL append + fdatasync").is_empty());
+        assert!(!trace.named("etcd WAL append + fdatasync", None).is_empty());
         let node = trace.one("node worker-1", None);
         assert_eq!(node.resource_node.as_deref(), Some("worker-1"));
         assert_eq!(node.parent_span_id.as_deref(), Some(root.span_id.as_str()));
@@ -554,7 +500,7 @@ fn replayed_kubernetes_run_gives_a_complete_trace_per_pod() {
             root.attributes["podtrace.trace.complete"],
             Value::Bool(true)
         );
-        let txn = trace.named("etcdserverpb.KV/Txn");
+        let txn = trace.named("etcdserverpb.KV/Txn", None);
         let clients: Vec<_> = txn.iter().filter(|s| s.kind == SPAN_KIND_CLIENT).collect();
         let servers: Vec<_> = txn.iter().filter(|s| s.kind == SPAN_KIND_SERVER).collect();
         // Create, binding, the kubelet's first status, Running; then the
@@ -576,7 +522,7 @@ fn replayed_kubernetes_run_gives_a_complete_trace_per_pod() {
         assert_eq!(changes.first(), Some(&Some("created")));
         assert_eq!(changes.get(3), Some(&Some("status Running")));
         assert!(
-            !trace.named("etcd WAL append + fdatasync").is_empty(),
+            !trace.named("etcd WAL append + fdatasync", None).is_empty(),
             "{:#?}",
             trace.spans
         );
@@ -716,7 +662,7 @@ fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod, release: &str) {
     assert_eq!(trace.parent_of(binding_client).span_id, bind.span_id);
 
     let node = trace.one(&format!("node {}", pod.node), None);
-    let syncs = trace.named("kubelet pod sync");
+    let syncs = trace.named("kubelet pod sync", None);
     let first_sync = syncs
         .iter()
         .min_by_key(|s| s.start_unix_ns)
@@ -737,7 +683,7 @@ fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod, release: &str) {
     // The write that reports Running: kubelet status update → PATCH status
     // → storage update → etcd client.
     let running = trace
-        .named("etcdserverpb.KV/Txn")
+        .named("etcdserverpb.KV/Txn", None)
         .into_iter()
         .find(|s| {
             s.kind == SPAN_KIND_CLIENT
@@ -836,7 +782,7 @@ fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures(
     let trace = Trace::new(&spans, &root.trace_id);
     let validating = trace.one("apiserver admission (validating)", None);
     assert_eq!(validating.status_code, 2);
-    assert!(trace.named("etcdserverpb.KV/Txn").is_empty());
+    assert!(trace.named("etcdserverpb.KV/Txn", None).is_empty());
 
     // Unschedulable: the cycle failed and the root says the scheduler's verdict.
     let unschedulable = scenario("unschedulable-");
@@ -861,7 +807,7 @@ fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures(
         "{}",
         root.status_message
     );
-    let cycle = &trace.named("scheduler scheduling cycle")[0];
+    let cycle = &trace.named("scheduler scheduling cycle", None)[0];
     assert_eq!(cycle.status_code, 2);
     assert_eq!(
         cycle.string("podtrace.k8s.scheduling.result"),
@@ -893,7 +839,7 @@ fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures(
     assert_eq!(root.attributes["podtrace.k8s.dry_run"], Value::Bool(true));
     let trace = Trace::new(&spans, &root.trace_id);
     trace.one("apiserver admission (mutating)", None);
-    assert!(trace.named("etcdserverpb.KV/Txn").is_empty());
+    assert!(trace.named("etcdserverpb.KV/Txn", None).is_empty());
     assert!(
         trace
             .spans
@@ -927,7 +873,7 @@ fn replayed_http1_create_and_burst_of_20_get_a_creation_and_a_deletion_trace_eac
         };
         let (_, _, storage) = assert_create_request(&trace, pod, user_agent);
         let created = trace
-            .named("etcdserverpb.KV/Txn")
+            .named("etcdserverpb.KV/Txn", None)
             .into_iter()
             .find(|span| {
                 span.kind == SPAN_KIND_CLIENT
@@ -1119,7 +1065,7 @@ fn a_replayed_run_with_offsets_derived_from_the_binaries_nests_the_same_spans() 
 fn assert_offsets_source(trace: &Trace<'_>, derived: bool) {
     let mut checked = 0;
     for name in podtrace_tests::trees::FUNCTION_PROBE_SPANS {
-        for span in trace.named(name) {
+        for span in trace.named(name, None) {
             assert_eq!(
                 span.string("podtrace.k8s.offsets"),
                 derived.then_some("derived"),
@@ -1158,7 +1104,7 @@ fn replicated_writes<'a>(trace: &Trace<'a>) -> Vec<ReplicatedWrite<'a>> {
     let string = |span: &ExportedSpan, key: &str| span.string(key).map(str::to_owned);
     let index = |span: &ExportedSpan| span.attributes.get("podtrace.etcd.raft.index").cloned();
     let servers: Vec<&ExportedSpan> = trace
-        .named("etcdserverpb.KV/Txn")
+        .named("etcdserverpb.KV/Txn", None)
         .into_iter()
         .filter(|s| s.kind == SPAN_KIND_SERVER)
         .collect();
@@ -1168,7 +1114,7 @@ fn replicated_writes<'a>(trace: &Trace<'a>) -> Vec<ReplicatedWrite<'a>> {
         .map(|server| {
             let under = |name: &str| -> Vec<&'a ExportedSpan> {
                 trace
-                    .named(name)
+                    .named(name, None)
                     .into_iter()
                     .filter(|s| s.parent_span_id.as_deref() == Some(server.span_id.as_str()))
                     .collect()
@@ -1206,7 +1152,7 @@ fn replicated_writes<'a>(trace: &Trace<'a>) -> Vec<ReplicatedWrite<'a>> {
                     assert_eq!(replicate.name, format!("etcd raft replicate → {follower}"));
                     let follower_id = string(replicate, "podtrace.etcd.raft.follower.id");
                     let wal: Vec<_> = trace
-                        .named(WAL_SPAN)
+                        .named(WAL_SPAN, None)
                         .into_iter()
                         .filter(|s| s.parent_span_id.as_deref() == Some(replicate.span_id.as_str()))
                         .collect();
@@ -1329,7 +1275,7 @@ fn three_members_replicate_commit_and_apply(recording: &str, pods: &str) {
             let answering = write.apply.string("podtrace.etcd.member.name").unwrap();
             if answering != write.leader {
                 let forwards: Vec<_> = trace
-                    .named(&format!("etcd raft forward → {}", write.leader))
+                    .named(&format!("etcd raft forward → {}", write.leader), None)
                     .into_iter()
                     .filter(|s| s.parent_span_id.as_deref() == Some(write.server.span_id.as_str()))
                     .collect();
