@@ -261,9 +261,22 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
     } = run_demo_agent_last(2, 1, &[], &AGENT_ARGS, &out);
     let after = unix_now_ns();
     // A creation's root and node span go out SETTLE_NS after the Pod was
-    // reported Running, at the agent's next tick (every second).
-    thread::sleep(Duration::from_nanos(SETTLE_NS) + Duration::from_secs(2));
-    let exposition = agent.scrape();
+    // reported Running, at the agent's next tick (every second): polled
+    // until both Pods are counted traced.
+    let deadline =
+        std::time::Instant::now() + Duration::from_nanos(SETTLE_NS) + Duration::from_secs(30);
+    let exposition = loop {
+        let exposition = agent.scrape();
+        let traced = exposition
+            .lines()
+            .find_map(|line| line.strip_prefix("podtrace_pods_traced_total "))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if traced >= 2 || std::time::Instant::now() > deadline {
+            break exposition;
+        }
+        thread::sleep(Duration::from_millis(250));
+    };
     // explain asks the running agent: a Pod's waterfall and where it stands.
     let story = explain(&pods[0].name, &["--agent", &agent.metrics]);
     assert!(

@@ -235,7 +235,16 @@ async fn target_running_before_start_is_found_in_proc_and_followed() {
         .spawn()
         .unwrap();
     let root_pid = root.id();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Found by the /proc scan once it has exec'd: polled, not slept on.
+    let comm = format!("/proc/{root_pid}/comm");
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while std::fs::read_to_string(&comm).map_or(true, |name| name.trim() != "pt-seeded-root") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{root_sh:?} never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 
     let mut capture = LiveCapture::start(&["pt-seeded-root"], 2);
     let events = capture.collect_until_exit(root_pid, TIMEOUT).await;
