@@ -4,6 +4,7 @@
 //! attributes.
 
 use std::{collections::HashMap, path::Path};
+use tracer_user::correlate::contract::attr;
 
 use anyhow::Context as _;
 use serde_json::Value;
@@ -55,7 +56,7 @@ pub fn read_spans(path: &Path) -> anyhow::Result<Vec<ExportedSpan>> {
         for resource_spans in array(&request["resourceSpans"]) {
             let resource = attributes(&resource_spans["resource"]["attributes"]);
             let node = resource
-                .get("k8s.node.name")
+                .get(attr::K8S_NODE_NAME)
                 .and_then(Value::as_str)
                 .map(str::to_owned);
             for scope_spans in array(&resource_spans["scopeSpans"]) {

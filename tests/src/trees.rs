@@ -4,6 +4,7 @@
 //! [`assert_well_formed`] on what podtrace exported.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use tracer_user::correlate::contract::{attr, name};
 
 use tracer_user::correlate::span::TraceId;
 
@@ -12,15 +13,15 @@ use crate::{demo_pod::DemoPod, otlp_json::ExportedSpan};
 /// Spans the Kubernetes function probes make (one or more in every
 /// complete Pod trace): where offsets' provenance is checked.
 pub const FUNCTION_PROBE_SPANS: &[&str] = &[
-    "apiserver authentication",
-    "apiserver authorization",
-    "apiserver Pod validation",
-    "apiserver binding",
-    "apiserver status update",
-    "scheduler scheduling cycle",
-    "scheduler bind",
-    "kubelet pod sync",
-    "kubelet volume wait",
+    name::APISERVER_AUTHENTICATION,
+    name::APISERVER_AUTHORIZATION,
+    name::APISERVER_POD_VALIDATION,
+    name::APISERVER_BINDING,
+    name::APISERVER_STATUS_UPDATE,
+    name::SCHEDULER_CYCLE,
+    name::SCHEDULER_BIND,
+    name::KUBELET_SYNC,
+    name::KUBELET_VOLUME_WAIT,
 ];
 
 /// What is wrong with the traces `spans` form, one line per fault (empty
@@ -98,8 +99,8 @@ pub fn assert_first_exec_under(spans: &[&ExportedSpan], call: &ExportedSpan, con
     let first = spans
         .iter()
         .find(|s| {
-            s.name.starts_with("container process start: ")
-                && s.string("container.id") == Some(container)
+            s.name.starts_with(&name::container_start(""))
+                && s.string(attr::CONTAINER_ID) == Some(container)
         })
         .unwrap_or_else(|| panic!("no first exec of {container}:\n{}", outline(spans)));
     assert!(call.start_unix_ns <= first.start_unix_ns, "{first:#?}");
@@ -165,7 +166,7 @@ pub fn outline(spans: &[&ExportedSpan]) -> String {
             _ => String::new(),
         };
         let change = span
-            .string("podtrace.k8s.pod.change")
+            .string(attr::K8S_POD_CHANGE)
             .map(|change| format!(" ({change})"))
             .unwrap_or_default();
         out.push_str(&format!(
@@ -272,10 +273,7 @@ impl<'a> Trace<'a> {
             .filter(|s| s.parent_span_id.is_none())
             .collect();
         assert_eq!(roots.len(), 1, "roots of {}: {:#?}", pod.name, self.spans);
-        assert_eq!(
-            roots[0].name,
-            format!("pod.create {}/{}", pod.namespace, pod.name)
-        );
+        assert_eq!(roots[0].name, name::pod_create(&pod.namespace, &pod.name));
         roots[0]
     }
 

@@ -11,6 +11,7 @@
 )]
 
 use std::time::Duration;
+use tracer_user::correlate::contract::{attr, name};
 
 use podtrace_tests::{
     LiveCapture,
@@ -211,7 +212,7 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
             .find(|span| span.name == name)
             .unwrap_or_else(|| panic!("no {name} span: {spans:#?}"))
     };
-    let node = named("node node-a");
+    let node = named(&name::node("node-a"));
     assert_eq!(node.span_id, SpanId::of(trace, &SpanKey::Node("node-a")));
     assert_eq!(node.parent_span_id, Some(SpanId::of(trace, &SpanKey::Root)));
     for call in ["RunPodSandbox", "CreateContainer", "StartContainer"] {
@@ -226,7 +227,8 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
         spans.iter().find(|span| {
             span.name == name
                 && span.attributes.iter().any(|(key, value)| {
-                    key == "container.id" && *value == AttributeValue::String(container.to_owned())
+                    key == attr::CONTAINER_ID
+                        && *value == AttributeValue::String(container.to_owned())
                 })
         })
     };
@@ -252,9 +254,9 @@ async fn cri_calls_reach_containerd_with_their_path_and_runc_runs_the_container(
     let first_exec = spans
         .iter()
         .find(|span| {
-            span.name.starts_with("container process start: ")
+            span.name.starts_with(&name::container_start(""))
                 && span.attributes.iter().any(|(key, value)| {
-                    key == "container.id"
+                    key == attr::CONTAINER_ID
                         && *value == AttributeValue::String(pod.container_id.clone())
                 })
         })

@@ -39,6 +39,7 @@ use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
 };
+use tracer_user::correlate::contract::{attr, name};
 
 use k8s_openapi::{
     api::{
@@ -1248,14 +1249,11 @@ fn exported() -> Exported {
         trace_id: trace,
         span_id: SpanId::of(trace, &SpanKey::Root),
         parent_span_id: None,
-        name: "pod.create default/web".to_owned(),
+        name: name::pod_create("default", "web"),
         kind: SpanKind::Internal,
         start_unix_ns: 1_000_000_000,
         end_unix_ns: 2_000_000_000,
-        attributes: vec![(
-            "podtrace.trace.complete".to_owned(),
-            AttributeValue::Bool(true),
-        )],
+        attributes: vec![(attr::TRACE_COMPLETE.to_owned(), AttributeValue::Bool(true))],
         status: SpanStatus::Unset,
         links: Vec::new(),
     }]);
@@ -1925,7 +1923,7 @@ fn the_dashboard_queries_only_exported_series_every_panel_has_a_data_source_and_
             if plugin == Some("tempo") {
                 assert_eq!(target["queryType"], "traceql", "{title}");
                 let query = target["query"].as_str().unwrap();
-                assert!(query.contains("podtrace.trace.complete"), "{title}");
+                assert!(query.contains(attr::TRACE_COMPLETE), "{title}");
                 continue;
             }
             let expr = target["expr"].as_str().expect("expr");

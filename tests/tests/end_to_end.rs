@@ -23,6 +23,7 @@ use std::{
     thread,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
+use tracer_user::correlate::contract::{attr, name};
 
 use podtrace_tests::{
     agent::Agent,
@@ -169,12 +170,12 @@ fn one<'a>(
 /// demo's kubelet asked for.
 fn assert_container_facts(span: &ExportedSpan) {
     assert_eq!(
-        span.string("container.image.name"),
+        span.string(attr::CONTAINER_IMAGE_NAME),
         Some(WORKLOAD_IMAGE),
         "{span:#?}"
     );
     assert_eq!(
-        span.string("podtrace.container.image.source"),
+        span.string(attr::CONTAINER_IMAGE_SOURCE),
         Some("present"),
         "{span:#?}"
     );
@@ -186,33 +187,33 @@ fn assert_container_facts(span: &ExportedSpan) {
     };
     for cap in CAPABILITIES_DROPPED {
         assert!(
-            listed("container.security.capabilities.dropped").contains(&cap),
+            listed(attr::CONTAINER_SECURITY_CAPABILITIES_DROPPED).contains(&cap),
             "{cap} not dropped: {span:#?}"
         );
     }
     for cap in CAPABILITIES_ADDED {
         assert!(
-            listed("container.security.capabilities.added").contains(&cap),
+            listed(attr::CONTAINER_SECURITY_CAPABILITIES_ADDED).contains(&cap),
             "{cap} not added: {span:#?}"
         );
     }
     // OTLP-JSON writes 64-bit integers as strings.
     let user = span
         .attributes
-        .get("container.security.run_as_user")
+        .get(attr::CONTAINER_SECURITY_RUN_AS_USER)
         .and_then(|user| match user {
             Value::String(text) => text.parse::<i64>().ok(),
             other => other.as_i64(),
         });
     assert_eq!(user, Some(RUN_AS_USER), "{span:#?}");
     assert_eq!(
-        span.string("container.security.seccomp"),
+        span.string(attr::CONTAINER_SECURITY_SECCOMP),
         Some("RuntimeDefault"),
         "{span:#?}"
     );
     assert!(
         matches!(
-            span.attributes.get("container.security.privileged"),
+            span.attributes.get(attr::CONTAINER_SECURITY_PRIVILEGED),
             None | Some(Value::Bool(false))
         ),
         "{span:#?}"
@@ -280,7 +281,7 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
     // explain asks the running agent: a Pod's waterfall and where it stands.
     let story = explain(&pods[0].name, &["--agent", &agent.metrics]);
     assert!(
-        story.contains(&format!("pod.create default/{}", pods[0].name)),
+        story.contains(&name::pod_create("default", &pods[0].name)),
         "{story}"
     );
     assert!(story.contains("CRI StartContainer (server)"), "{story}");
@@ -414,7 +415,7 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
     let deletion_id = TraceId::for_pod_deletion(CLUSTER, &pod.uid).to_hex();
     let of_pod: HashSet<&str> = all
         .iter()
-        .filter(|s| s.string("k8s.pod.uid") == Some(pod.uid.as_str()))
+        .filter(|s| s.string(attr::K8S_POD_UID) == Some(pod.uid.as_str()))
         .map(|s| s.trace_id.as_str())
         .collect();
     assert!(of_pod.contains(trace_id.as_str()), "{of_pod:?}");
@@ -443,11 +444,8 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
         .filter(|s| s.parent_span_id.is_none())
         .collect();
     let root = one(&spans, "root", roots);
-    assert_eq!(root.name, format!("pod.create default/{}", pod.name));
-    assert_eq!(
-        root.attributes["podtrace.trace.complete"],
-        Value::Bool(true)
-    );
+    assert_eq!(root.name, name::pod_create("default", &pod.name));
+    assert_eq!(root.attributes[attr::TRACE_COMPLETE], Value::Bool(true));
 
     // etcd: the apiserver's three writes (client, from the Go relay's
     // TLS plaintext) each containing etcd's handling (server), the
@@ -464,24 +462,21 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
             client.start_unix_ns <= server.start_unix_ns
                 && server.end_unix_ns <= client.end_unix_ns
         );
-        if server.string("podtrace.k8s.pod.change") == Some("created") {
+        if server.string(attr::K8S_POD_CHANGE) == Some("created") {
             let wal = one(
                 &spans,
                 "WAL sync of the create",
                 with_parent(&spans, server),
             );
-            assert_eq!(wal.name, "etcd WAL append + fdatasync");
+            assert_eq!(wal.name, name::ETCD_WAL);
             // The demo started etcd after the agent: its `--name` from the
             // exec's arguments.
-            assert_eq!(
-                wal.string("podtrace.etcd.member.name"),
-                Some(etcd::MEMBER_NAME)
-            );
+            assert_eq!(wal.string(attr::ETCD_MEMBER_NAME), Some(etcd::MEMBER_NAME));
         }
     }
     let changes: HashSet<_> = clients
         .iter()
-        .filter_map(|c| c.string("podtrace.k8s.pod.change"))
+        .filter_map(|c| c.string(attr::K8S_POD_CHANGE))
         .collect();
     let bound = format!("bound to {NODE}");
     assert_eq!(
@@ -493,10 +488,10 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
     // each, runc and the containers' first processes under the calls.
     let node = one(
         &spans,
-        "node span",
+        &name::node("span"),
         with_parent(&spans, root)
             .into_iter()
-            .filter(|s| s.name == format!("node {NODE}"))
+            .filter(|s| s.name == name::node(NODE))
             .collect(),
     );
     let mut servers = Vec::new();
@@ -530,7 +525,7 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
         if call == "RunPodSandbox" {
             for side in [client, server] {
                 assert_eq!(
-                    side.string("container.security.seccomp"),
+                    side.string(attr::CONTAINER_SECURITY_SECCOMP),
                     Some("RuntimeDefault"),
                     "{side:#?}"
                 );
@@ -541,16 +536,16 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
     // RunPodSandbox, each placed by the sandbox id containerd gave it.
     let cni: Vec<_> = with_parent(&spans, servers[0])
         .into_iter()
-        .filter(|s| s.name.starts_with("CNI "))
+        .filter(|s| s.name.starts_with(&name::cni("")))
         .collect();
     assert!(!cni.is_empty(), "no CNI run: \n{}", outline(&spans));
     for run in cni {
         assert_eq!(
-            run.string("podtrace.cri.sandbox_id"),
+            run.string(attr::CRI_SANDBOX_ID),
             Some(pod.sandbox_id.as_str())
         );
         assert_eq!(
-            run.string("podtrace.attribution"),
+            run.string(attr::ATTRIBUTION),
             Some("CNI_CONTAINERID: the sandbox the runtime named"),
             "{run:#?}"
         );
@@ -563,14 +558,14 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
         .collect();
     assert!(
         statuses.iter().any(|s| s.kind == SPAN_KIND_CLIENT
-            && s.attributes.get("podtrace.container.image.present") == Some(&Value::Bool(true))
-            && s.string("container.image.name") == Some(WORKLOAD_IMAGE)),
+            && s.attributes.get(attr::CONTAINER_IMAGE_PRESENT) == Some(&Value::Bool(true))
+            && s.string(attr::CONTAINER_IMAGE_NAME) == Some(WORKLOAD_IMAGE)),
         "no ImageStatus (client) found {WORKLOAD_IMAGE} present: \n{}",
         outline(&spans)
     );
     assert!(
         statuses.iter().any(|s| s.kind == SPAN_KIND_SERVER
-            && s.attributes.get("podtrace.container.image.present") == Some(&Value::Bool(true))),
+            && s.attributes.get(attr::CONTAINER_IMAGE_PRESENT) == Some(&Value::Bool(true))),
         "no ImageStatus (server) found the image present: \n{}",
         outline(&spans)
     );
@@ -589,7 +584,7 @@ fn assert_complete_trace(all: &[ExportedSpan], pod: &DemoPod, before: u64, after
                 children
                     .iter()
                     .any(|s| s.name == name
-                        && s.string("container.id") == Some(container.as_str())),
+                        && s.string(attr::CONTAINER_ID) == Some(container.as_str())),
                 "no {name} of {container} under {}: {children:#?}",
                 server.name
             );
@@ -665,10 +660,7 @@ fn podtrace_started_before_the_components_traces_every_pod_from_their_first_byte
             .iter()
             .find(|s| s.parent_span_id.is_none())
             .unwrap_or_else(|| panic!("no root for {uid}: \n{}", outline(&spans)));
-        assert_eq!(
-            root.attributes["podtrace.trace.complete"],
-            Value::Bool(true)
-        );
+        assert_eq!(root.attributes[attr::TRACE_COMPLETE], Value::Bool(true));
         assert_eq!(
             named("etcdserverpb.KV/Txn", SPAN_KIND_SERVER),
             3,
@@ -853,19 +845,18 @@ fn a_slow_etcd_follower_is_named_slow_and_the_commit_does_not_wait_for_it() {
         let spans: Vec<&ExportedSpan> = all.iter().filter(|s| s.trace_id == trace_id).collect();
         let commits: Vec<&&ExportedSpan> = spans
             .iter()
-            .filter(|s| s.name == "etcd raft commit")
+            .filter(|s| s.name == name::ETCD_COMMIT)
             .collect();
         assert_eq!(commits.len(), 3, "a commit per write:\n{}", outline(&spans));
         for commit in commits {
-            let index = &commit.attributes["podtrace.etcd.raft.index"];
+            let index = &commit.attributes[attr::ETCD_RAFT_INDEX];
             let replicated = |slow: bool| -> &ExportedSpan {
                 let found: Vec<&&ExportedSpan> = spans
                     .iter()
                     .filter(|s| {
-                        s.name.starts_with("etcd raft replicate → ")
-                            && &s.attributes["podtrace.etcd.raft.index"] == index
-                            && (s.string("podtrace.etcd.raft.follower.name")
-                                == Some(slow_name.as_str()))
+                        s.name.starts_with(&name::etcd_replicate(""))
+                            && &s.attributes[attr::ETCD_RAFT_INDEX] == index
+                            && (s.string(attr::ETCD_RAFT_FOLLOWER_NAME) == Some(slow_name.as_str()))
                                 == slow
                     })
                     .collect();
@@ -880,15 +871,15 @@ fn a_slow_etcd_follower_is_named_slow_and_the_commit_does_not_wait_for_it() {
                 outline(&spans)
             );
             assert_eq!(
-                slow_span.attributes["podtrace.etcd.raft.in_quorum"],
+                slow_span.attributes[attr::ETCD_RAFT_IN_QUORUM],
                 Value::Bool(false)
             );
             assert_eq!(
-                commit.string("podtrace.etcd.raft.not_waited_for"),
+                commit.string(attr::ETCD_RAFT_NOT_WAITED_FOR),
                 Some(slow_name.as_str()),
                 "{commit:#?}"
             );
-            let waited = commit.string("podtrace.etcd.raft.waited_for").unwrap();
+            let waited = commit.string(attr::ETCD_RAFT_WAITED_FOR).unwrap();
             assert!(!waited.split(',').any(|m| m == slow_name), "{waited}");
         }
     }

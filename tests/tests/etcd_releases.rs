@@ -23,6 +23,7 @@
 )]
 
 use std::{collections::BTreeSet, path::Path};
+use tracer_user::correlate::contract::{attr, name};
 
 use podtrace_tests::{
     agent::Agent,
@@ -36,7 +37,7 @@ use podtrace_tests::{
 };
 
 const TXN: &str = "etcdserverpb.KV/Txn";
-const WAL: &str = "etcd WAL append + fdatasync";
+const WAL: &str = name::ETCD_WAL;
 /// Members of the cluster test.
 const MEMBERS: usize = 3;
 
@@ -84,7 +85,7 @@ async fn traced_pod_create(
     let stopped = agent.stop();
     let spans = read_spans(&out).unwrap();
     assert_well_formed(&spans);
-    let root_name = format!("pod.create default/{name}");
+    let root_name = name::pod_create("default", name);
     let Some(root) = spans.iter().find(|span| span.name == root_name).cloned() else {
         panic!(
             "no {root_name}; agent: {stopped}\n{}",
@@ -97,7 +98,7 @@ async fn traced_pod_create(
 /// The Raft index a WAL span names (OTLP-JSON writes 64-bit integers as
 /// strings; a number is read too).
 fn raft_index(wal: &ExportedSpan) -> Option<u64> {
-    let index = wal.attributes.get("podtrace.etcd.raft.index")?;
+    let index = wal.attributes.get(attr::ETCD_RAFT_INDEX)?;
     index.as_u64().or_else(|| index.as_str()?.parse().ok())
 }
 
@@ -164,7 +165,7 @@ async fn pod_create_gives_server_and_wal_spans(binaries: EtcdBinaries, name: &st
     assert!(raft_index(wal).is_some_and(|index| index > 0), "{wal:?}");
     // etcd ran before the agent: its `--name` read from /proc at start.
     assert_eq!(
-        wal.string("podtrace.etcd.member.name"),
+        wal.string(attr::ETCD_MEMBER_NAME),
         Some(etcd::MEMBER_NAME),
         "{wal:?}"
     );
@@ -208,7 +209,7 @@ async fn each_of_three_members_names_its_wal_span_of_a_pod_create() {
         .collect();
     let names: BTreeSet<&str> = wals
         .iter()
-        .filter_map(|wal| wal.string("podtrace.etcd.member.name"))
+        .filter_map(|wal| wal.string(attr::ETCD_MEMBER_NAME))
         .collect();
     let expected: BTreeSet<&str> = members.iter().map(Etcd::member_name).collect();
     assert_eq!(
@@ -227,12 +228,12 @@ async fn each_of_three_members_names_its_wal_span_of_a_pod_create() {
     // one leader, two followers.
     let ids: BTreeSet<&str> = wals
         .iter()
-        .filter_map(|wal| wal.string("podtrace.etcd.member.id"))
+        .filter_map(|wal| wal.string(attr::ETCD_MEMBER_ID))
         .collect();
     assert_eq!(ids.len(), MEMBERS, "three member ids\n{wals:#?}");
     let mut roles: Vec<&str> = wals
         .iter()
-        .filter_map(|wal| wal.string("podtrace.etcd.member.role"))
+        .filter_map(|wal| wal.string(attr::ETCD_MEMBER_ROLE))
         .collect();
     roles.sort_unstable();
     assert_eq!(roles, ["follower", "follower", "leader"], "{wals:#?}");
@@ -246,8 +247,8 @@ async fn each_of_three_members_names_its_wal_span_of_a_pod_create() {
         .collect();
     let leader = wals
         .iter()
-        .find(|wal| wal.string("podtrace.etcd.member.role") == Some("leader"))
-        .and_then(|wal| wal.string("podtrace.etcd.member.name"))
+        .find(|wal| wal.string(attr::ETCD_MEMBER_ROLE) == Some("leader"))
+        .and_then(|wal| wal.string(attr::ETCD_MEMBER_NAME))
         .unwrap();
     let of_entry = |prefix: &str| -> Vec<&ExportedSpan> {
         trace
@@ -256,28 +257,20 @@ async fn each_of_three_members_names_its_wal_span_of_a_pod_create() {
             .filter(|span| span.name.starts_with(prefix) && raft_index(span) == raft_index(wals[0]))
             .collect()
     };
-    let replicated = of_entry("etcd raft replicate → ");
+    let replicated = of_entry(&name::etcd_replicate(""));
     let mut followers: Vec<&str> = replicated
         .iter()
         .map(|replicate| {
-            assert_eq!(replicate.string("podtrace.etcd.member.name"), Some(leader));
-            assert_eq!(
-                replicate.string("podtrace.etcd.member.role"),
-                Some("leader")
-            );
-            let follower = replicate
-                .string("podtrace.etcd.raft.follower.name")
-                .unwrap();
+            assert_eq!(replicate.string(attr::ETCD_MEMBER_NAME), Some(leader));
+            assert_eq!(replicate.string(attr::ETCD_MEMBER_ROLE), Some("leader"));
+            let follower = replicate.string(attr::ETCD_RAFT_FOLLOWER_NAME).unwrap();
             let held: Vec<_> = wals
                 .iter()
                 .filter(|wal| wal.parent_span_id.as_deref() == Some(replicate.span_id.as_str()))
                 .collect();
             assert_eq!(held.len(), 1, "{}", outline(&trace));
-            assert_eq!(held[0].string("podtrace.etcd.member.name"), Some(follower));
-            assert_eq!(
-                held[0].string("podtrace.etcd.member.role"),
-                Some("follower")
-            );
+            assert_eq!(held[0].string(attr::ETCD_MEMBER_NAME), Some(follower));
+            assert_eq!(held[0].string(attr::ETCD_MEMBER_ROLE), Some("follower"));
             follower
         })
         .collect();
@@ -287,15 +280,15 @@ async fn each_of_three_members_names_its_wal_span_of_a_pod_create() {
     assert!(!followers.contains(&leader));
     // Committed by the leader; applied by the member that answered the
     // request (it forwarded the proposal when it did not lead).
-    let commit = of_entry("etcd raft commit");
+    let commit = of_entry(name::ETCD_COMMIT);
     assert_eq!(commit.len(), 1, "{}", outline(&trace));
-    assert_eq!(commit[0].string("podtrace.etcd.member.name"), Some(leader));
-    let apply = of_entry("etcd apply");
+    assert_eq!(commit[0].string(attr::ETCD_MEMBER_NAME), Some(leader));
+    let apply = of_entry(name::ETCD_APPLY);
     assert_eq!(apply.len(), 1, "{}", outline(&trace));
     let names: BTreeSet<&str> = members.iter().map(Etcd::member_name).collect();
     assert!(
         apply[0]
-            .string("podtrace.etcd.member.name")
+            .string(attr::ETCD_MEMBER_NAME)
             .is_some_and(|name| names.contains(name)),
         "{:#?}",
         apply[0]

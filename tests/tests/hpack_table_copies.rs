@@ -16,6 +16,7 @@ use std::{
     path::Path,
     time::{Duration, Instant},
 };
+use tracer_user::correlate::contract::attr;
 
 use podtrace_tests::{
     agent::Agent,
@@ -148,7 +149,7 @@ fn traced_load(agent_args: &[&str]) -> Vec<String> {
                     .unwrap_or(0)
                     .saturating_sub(first)
                     / 1_000_000,
-                span.string("podtrace.etcd.key")
+                span.string(attr::ETCD_KEY)
             )
         };
         let clients: Vec<String> = txn(3)

@@ -38,6 +38,7 @@ use std::{
     sync::{Mutex, MutexGuard, PoisonError},
     time::{Duration, Instant},
 };
+use tracer_user::correlate::contract::{attr, name};
 
 use podtrace_tests::{
     agent::Agent,
@@ -229,18 +230,14 @@ const RUNNING_POD_SPANS: &[ExpectedSpan] = &[
     ExpectedSpan::named(
         "etcdserverpb.KV/Txn",
         Some(SPAN_KIND_CLIENT),
-        Some("apiserver binding"),
+        Some(name::APISERVER_BINDING),
     ),
     ExpectedSpan::named(
         "etcdserverpb.KV/Txn",
         Some(SPAN_KIND_SERVER),
         Some("etcdserverpb.KV/Txn"),
     ),
-    ExpectedSpan::named(
-        "etcd WAL append + fdatasync",
-        None,
-        Some("etcdserverpb.KV/Txn"),
-    ),
+    ExpectedSpan::named(name::ETCD_WAL, None, Some("etcdserverpb.KV/Txn")),
     ExpectedSpan::named(
         "containerd-shim-runc-v2 start",
         None,
@@ -253,57 +250,57 @@ const RUNNING_POD_SPANS: &[ExpectedSpan] = &[
 /// trace of a Pod that reached Running must hold them (docs/spans.md and ARCHITECTURE.md, "Traces without a collector").
 const CONTROL_PLANE_COMPONENT_SPANS: &[ExpectedSpan] = &[
     ExpectedSpan::under_root_or(
-        "apiserver POST /api/v1/namespaces/{namespace}/pods",
+        name::APISERVER_POD_CREATE,
         Some(SPAN_KIND_SERVER),
         "POST /api/v1/namespaces/{namespace}/pods",
     ),
     // Only functions that Pod requests alone reach are probed: what comes
     // before the Pod registry is one span from the wire's start.
     ExpectedSpan::named(
-        "apiserver authentication, authorization, admission (mutating)",
+        name::APISERVER_BEFORE_VALIDATION_WITH_ADMISSION,
         None,
-        Some("apiserver POST /api/v1/namespaces/{namespace}/pods"),
+        Some(name::APISERVER_POD_CREATE),
     ),
     ExpectedSpan::named(
-        "apiserver Pod validation",
+        name::APISERVER_POD_VALIDATION,
         None,
-        Some("apiserver POST /api/v1/namespaces/{namespace}/pods"),
+        Some(name::APISERVER_POD_CREATE),
     ),
     ExpectedSpan::named(
-        "apiserver admission (validating), storage create",
+        name::APISERVER_AFTER_VALIDATION,
         None,
-        Some("apiserver POST /api/v1/namespaces/{namespace}/pods"),
+        Some(name::APISERVER_POD_CREATE),
     ),
     ExpectedSpan::named(
         "etcdserverpb.KV/Txn",
         Some(SPAN_KIND_CLIENT),
-        Some("apiserver admission (validating), storage create"),
+        Some(name::APISERVER_AFTER_VALIDATION),
     ),
-    ExpectedSpan::named("scheduler queue", None, None),
-    ExpectedSpan::named("scheduler scheduling cycle", None, None),
-    ExpectedSpan::named("scheduler bind", None, None),
+    ExpectedSpan::named(name::SCHEDULER_QUEUE, None, None),
+    ExpectedSpan::named(name::SCHEDULER_CYCLE, None, None),
+    ExpectedSpan::named(name::SCHEDULER_BIND, None, None),
     ExpectedSpan::named(
         "POST /api/v1/namespaces/{namespace}/pods/{name}/binding",
         Some(SPAN_KIND_CLIENT),
-        Some("scheduler bind"),
+        Some(name::SCHEDULER_BIND),
     ),
     ExpectedSpan::named(
         "apiserver POST /api/v1/namespaces/{namespace}/pods/{name}/binding",
         Some(SPAN_KIND_SERVER),
         Some("POST /api/v1/namespaces/{namespace}/pods/{name}/binding"),
     ),
-    ExpectedSpan::named("kubelet pod dispatch", None, Some("node ")),
-    ExpectedSpan::named("kubelet pod sync", None, Some("node ")),
-    ExpectedSpan::named("kubelet volume wait", None, Some("kubelet pod sync")),
+    ExpectedSpan::named(name::KUBELET_DISPATCH, None, Some("node ")),
+    ExpectedSpan::named(name::KUBELET_SYNC, None, Some("node ")),
+    ExpectedSpan::named(name::KUBELET_VOLUME_WAIT, None, Some(name::KUBELET_SYNC)),
     ExpectedSpan::named(
         "runtime.v1.RuntimeService/RunPodSandbox",
         Some(SPAN_KIND_CLIENT),
-        Some("kubelet pod sync"),
+        Some(name::KUBELET_SYNC),
     ),
     ExpectedSpan::named(
         "PATCH /api/v1/namespaces/{namespace}/pods/{name}/status",
         Some(SPAN_KIND_CLIENT),
-        Some("kubelet status update"),
+        Some(name::KUBELET_STATUS_UPDATE),
     ),
     ExpectedSpan::named(
         "apiserver PATCH /api/v1/namespaces/{namespace}/pods/{name}/status",
@@ -311,14 +308,14 @@ const CONTROL_PLANE_COMPONENT_SPANS: &[ExpectedSpan] = &[
         Some("PATCH /api/v1/namespaces/{namespace}/pods/{name}/status"),
     ),
     ExpectedSpan::named(
-        "apiserver status update",
+        name::APISERVER_STATUS_UPDATE,
         None,
         Some("apiserver PATCH /api/v1/namespaces/{namespace}/pods/{name}/status"),
     ),
     ExpectedSpan::named(
         "etcdserverpb.KV/Txn",
         Some(SPAN_KIND_CLIENT),
-        Some("apiserver status update"),
+        Some(name::APISERVER_STATUS_UPDATE),
     ),
 ];
 
@@ -335,11 +332,11 @@ fn assert_control_plane_component_spans(trace: &Trace<'_>, pod: &DemoPod) {
     for name in podtrace_tests::trees::FUNCTION_PROBE_SPANS {
         for span in trace.named(name, None) {
             assert_eq!(
-                span.string("podtrace.k8s.offsets") == Some("derived"),
+                span.string(attr::K8S_OFFSETS) == Some("derived"),
                 derived,
                 "{name} of {}: podtrace.k8s.offsets {:?}",
                 pod.name,
-                span.string("podtrace.k8s.offsets")
+                span.string(attr::K8S_OFFSETS)
             );
         }
     }
@@ -362,7 +359,7 @@ fn assert_etcd_spans(trace: &Trace<'_>, pod: &DemoPod, root: &ExportedSpan) {
     }
     let changes: HashSet<&str> = clients
         .iter()
-        .filter_map(|c| c.string("podtrace.k8s.pod.change"))
+        .filter_map(|c| c.string(attr::K8S_POD_CHANGE))
         .collect();
     let bound = format!("bound to {}", pod.node);
     for change in ["created", bound.as_str(), "status Running"] {
@@ -378,7 +375,7 @@ fn assert_etcd_spans(trace: &Trace<'_>, pod: &DemoPod, root: &ExportedSpan) {
 /// CreateContainer and StartContainer; runc and the first process of the
 /// sandbox and of the container under the call that caused them.
 fn assert_node_spans(trace: &Trace<'_>, pod: &DemoPod, root: &ExportedSpan) {
-    let node = trace.one(&format!("node {}", pod.node), None);
+    let node = trace.one(&name::node(&pod.node), None);
     assert!(trace.descends_from(node, root), "{node:#?}");
     let mut servers = Vec::new();
     for call in ["RunPodSandbox", "CreateContainer", "StartContainer"] {
@@ -400,9 +397,10 @@ fn assert_node_spans(trace: &Trace<'_>, pod: &DemoPod, root: &ExportedSpan) {
         let children = trace.children(call);
         for name in ["runc create", "runc start"] {
             assert!(
-                children.iter().any(
-                    |s| s.name.starts_with(name) && s.string("container.id") == Some(container)
-                ),
+                children
+                    .iter()
+                    .any(|s| s.name.starts_with(name)
+                        && s.string(attr::CONTAINER_ID) == Some(container)),
                 "no {name} of {container} under {}: {children:#?}",
                 call.name
             );
@@ -421,11 +419,11 @@ fn assert_running_pod_trace(trace: &Trace<'_>, pod: &DemoPod) {
         trace.spans.len()
     );
     assert_eq!(
-        root.attributes["podtrace.trace.complete"],
+        root.attributes[attr::TRACE_COMPLETE],
         Value::Bool(true),
         "{root:#?}"
     );
-    assert_eq!(root.string("k8s.pod.uid"), Some(pod.uid.as_str()));
+    assert_eq!(root.string(attr::K8S_POD_UID), Some(pod.uid.as_str()));
     trace.assert_no_orphans();
     assert_etcd_spans(trace, pod, root);
     assert_node_spans(trace, pod, root);
@@ -446,10 +444,7 @@ fn assert_deletion_trace(all: &[ExportedSpan], pod: &DemoPod) {
         .iter()
         .find(|s| s.parent_span_id.is_none())
         .unwrap_or_else(|| panic!("no deletion root for {pod:?}: \n{}", outline(&spans)));
-    assert_eq!(
-        root.name,
-        format!("pod.delete {}/{}", pod.namespace, pod.name)
-    );
+    assert_eq!(root.name, name::pod_delete(&pod.namespace, &pod.name));
     let creation_root = SpanId::of(creation, &SpanKey::Root).to_hex();
     assert_eq!(root.links, [(creation.to_hex(), creation_root)]);
     for call in ["StopPodSandbox", "RemovePodSandbox"] {
@@ -482,20 +477,18 @@ fn assert_incomplete_pod_trace(trace: &Trace<'_>, pod: &DemoPod, phase: &str) {
         root.status_message
     );
     assert_eq!(
-        root.attributes["podtrace.trace.complete"],
+        root.attributes[attr::TRACE_COMPLETE],
         Value::Bool(false),
         "{root:#?}"
     );
     assert_eq!(root.status_code, 2, "{root:#?}");
-    let stuck = root
-        .string("podtrace.trace.stuck_phase")
-        .unwrap_or_default();
+    let stuck = root.string(attr::TRACE_STUCK_PHASE).unwrap_or_default();
     assert!(stuck.starts_with(phase), "{pod:?}: stuck in {stuck:?}");
     let clients = trace.named("etcdserverpb.KV/Txn", Some(SPAN_KIND_CLIENT));
     assert!(
         clients
             .iter()
-            .any(|c| c.string("podtrace.k8s.pod.change") == Some("created")),
+            .any(|c| c.string(attr::K8S_POD_CHANGE) == Some("created")),
         "{:#?}",
         trace.spans
     );
@@ -666,16 +659,16 @@ fn real_control_plane_scenarios_get_their_traces() {
     for (pod, key, words) in [
         (
             unschedulable,
-            "podtrace.k8s.scheduling.failure",
+            attr::K8S_SCHEDULING_FAILURE,
             "node affinity/selector",
         ),
         (
             image_never,
-            "podtrace.k8s.container.waiting",
+            attr::K8S_CONTAINER_WAITING,
             "ErrImageNeverPull",
         ),
     ] {
-        let root_name = format!("pod.create {}/{}", pod.namespace, pod.name);
+        let root_name = name::pod_create(&pod.namespace, &pod.name);
         let root = all
             .iter()
             .find(|s| s.name == root_name)
@@ -695,10 +688,7 @@ fn real_control_plane_scenarios_get_their_traces() {
         rejected.outcome.starts_with("rejected: ") && rejected.outcome.contains("PodSecurity"),
         "{rejected:?}"
     );
-    let root_name = format!(
-        "pod.create {}/{} (rejected)",
-        rejected.namespace, rejected.name
-    );
+    let root_name = name::pod_create_not_stored(&rejected.namespace, &rejected.name, "rejected");
     let root = all
         .iter()
         .find(|s| s.name == root_name)
@@ -708,7 +698,7 @@ fn real_control_plane_scenarios_get_their_traces() {
     assert!(
         trace
             .iter()
-            .any(|s| s.name.starts_with("apiserver admission (validating)") && s.status_code == 2),
+            .any(|s| s.name.starts_with(name::APISERVER_ADMISSION_VALIDATING) && s.status_code == 2),
         "{trace:#?}"
     );
     assert!(
@@ -809,7 +799,7 @@ fn a_deployment_scaled_from_0_to_50_gets_a_trace_per_pod_and_per_deletion() {
         );
         assert!(
             create
-                .string("user_agent.original")
+                .string(attr::USER_AGENT_ORIGINAL)
                 .is_some_and(|agent| agent.ends_with(WHO_ASKED)),
             "{create:#?}"
         );
@@ -817,17 +807,14 @@ fn a_deployment_scaled_from_0_to_50_gets_a_trace_per_pod_and_per_deletion() {
         // client. (The user it authenticated is not read by default: its
         // authenticator is probed only with `--apiserver-probes all`;
         // docs/limitations.md.)
-        let served = trace.one(
-            "apiserver POST /api/v1/namespaces/{namespace}/pods",
-            Some(SPAN_KIND_SERVER),
-        );
+        let served = trace.one(name::APISERVER_POD_CREATE, Some(SPAN_KIND_SERVER));
         assert_eq!(
             served.parent_span_id.as_deref(),
             Some(create.span_id.as_str())
         );
         assert_eq!(
-            served.string("user_agent.original"),
-            create.string("user_agent.original")
+            served.string(attr::USER_AGENT_ORIGINAL),
+            create.string(attr::USER_AGENT_ORIGINAL)
         );
         assert_deletion_trace(&all, pod);
     }
@@ -1172,7 +1159,7 @@ fn the_daemonset_from_deploy_traces_pods_and_goes_within_seconds() {
     // Each Pod's trace is exported once its creation has settled.
     let roots: Vec<String> = pods
         .iter()
-        .map(|pod| format!("pod.create {}/{}", pod.namespace, pod.name))
+        .map(|pod| name::pod_create(&pod.namespace, &pod.name))
         .collect();
     let deadline = Instant::now() + Duration::from_secs(90);
     while !roots

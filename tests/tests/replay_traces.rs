@@ -19,6 +19,7 @@ use std::{
     path::{Path, PathBuf},
     process::Command,
 };
+use tracer_user::correlate::contract::{attr, name};
 
 use podtrace_tests::{
     agent::logged_count,
@@ -116,11 +117,11 @@ fn assert_deletion(spans: &[ExportedSpan], pod: &DemoPod, node: &str) {
         "teardown in the creation trace: {teardown:#?}"
     );
     let deletion = Trace::new(spans, &deletion_of(pod));
-    let root = deletion.one(&format!("pod.delete {}/{}", pod.namespace, pod.name), None);
+    let root = deletion.one(&name::pod_delete(&pod.namespace, &pod.name), None);
     assert_eq!(root.parent_span_id, None);
     let creation_root = SpanId::of(TraceId::for_pod(CLUSTER, &pod.uid), &SpanKey::Root).to_hex();
     assert_eq!(root.links, [(trace_of(pod), creation_root)]);
-    let node_span = deletion.one(&format!("node {node}"), None);
+    let node_span = deletion.one(&name::node(node), None);
     assert_eq!(
         node_span.parent_span_id.as_deref(),
         Some(root.span_id.as_str())
@@ -144,7 +145,7 @@ fn assert_deletion(spans: &[ExportedSpan], pod: &DemoPod, node: &str) {
             }
         }
         let cni = deletion.spans.iter().filter(|s| {
-            s.name.starts_with("CNI ")
+            s.name.starts_with(&name::cni(""))
                 && servers
                     .iter()
                     .any(|server| s.parent_span_id.as_deref() == Some(server.span_id.as_str()))
@@ -156,25 +157,22 @@ fn assert_deletion(spans: &[ExportedSpan], pod: &DemoPod, node: &str) {
         );
     }
     deletion.with(
-        "container process exit: sh",
-        "container.id",
+        &name::container_exit("sh"),
+        attr::CONTAINER_ID,
         &pod.container_id,
     );
-    deletion.with("runc delete", "container.id", &pod.container_id);
+    deletion.with("runc delete", attr::CONTAINER_ID, &pod.container_id);
 }
 
 /// The control-plane part of a Pod's trace: root, the three etcd writes
 /// (create, the scheduler's binding, the kubelet's Running status) as client
 /// and server spans, and the WAL sync that made the create durable.
 fn assert_control_plane(trace: &Trace<'_>, pod: &DemoPod) -> String {
-    let root = trace.one(&format!("pod.create {}/{}", pod.namespace, pod.name), None);
+    let root = trace.one(&name::pod_create(&pod.namespace, &pod.name), None);
     assert_eq!(root.parent_span_id, None);
     assert_eq!(root.status_code, 0, "{root:#?}");
-    assert_eq!(
-        root.attributes["podtrace.trace.complete"],
-        Value::Bool(true)
-    );
-    assert_eq!(root.string("k8s.pod.uid"), Some(pod.uid.as_str()));
+    assert_eq!(root.attributes[attr::TRACE_COMPLETE], Value::Bool(true));
+    assert_eq!(root.string(attr::K8S_POD_UID), Some(pod.uid.as_str()));
     let txn = "etcdserverpb.KV/Txn";
     let clients: Vec<_> = trace
         .named(txn, None)
@@ -191,8 +189,8 @@ fn assert_control_plane(trace: &Trace<'_>, pod: &DemoPod) -> String {
         let client = trace.parent_of(server);
         assert_eq!(client.kind, SPAN_KIND_CLIENT);
         assert_eq!(
-            client.string("podtrace.etcd.write"),
-            server.string("podtrace.etcd.write")
+            client.string(attr::ETCD_WRITE),
+            server.string(attr::ETCD_WRITE)
         );
         assert!(
             client.start_unix_ns <= server.start_unix_ns
@@ -200,14 +198,11 @@ fn assert_control_plane(trace: &Trace<'_>, pod: &DemoPod) -> String {
         );
         assert_eq!(trace.parent_of(client).span_id, root.span_id);
         assert_eq!(
-            server.string("podtrace.etcd.key"),
+            server.string(attr::ETCD_KEY),
             Some(format!("/registry/pods/{}/{}", pod.namespace, pod.name).as_str())
         );
     }
-    let writes: Vec<_> = servers
-        .iter()
-        .map(|s| s.string("podtrace.etcd.write"))
-        .collect();
+    let writes: Vec<_> = servers.iter().map(|s| s.string(attr::ETCD_WRITE)).collect();
     assert_eq!(writes, [Some("create"), Some("update"), Some("update")]);
     // What each write did: the apiserver's create, the scheduler's binding,
     // the kubelet's status report.
@@ -215,7 +210,7 @@ fn assert_control_plane(trace: &Trace<'_>, pod: &DemoPod) -> String {
     for spans in [&servers, &clients] {
         let changes: Vec<_> = spans
             .iter()
-            .map(|s| s.string("podtrace.k8s.pod.change"))
+            .map(|s| s.string(attr::K8S_POD_CHANGE))
             .collect();
         assert_eq!(
             changes,
@@ -231,12 +226,12 @@ fn assert_control_plane(trace: &Trace<'_>, pod: &DemoPod) -> String {
         root.start_unix_ns <= create.start_unix_ns && servers[2].end_unix_ns <= root.end_unix_ns
     );
     let wal = trace
-        .named("etcd WAL append + fdatasync", None)
+        .named(name::ETCD_WAL, None)
         .into_iter()
         .find(|w| w.parent_span_id.as_deref() == Some(create.span_id.as_str()))
         .unwrap_or_else(|| panic!("no WAL sync under the create: {:#?}", trace.spans));
     assert!(create.start_unix_ns <= wal.start_unix_ns && wal.end_unix_ns <= create.end_unix_ns);
-    let fsync_ns: u64 = wal.attributes["podtrace.etcd.wal.fsync_ns"]
+    let fsync_ns: u64 = wal.attributes[attr::ETCD_WAL_FSYNC_NS]
         .as_str()
         .and_then(|n| n.parse().ok())
         .expect("fsync duration (OTLP-JSON writes int64 as a string)");
@@ -251,7 +246,7 @@ fn assert_control_plane(trace: &Trace<'_>, pod: &DemoPod) -> String {
 /// containerd's handling inside, runc under the calls, the containers' first
 /// processes.
 fn assert_node(trace: &Trace<'_>, pod: &DemoPod, node: &str, root_id: &str) {
-    let node_span = trace.one(&format!("node {node}"), None);
+    let node_span = trace.one(&name::node(node), None);
     assert_eq!(node_span.parent_span_id.as_deref(), Some(root_id));
     for call in ["RunPodSandbox", "CreateContainer", "StartContainer"] {
         let name = format!("runtime.v1.RuntimeService/{call}");
@@ -281,7 +276,9 @@ fn assert_node(trace: &Trace<'_>, pod: &DemoPod, node: &str, root_id: &str) {
             let span = trace
                 .spans
                 .iter()
-                .find(|s| s.name.starts_with(name) && s.string("container.id") == Some(container))
+                .find(|s| {
+                    s.name.starts_with(name) && s.string(attr::CONTAINER_ID) == Some(container)
+                })
                 .unwrap_or_else(|| panic!("no {name} of {container}: {:#?}", trace.spans));
             // Under the call, unless it ran after the call returned (the
             // pause process may start after RunPodSandbox's answer): then
@@ -298,7 +295,7 @@ fn assert_node(trace: &Trace<'_>, pod: &DemoPod, node: &str, root_id: &str) {
     // runs to set up the sandbox's network (the IPAM plugin under ptp).
     let shim = trace.with(
         "containerd-shim-runc-v2 start",
-        "container.id",
+        attr::CONTAINER_ID,
         &pod.sandbox_id,
     );
     assert_eq!(
@@ -308,7 +305,7 @@ fn assert_node(trace: &Trace<'_>, pod: &DemoPod, node: &str, root_id: &str) {
     // ADD under RunPodSandbox (the DEL runs of the teardown are in the
     // deletion trace: `assert_deletion`).
     for plugin in ["loopback", "ptp", "host-local"] {
-        let runs = trace.named(&format!("CNI {plugin}"), None);
+        let runs = trace.named(&name::cni(plugin), None);
         let add: Vec<_> = runs
             .iter()
             .filter(|cni| {
@@ -318,15 +315,15 @@ fn assert_node(trace: &Trace<'_>, pod: &DemoPod, node: &str, root_id: &str) {
             .collect();
         assert_eq!(add.len(), 1, "{runs:#?}");
         let expected_parent = if plugin == "host-local" {
-            "CNI ptp"
+            &name::cni("ptp")
         } else {
             run_sandbox.name.as_str()
         };
         assert_eq!(trace.parent_of(add[0]).name, expected_parent);
     }
     let first_exec = trace.with(
-        "container process start: sh",
-        "container.id",
+        &name::container_start("sh"),
+        attr::CONTAINER_ID,
         &pod.container_id,
     );
     assert!(
@@ -395,7 +392,7 @@ fn assert_demo_replay(name: &str) -> String {
             trace
                 .spans
                 .iter()
-                .all(|s| s.string("k8s.pod.uid") == Some(pod.uid.as_str())),
+                .all(|s| s.string(attr::K8S_POD_UID) == Some(pod.uid.as_str())),
             "{:#?}",
             trace.spans
         );
@@ -404,7 +401,7 @@ fn assert_demo_replay(name: &str) -> String {
         assert_deletion(&spans, pod, "demo-node");
         // The terminal waterfall of the finished trace.
         assert!(
-            stdout.contains(&format!("pod.create {}/{}", pod.namespace, pod.name)),
+            stdout.contains(&name::pod_create(&pod.namespace, &pod.name)),
             "{stdout}"
         );
     }
@@ -440,12 +437,9 @@ fn two_nodes_recordings_replayed_apart_join_in_one_trace_per_pod() {
     }
     for pod in &pods {
         let trace = Trace::new(&union, &trace_of(pod));
-        let root = trace.one(&format!("pod.create {}/{}", pod.namespace, pod.name), None);
+        let root = trace.one(&name::pod_create(&pod.namespace, &pod.name), None);
         assert_eq!(root.resource_node.as_deref(), Some("control-plane"));
-        assert_eq!(
-            root.attributes["podtrace.trace.complete"],
-            Value::Bool(true)
-        );
+        assert_eq!(root.attributes[attr::TRACE_COMPLETE], Value::Bool(true));
         // etcd's handling of the three writes, under the root: the
         // apiserver's calls were not seen on this node.
         let servers = trace.named("etcdserverpb.KV/Txn", None);
@@ -457,8 +451,8 @@ fn two_nodes_recordings_replayed_apart_join_in_one_trace_per_pod() {
                 Some(root.span_id.as_str())
             );
         }
-        assert!(!trace.named("etcd WAL append + fdatasync", None).is_empty());
-        let node = trace.one("node worker-1", None);
+        assert!(!trace.named(name::ETCD_WAL, None).is_empty());
+        let node = trace.one(&name::node("worker-1"), None);
         assert_eq!(node.resource_node.as_deref(), Some("worker-1"));
         assert_eq!(node.parent_span_id.as_deref(), Some(root.span_id.as_str()));
         for call in ["RunPodSandbox", "CreateContainer", "StartContainer"] {
@@ -471,10 +465,10 @@ fn two_nodes_recordings_replayed_apart_join_in_one_trace_per_pod() {
                 Some(node.span_id.as_str())
             );
         }
-        trace.with("runc start", "container.id", &pod.container_id);
+        trace.with("runc start", attr::CONTAINER_ID, &pod.container_id);
         trace.with(
-            "container process start: sh",
-            "container.id",
+            &name::container_start("sh"),
+            attr::CONTAINER_ID,
             &pod.container_id,
         );
     }
@@ -494,12 +488,9 @@ fn replayed_kubernetes_run_gives_a_complete_trace_per_pod() {
     assert_well_formed(&spans);
     for pod in &pods {
         let trace = Trace::new(&spans, &trace_of(pod));
-        let root = trace.one(&format!("pod.create {}/{}", pod.namespace, pod.name), None);
+        let root = trace.one(&name::pod_create(&pod.namespace, &pod.name), None);
         assert_eq!(root.parent_span_id, None);
-        assert_eq!(
-            root.attributes["podtrace.trace.complete"],
-            Value::Bool(true)
-        );
+        assert_eq!(root.attributes[attr::TRACE_COMPLETE], Value::Bool(true));
         let txn = trace.named("etcdserverpb.KV/Txn", None);
         let clients: Vec<_> = txn.iter().filter(|s| s.kind == SPAN_KIND_CLIENT).collect();
         let servers: Vec<_> = txn.iter().filter(|s| s.kind == SPAN_KIND_SERVER).collect();
@@ -517,19 +508,19 @@ fn replayed_kubernetes_run_gives_a_complete_trace_per_pod() {
         }
         let changes: Vec<_> = clients
             .iter()
-            .map(|s| s.string("podtrace.k8s.pod.change"))
+            .map(|s| s.string(attr::K8S_POD_CHANGE))
             .collect();
         assert_eq!(changes.first(), Some(&Some("created")));
         assert_eq!(changes.get(3), Some(&Some("status Running")));
         assert!(
-            !trace.named("etcd WAL append + fdatasync", None).is_empty(),
+            !trace.named(name::ETCD_WAL, None).is_empty(),
             "{:#?}",
             trace.spans
         );
         assert_node(&trace, pod, &pod.node, &root.span_id);
         assert_deletion(&spans, pod, &pod.node);
         assert!(
-            stdout.contains(&format!("pod.create {}/{}", pod.namespace, pod.name)),
+            stdout.contains(&name::pod_create(&pod.namespace, &pod.name)),
             "{stdout}"
         );
     }
@@ -552,7 +543,7 @@ fn replayed_kubernetes_run_names_the_binding_and_keeps_span_ids_apart() {
         let trace = Trace::new(&spans, &trace_of(pod));
         trace.with(
             "etcdserverpb.KV/Txn",
-            "podtrace.k8s.pod.change",
+            attr::K8S_POD_CHANGE,
             &format!("bound to {}", pod.node),
         );
     }
@@ -567,26 +558,23 @@ fn assert_create_request<'a>(
     pod: &DemoPod,
     user_agent: &str,
 ) -> (&'a ExportedSpan, &'a ExportedSpan, &'a ExportedSpan) {
-    let root = trace.one(&format!("pod.create {}/{}", pod.namespace, pod.name), None);
+    let root = trace.one(&name::pod_create(&pod.namespace, &pod.name), None);
     assert_eq!(root.parent_span_id, None);
-    assert_eq!(
-        root.attributes["podtrace.trace.complete"],
-        Value::Bool(true)
-    );
-    let create = trace.one("apiserver POST /api/v1/namespaces/{namespace}/pods", None);
+    assert_eq!(root.attributes[attr::TRACE_COMPLETE], Value::Bool(true));
+    let create = trace.one(name::APISERVER_POD_CREATE, None);
     assert_eq!(create.kind, SPAN_KIND_SERVER);
     assert_eq!(trace.parent_of(create).span_id, root.span_id);
     // The trace starts when the create request reached kube-apiserver.
     assert_eq!(root.start_unix_ns, create.start_unix_ns);
     // OTLP-JSON carries integers as strings.
-    assert_eq!(create.string("http.response.status_code"), Some("201"));
+    assert_eq!(create.string(attr::HTTP_RESPONSE_STATUS_CODE), Some("201"));
     assert!(
         create
-            .string("user_agent.original")
+            .string(attr::USER_AGENT_ORIGINAL)
             .unwrap()
             .starts_with(user_agent)
     );
-    assert_eq!(create.string("podtrace.k8s.user"), Some("podtrace-admin"));
+    assert_eq!(create.string(attr::K8S_USER), Some("podtrace-admin"));
     let children = |parent: &ExportedSpan| -> Vec<String> {
         trace
             .spans
@@ -596,10 +584,10 @@ fn assert_create_request<'a>(
             .collect()
     };
     for step in [
-        "apiserver authentication",
-        "apiserver authorization",
-        "apiserver admission (mutating)",
-        "apiserver admission (validating)",
+        name::APISERVER_AUTHENTICATION,
+        name::APISERVER_AUTHORIZATION,
+        name::APISERVER_ADMISSION_MUTATING,
+        name::APISERVER_ADMISSION_VALIDATING,
     ] {
         assert!(
             children(create).iter().any(|n| n == step),
@@ -608,10 +596,7 @@ fn assert_create_request<'a>(
         );
     }
     let storage = trace.one(
-        &format!(
-            "apiserver storage create /pods/{}/{}",
-            pod.namespace, pod.name
-        ),
+        &name::apiserver_storage("create", &format!("/pods/{}/{}", pod.namespace, pod.name)),
         None,
     );
     assert_eq!(trace.parent_of(storage).span_id, create.span_id);
@@ -627,7 +612,7 @@ fn assert_create_request<'a>(
 /// Kubernetes minor release recorded (`1.28`), whose kubectl created the Pod.
 fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod, release: &str) {
     let (root, _, storage) = assert_create_request(trace, pod, &format!("kubectl/v{release}"));
-    let created = trace.with("etcdserverpb.KV/Txn", "podtrace.k8s.pod.change", "created");
+    let created = trace.with("etcdserverpb.KV/Txn", attr::K8S_POD_CHANGE, "created");
     let created_client = if created.kind == SPAN_KIND_CLIENT {
         created
     } else {
@@ -635,14 +620,14 @@ fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod, release: &str) {
     };
     assert_eq!(trace.parent_of(created_client).span_id, storage.span_id);
 
-    let cycle = trace.one("scheduler scheduling cycle", None);
-    assert_eq!(cycle.string("k8s.node.name"), Some(pod.node.as_str()));
+    let cycle = trace.one(name::SCHEDULER_CYCLE, None);
+    assert_eq!(cycle.string(attr::K8S_NODE_NAME), Some(pod.node.as_str()));
     assert_eq!(trace.parent_of(cycle).span_id, root.span_id);
-    trace.one("scheduler queue", None);
+    trace.one(name::SCHEDULER_QUEUE, None);
     // The binding request: kube-scheduler's client span (its TLS read
     // through client-go's rotating dialer) inside its bind call, holding
     // kube-apiserver's server span of the same HTTP/2 stream.
-    let bind = trace.one("scheduler bind", None);
+    let bind = trace.one(name::SCHEDULER_BIND, None);
     let binding = trace.one(
         "apiserver POST /api/v1/namespaces/{namespace}/pods/{name}/binding",
         None,
@@ -655,14 +640,14 @@ fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod, release: &str) {
     );
     assert!(
         binding_client
-            .string("user_agent.original")
+            .string(attr::USER_AGENT_ORIGINAL)
             .unwrap()
             .starts_with("kube-scheduler/")
     );
     assert_eq!(trace.parent_of(binding_client).span_id, bind.span_id);
 
-    let node = trace.one(&format!("node {}", pod.node), None);
-    let syncs = trace.named("kubelet pod sync", None);
+    let node = trace.one(&name::node(&pod.node), None);
+    let syncs = trace.named(name::KUBELET_SYNC, None);
     let first_sync = syncs
         .iter()
         .min_by_key(|s| s.start_unix_ns)
@@ -686,13 +671,14 @@ fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod, release: &str) {
         .named("etcdserverpb.KV/Txn", None)
         .into_iter()
         .find(|s| {
-            s.kind == SPAN_KIND_CLIENT
-                && s.string("podtrace.k8s.pod.change") == Some("status Running")
+            s.kind == SPAN_KIND_CLIENT && s.string(attr::K8S_POD_CHANGE) == Some("status Running")
         })
         .expect("the Running write");
     let update = trace.parent_of(running);
     assert!(
-        update.name.starts_with("apiserver storage update"),
+        update
+            .name
+            .starts_with(&name::apiserver_storage("update", "")),
         "{}",
         update.name
     );
@@ -705,11 +691,14 @@ fn assert_component_tree(trace: &Trace<'_>, pod: &DemoPod, release: &str) {
     assert_eq!(patch_client.kind, SPAN_KIND_CLIENT);
     assert!(
         patch_client
-            .string("user_agent.original")
+            .string(attr::USER_AGENT_ORIGINAL)
             .unwrap()
             .starts_with("kubelet/")
     );
-    assert_eq!(trace.parent_of(patch_client).name, "kubelet status update");
+    assert_eq!(
+        trace.parent_of(patch_client).name,
+        name::KUBELET_STATUS_UPDATE
+    );
 }
 
 /// The first span named like `name` anywhere in `spans`.
@@ -742,8 +731,8 @@ fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures(
 
     // Who asked, and what Pod Security said.
     let privileged = Trace::new(&spans, &trace_of(scenario("privileged-")));
-    let create = privileged.one("apiserver POST /api/v1/namespaces/{namespace}/pods", None);
-    let warnings = create.string("podtrace.k8s.warnings").unwrap();
+    let create = privileged.one(name::APISERVER_POD_CREATE, None);
+    let warnings = create.string(attr::K8S_WARNINGS).unwrap();
     assert!(
         warnings.contains("PodSecurity") && warnings.contains("NET_ADMIN"),
         "{warnings}"
@@ -751,9 +740,9 @@ fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures(
     // A custom scheduler: its own process's spans, its name on the root.
     let second = scenario("second-scheduler-");
     let second_trace = Trace::new(&spans, &trace_of(second));
-    let root = second_trace.one(&format!("pod.create default/{}", second.name), None);
+    let root = second_trace.one(&name::pod_create("default", &second.name), None);
     assert_eq!(
-        root.string("podtrace.k8s.scheduler.name"),
+        root.string(attr::K8S_SCHEDULER_NAME),
         Some("podtrace-second-scheduler")
     );
 
@@ -762,10 +751,7 @@ fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures(
     let rejected = scenario("rejected-");
     let root = span_named(
         &spans,
-        &format!(
-            "pod.create {}/{} (rejected)",
-            rejected.namespace, rejected.name
-        ),
+        &name::pod_create_not_stored(&rejected.namespace, &rejected.name, "rejected"),
     );
     assert_eq!(root.parent_span_id, None);
     assert_eq!(root.status_code, 2, "{root:#?}");
@@ -780,24 +766,21 @@ fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures(
         root.status_message
     );
     let trace = Trace::new(&spans, &root.trace_id);
-    let validating = trace.one("apiserver admission (validating)", None);
+    let validating = trace.one(name::APISERVER_ADMISSION_VALIDATING, None);
     assert_eq!(validating.status_code, 2);
     assert!(trace.named("etcdserverpb.KV/Txn", None).is_empty());
 
     // Unschedulable: the cycle failed and the root says the scheduler's verdict.
     let unschedulable = scenario("unschedulable-");
     let trace = Trace::new(&spans, &trace_of(unschedulable));
-    let root = trace.one(&format!("pod.create default/{}", unschedulable.name), None);
-    assert_eq!(
-        root.attributes["podtrace.trace.complete"],
-        Value::Bool(false)
-    );
+    let root = trace.one(&name::pod_create("default", &unschedulable.name), None);
+    assert_eq!(root.attributes[attr::TRACE_COMPLETE], Value::Bool(false));
     assert!(
-        root.string("podtrace.trace.stuck_phase")
+        root.string(attr::TRACE_STUCK_PHASE)
             .unwrap()
             .starts_with("scheduling")
     );
-    let verdict = root.string("podtrace.k8s.scheduling.failure").unwrap();
+    let verdict = root.string(attr::K8S_SCHEDULING_FAILURE).unwrap();
     assert!(
         verdict.contains("didn't match Pod's node affinity/selector"),
         "{verdict}"
@@ -807,22 +790,19 @@ fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures(
         "{}",
         root.status_message
     );
-    let cycle = &trace.named("scheduler scheduling cycle", None)[0];
+    let cycle = &trace.named(name::SCHEDULER_CYCLE, None)[0];
     assert_eq!(cycle.status_code, 2);
     assert_eq!(
-        cycle.string("podtrace.k8s.scheduling.result"),
+        cycle.string(attr::K8S_SCHEDULING_RESULT),
         Some("unschedulable")
     );
 
     // An absent image with imagePullPolicy Never: stuck on the node, saying so.
     let never = scenario("image-never-");
     let trace = Trace::new(&spans, &trace_of(never));
-    let root = trace.one(&format!("pod.create default/{}", never.name), None);
-    assert_eq!(
-        root.attributes["podtrace.trace.complete"],
-        Value::Bool(false)
-    );
-    let waiting = root.string("podtrace.k8s.container.waiting").unwrap();
+    let root = trace.one(&name::pod_create("default", &never.name), None);
+    assert_eq!(root.attributes[attr::TRACE_COMPLETE], Value::Bool(false));
+    let waiting = root.string(attr::K8S_CONTAINER_WAITING).unwrap();
     assert!(waiting.starts_with("ErrImageNeverPull"), "{waiting}");
     assert!(
         root.status_message.contains("ErrImageNeverPull"),
@@ -834,11 +814,11 @@ fn replayed_kubernetes_scenarios_nest_the_components_spans_and_explain_failures(
     let dry = scenario("dry-run-");
     let root = span_named(
         &spans,
-        &format!("pod.create default/{} (dry run)", dry.name),
+        &name::pod_create_not_stored("default", &dry.name, "dry run"),
     );
-    assert_eq!(root.attributes["podtrace.k8s.dry_run"], Value::Bool(true));
+    assert_eq!(root.attributes[attr::K8S_DRY_RUN], Value::Bool(true));
     let trace = Trace::new(&spans, &root.trace_id);
-    trace.one("apiserver admission (mutating)", None);
+    trace.one(name::APISERVER_ADMISSION_MUTATING, None);
     assert!(trace.named("etcdserverpb.KV/Txn", None).is_empty());
     assert!(
         trace
@@ -877,11 +857,11 @@ fn replayed_http1_create_and_burst_of_20_get_a_creation_and_a_deletion_trace_eac
             .into_iter()
             .find(|span| {
                 span.kind == SPAN_KIND_CLIENT
-                    && span.string("podtrace.k8s.pod.change") == Some("created")
+                    && span.string(attr::K8S_POD_CHANGE) == Some("created")
             })
             .unwrap_or_else(|| panic!("no create write of {}", pod.name));
         assert_eq!(trace.parent_of(created).span_id, storage.span_id);
-        let node = trace.one(&format!("node {}", pod.node), None);
+        let node = trace.one(&name::node(&pod.node), None);
         for call in ["RunPodSandbox", "CreateContainer", "StartContainer"] {
             let server = trace.one(
                 &format!("runtime.v1.RuntimeService/{call}"),
@@ -893,8 +873,8 @@ fn replayed_http1_create_and_burst_of_20_get_a_creation_and_a_deletion_trace_eac
             }
         }
         trace.with(
-            "container process start: sh",
-            "container.id",
+            &name::container_start("sh"),
+            attr::CONTAINER_ID,
             &pod.container_id,
         );
         assert_deletion(&spans, pod, &pod.node);
@@ -1067,7 +1047,7 @@ fn assert_offsets_source(trace: &Trace<'_>, derived: bool) {
     for name in podtrace_tests::trees::FUNCTION_PROBE_SPANS {
         for span in trace.named(name, None) {
             assert_eq!(
-                span.string("podtrace.k8s.offsets"),
+                span.string(attr::K8S_OFFSETS),
                 derived.then_some("derived"),
                 "{name}"
             );
@@ -1095,14 +1075,14 @@ struct ReplicatedWrite<'a> {
     apply: &'a ExportedSpan,
 }
 
-const WAL_SPAN: &str = "etcd WAL append + fdatasync";
+const WAL_SPAN: &str = name::ETCD_WAL;
 
 /// Every write of the trace, each with its leader's WAL span, a replicate
 /// span per follower holding that follower's WAL span, and the commit and
 /// apply, each naming its member and role.
 fn replicated_writes<'a>(trace: &Trace<'a>) -> Vec<ReplicatedWrite<'a>> {
     let string = |span: &ExportedSpan, key: &str| span.string(key).map(str::to_owned);
-    let index = |span: &ExportedSpan| span.attributes.get("podtrace.etcd.raft.index").cloned();
+    let index = |span: &ExportedSpan| span.attributes.get(attr::ETCD_RAFT_INDEX).cloned();
     let servers: Vec<&ExportedSpan> = trace
         .named("etcdserverpb.KV/Txn", None)
         .into_iter()
@@ -1121,10 +1101,10 @@ fn replicated_writes<'a>(trace: &Trace<'a>) -> Vec<ReplicatedWrite<'a>> {
             };
             let leader_wal: Vec<_> = under(WAL_SPAN)
                 .into_iter()
-                .filter(|s| s.string("podtrace.etcd.member.role") == Some("leader"))
+                .filter(|s| s.string(attr::ETCD_MEMBER_ROLE) == Some("leader"))
                 .collect();
             assert_eq!(leader_wal.len(), 1, "{}", outline(&trace.spans));
-            let leader = string(leader_wal[0], "podtrace.etcd.member.name").expect("leader named");
+            let leader = string(leader_wal[0], attr::ETCD_MEMBER_NAME).expect("leader named");
             let entry = index(leader_wal[0]).expect("a Raft index");
             let of_entry = |name: &str| -> Vec<&'a ExportedSpan> {
                 trace
@@ -1135,43 +1115,43 @@ fn replicated_writes<'a>(trace: &Trace<'a>) -> Vec<ReplicatedWrite<'a>> {
                     .collect()
             };
             // A follower that answered after etcd did hangs from the root.
-            let replicated: Vec<_> = of_entry("etcd raft replicate → ")
+            let replicated: Vec<_> = of_entry(&name::etcd_replicate(""))
                 .into_iter()
                 .map(|replicate| {
                     assert_eq!(
-                        string(replicate, "podtrace.etcd.member.name"),
+                        string(replicate, attr::ETCD_MEMBER_NAME),
                         Some(leader.clone())
                     );
                     assert_eq!(
-                        string(replicate, "podtrace.etcd.member.role").as_deref(),
+                        string(replicate, attr::ETCD_MEMBER_ROLE).as_deref(),
                         Some("leader")
                     );
                     // Named by the follower's name where this agent saw the
                     // follower's WAL, else by its id (a follower on another node).
-                    let follower = string(replicate, "podtrace.etcd.raft.follower.name").unwrap();
-                    assert_eq!(replicate.name, format!("etcd raft replicate → {follower}"));
-                    let follower_id = string(replicate, "podtrace.etcd.raft.follower.id");
+                    let follower = string(replicate, attr::ETCD_RAFT_FOLLOWER_NAME).unwrap();
+                    assert_eq!(replicate.name, name::etcd_replicate(&follower));
+                    let follower_id = string(replicate, attr::ETCD_RAFT_FOLLOWER_ID);
                     let wal: Vec<_> = trace
                         .named(WAL_SPAN, None)
                         .into_iter()
                         .filter(|s| s.parent_span_id.as_deref() == Some(replicate.span_id.as_str()))
                         .collect();
                     assert_eq!(wal.len(), 1, "{}", outline(&trace.spans));
-                    assert_eq!(string(wal[0], "podtrace.etcd.member.id"), follower_id);
-                    let name = string(wal[0], "podtrace.etcd.member.name");
+                    assert_eq!(string(wal[0], attr::ETCD_MEMBER_ID), follower_id);
+                    let name = string(wal[0], attr::ETCD_MEMBER_NAME);
                     assert!(
                         name.as_ref() == Some(&follower) || follower_id.as_ref() == Some(&follower),
                         "{follower} for {name:?}"
                     );
                     assert_eq!(
-                        string(wal[0], "podtrace.etcd.member.role").as_deref(),
+                        string(wal[0], attr::ETCD_MEMBER_ROLE).as_deref(),
                         Some("follower")
                     );
                     (replicate, wal[0])
                 })
                 .collect();
-            let commit = under("etcd raft commit");
-            let apply = under("etcd apply");
+            let commit = under(name::ETCD_COMMIT);
+            let apply = under(name::ETCD_APPLY);
             assert_eq!(
                 (commit.len(), apply.len()),
                 (1, 1),
@@ -1216,11 +1196,7 @@ fn three_members_replicate_commit_and_apply(recording: &str, pods: &str) {
             let mut followers: Vec<String> = write
                 .replicated
                 .iter()
-                .map(|(r, _)| {
-                    r.string("podtrace.etcd.raft.follower.name")
-                        .unwrap()
-                        .to_owned()
-                })
+                .map(|(r, _)| r.string(attr::ETCD_RAFT_FOLLOWER_NAME).unwrap().to_owned())
                 .collect();
             followers.sort();
             followers.dedup();
@@ -1229,37 +1205,31 @@ fn three_members_replicate_commit_and_apply(recording: &str, pods: &str) {
             // One agent saw every member: each is named.
             for (replicate, wal) in &write.replicated {
                 assert_eq!(
-                    replicate.string("podtrace.etcd.raft.follower.name"),
-                    wal.string("podtrace.etcd.member.name")
+                    replicate.string(attr::ETCD_RAFT_FOLLOWER_NAME),
+                    wal.string(attr::ETCD_MEMBER_NAME)
                 );
             }
             // The quorum of three is the leader and the first follower to answer.
             let in_quorum: Vec<_> = write
                 .replicated
                 .iter()
-                .filter(|(r, _)| r.attributes["podtrace.etcd.raft.in_quorum"] == Value::Bool(true))
+                .filter(|(r, _)| r.attributes[attr::ETCD_RAFT_IN_QUORUM] == Value::Bool(true))
                 .collect();
             assert_eq!(in_quorum.len(), 1, "{}", outline(&trace.spans));
             let (first, _) = in_quorum[0];
             let commit = write.commit;
             // OTLP-JSON carries 64-bit integers as strings.
-            assert_eq!(
-                commit.attributes["podtrace.etcd.raft.members"],
-                Value::from("3")
-            );
-            assert_eq!(
-                commit.attributes["podtrace.etcd.raft.quorum"],
-                Value::from("2")
-            );
-            let waited = commit.string("podtrace.etcd.raft.waited_for").unwrap();
-            let quorum_follower = first.string("podtrace.etcd.raft.follower.name").unwrap();
+            assert_eq!(commit.attributes[attr::ETCD_RAFT_MEMBERS], Value::from("3"));
+            assert_eq!(commit.attributes[attr::ETCD_RAFT_QUORUM], Value::from("2"));
+            let waited = commit.string(attr::ETCD_RAFT_WAITED_FOR).unwrap();
+            let quorum_follower = first.string(attr::ETCD_RAFT_FOLLOWER_NAME).unwrap();
             assert!(
                 waited.contains(&write.leader) && waited.contains(quorum_follower),
                 "{waited}"
             );
             let other = followers.iter().find(|f| *f != quorum_follower).unwrap();
             assert_eq!(
-                commit.string("podtrace.etcd.raft.not_waited_for"),
+                commit.string(attr::ETCD_RAFT_NOT_WAITED_FOR),
                 Some(other.as_str())
             );
             // Committed when the quorum's answer came (or the leader's sync,
@@ -1272,16 +1242,16 @@ fn three_members_replicate_commit_and_apply(recording: &str, pods: &str) {
             assert!(write.apply.end_unix_ns <= write.server.end_unix_ns);
             // The member that took the request forwarded it to the leader
             // (this run elected another), which then sent the entry on.
-            let answering = write.apply.string("podtrace.etcd.member.name").unwrap();
+            let answering = write.apply.string(attr::ETCD_MEMBER_NAME).unwrap();
             if answering != write.leader {
                 let forwards: Vec<_> = trace
-                    .named(&format!("etcd raft forward → {}", write.leader), None)
+                    .named(&name::etcd_forward(&write.leader), None)
                     .into_iter()
                     .filter(|s| s.parent_span_id.as_deref() == Some(write.server.span_id.as_str()))
                     .collect();
                 assert_eq!(forwards.len(), 1, "{}", outline(&trace.spans));
                 let forward = forwards[0];
-                assert_eq!(forward.string("podtrace.etcd.member.name"), Some(answering));
+                assert_eq!(forward.string(attr::ETCD_MEMBER_NAME), Some(answering));
                 assert!(
                     forward.end_unix_ns <= commit.start_unix_ns,
                     "{forward:#?} {commit:#?}"
@@ -1343,16 +1313,16 @@ fn a_follower_on_another_node_hangs_its_wal_spans_from_the_leaders_replication()
     // A follower that is not the member the demo's apiserver talks to.
     let answering: HashSet<&str> = whole
         .iter()
-        .filter(|s| s.name == "etcd apply")
-        .filter_map(|s| s.string("podtrace.etcd.member.name"))
+        .filter(|s| s.name == name::ETCD_APPLY)
+        .filter_map(|s| s.string(attr::ETCD_MEMBER_NAME))
         .collect();
     let (follower, follower_id) = whole
         .iter()
-        .filter(|s| s.name == WAL_SPAN && s.string("podtrace.etcd.member.role") == Some("follower"))
+        .filter(|s| s.name == WAL_SPAN && s.string(attr::ETCD_MEMBER_ROLE) == Some("follower"))
         .filter_map(|s| {
             Some((
-                s.string("podtrace.etcd.member.name")?.to_owned(),
-                s.string("podtrace.etcd.member.id")?.to_owned(),
+                s.string(attr::ETCD_MEMBER_NAME)?.to_owned(),
+                s.string(attr::ETCD_MEMBER_ID)?.to_owned(),
             ))
         })
         .find(|(name, _)| !answering.contains(name.as_str()))
@@ -1366,14 +1336,18 @@ fn a_follower_on_another_node_hangs_its_wal_spans_from_the_leaders_replication()
     let (follower_node, _) = replay(apart.to_str().unwrap(), "cp-2");
     // The follower's node made only the follower's spans.
     assert!(
-        follower_node.iter().all(|s| s.name == WAL_SPAN
-            && s.string("podtrace.etcd.member.name") == Some(follower.as_str())),
+        follower_node
+            .iter()
+            .all(|s| s.name == WAL_SPAN
+                && s.string(attr::ETCD_MEMBER_NAME) == Some(follower.as_str())),
         "{}",
         outline(&follower_node.iter().collect::<Vec<_>>())
     );
     assert!(
-        leader_node.iter().all(|s| s.name != WAL_SPAN
-            || s.string("podtrace.etcd.member.name") != Some(follower.as_str()))
+        leader_node
+            .iter()
+            .all(|s| s.name != WAL_SPAN
+                || s.string(attr::ETCD_MEMBER_NAME) != Some(follower.as_str()))
     );
     let union: Vec<ExportedSpan> = leader_node.iter().chain(&follower_node).cloned().collect();
     assert_well_formed(&union);
@@ -1384,9 +1358,7 @@ fn a_follower_on_another_node_hangs_its_wal_spans_from_the_leaders_replication()
             let (replicate, wal) = write
                 .replicated
                 .iter()
-                .find(|(r, _)| {
-                    r.string("podtrace.etcd.raft.follower.id") == Some(follower_id.as_str())
-                })
+                .find(|(r, _)| r.string(attr::ETCD_RAFT_FOLLOWER_ID) == Some(follower_id.as_str()))
                 .unwrap_or_else(|| {
                     panic!("no replication to {follower}: {}", outline(&trace.spans))
                 });
@@ -1433,7 +1405,7 @@ fn every_replayed_export_is_the_one_pinned() {
             let mut export: Value = serde_json::from_str(line).unwrap();
             for resource in export["resourceSpans"].as_array_mut().unwrap() {
                 let attributes = resource["resource"]["attributes"].as_array_mut().unwrap();
-                attributes.retain(|kv| kv["key"] != "host.name");
+                attributes.retain(|kv| kv["key"] != attr::HOST_NAME);
                 attributes.sort_by(|a, b| a["key"].as_str().cmp(&b["key"].as_str()));
             }
             hasher.update(export.to_string());
