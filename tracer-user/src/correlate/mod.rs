@@ -10,6 +10,7 @@
 //! first process.
 
 pub mod assembly;
+pub mod awaiting;
 pub mod component_spans;
 pub mod conn_table;
 pub mod contract;

@@ -46,6 +46,7 @@ use tracer_decode::{
 use tracer_decode::wal::RaftRole;
 
 use super::{
+    awaiting::Awaiting,
     pod::{ENDING_PHASES, Pod, int_attribute, string_attribute},
     replication::{Replicated, Replication},
     span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, hex},
@@ -111,8 +112,6 @@ struct Draft {
     end_unix_ns: u64,
     attributes: Vec<(String, AttributeValue)>,
     status: SpanStatus,
-    /// CLOCK_MONOTONIC ns after which it stops waiting.
-    deadline_ns: u64,
 }
 
 /// Builds the control-plane spans of Pod traces.
@@ -143,11 +142,11 @@ pub struct ControlSpans {
     /// Span keys drafted recently, with their spans' end (unix ns).
     seen: HashMap<String, u64>,
     seen_order: VecDeque<String>,
-    waiting: Vec<Draft>,
+    waiting: Awaiting<Draft>,
     /// Roots whose Pod was reported Running, waiting for the spans of that
     /// write (the apiserver reads etcd's answer after etcd sent it), so that
     /// they go out before their root and the root ends with the write.
-    closing: Vec<ClosingRoot>,
+    closing: Awaiting<ClosingRoot>,
     /// Latest event time seen (CLOCK_MONOTONIC ns).
     now_ns: u64,
     /// Pods whose creation trace has ended, by UID, with the fingerprint of
@@ -184,8 +183,8 @@ impl ControlSpans {
             entry_pods: BoundedMap::new(MAX_SEEN),
             seen: HashMap::new(),
             seen_order: VecDeque::new(),
-            waiting: Vec::new(),
-            closing: Vec::new(),
+            waiting: Awaiting::new(MAX_WAITING),
+            closing: Awaiting::new(MAX_PODS),
             now_ns: 0,
             ended: HashMap::new(),
             ended_order: VecDeque::new(),
@@ -284,31 +283,33 @@ impl ControlSpans {
             if let Some(code) = call.status_code {
                 attributes.push(int_attribute(attr::RPC_GRPC_STATUS_CODE, i64::from(code)));
             }
-            self.wait(Draft {
-                pod: pod.clone(),
-                key: SpanKey::EtcdCall {
-                    side: call.side,
-                    fingerprint: &fingerprint,
-                }
-                .encode(),
-                parent: (call.side == Side::Server).then(|| {
-                    SpanKey::EtcdCall {
-                        side: Side::Client,
+            self.wait(
+                Draft {
+                    pod: pod.clone(),
+                    key: SpanKey::EtcdCall {
+                        side: call.side,
                         fingerprint: &fingerprint,
                     }
-                    .encode()
-                }),
-                name: name::grpc(tracer_decode::etcd::KV_SERVICE, &call.method),
-                kind: match call.side {
-                    Side::Client => SpanKind::Client,
-                    Side::Server => SpanKind::Server,
+                    .encode(),
+                    parent: (call.side == Side::Server).then(|| {
+                        SpanKey::EtcdCall {
+                            side: Side::Client,
+                            fingerprint: &fingerprint,
+                        }
+                        .encode()
+                    }),
+                    name: name::grpc(tracer_decode::etcd::KV_SERVICE, &call.method),
+                    kind: match call.side {
+                        Side::Client => SpanKind::Client,
+                        Side::Server => SpanKind::Server,
+                    },
+                    start_unix_ns: self.clock.unix_ns(start),
+                    end_unix_ns: self.clock.unix_ns(end),
+                    attributes,
+                    status: failed.clone().map_or(SpanStatus::Unset, SpanStatus::Error),
                 },
-                start_unix_ns: self.clock.unix_ns(start),
-                end_unix_ns: self.clock.unix_ns(end),
-                attributes,
-                status: failed.clone().map_or(SpanStatus::Unset, SpanStatus::Error),
-                deadline_ns: end + WAIT_NS,
-            });
+                end + WAIT_NS,
+            );
             if failed.is_none() {
                 finished.extend(self.track_root(call, pod, start, end));
                 self.end_if_reported(&call.clues, pod, call.fingerprint);
@@ -443,36 +444,35 @@ impl ControlSpans {
         self.window.start_by(now_ns);
     }
 
-    fn wait(&mut self, draft: Draft) {
+    /// Holds `draft` until its Pod and parent are known, or until
+    /// `deadline_ns`.
+    fn wait(&mut self, draft: Draft, deadline_ns: u64) {
         self.remember_seen(draft.key.clone(), draft.end_unix_ns);
-        if self.waiting.len() >= MAX_WAITING {
+        if self.waiting.hold(draft, deadline_ns).is_err() {
             self.dropped += 1;
-            return;
         }
-        self.waiting.push(draft);
     }
 
     /// Spans whose Pod and parent are known, or whose wait is over (`all`:
     /// every one), in the order they were drafted.
     fn release(&mut self, all: bool) -> Vec<Span> {
-        let mut spans = Vec::new();
-        for mut draft in std::mem::take(&mut self.waiting) {
+        let (uids, seen) = (&self.uids, &self.seen);
+        let parent_seen =
+            |draft: &Draft| draft.parent.as_ref().is_none_or(|p| seen.contains_key(p));
+        let released = self.waiting.take(self.now_ns, all, |draft| {
             if draft.pod.uid.is_none() {
-                draft.pod.uid = self
-                    .uids
+                draft.pod.uid = uids
                     .get(&(draft.pod.namespace.clone(), draft.pod.name.clone()))
                     .cloned();
             }
+            parent_seen(draft) && draft.pod.uid.is_some()
+        });
+        let mut spans = Vec::new();
+        for draft in released {
             let parent_seen = draft
                 .parent
                 .as_ref()
                 .is_none_or(|p| self.seen.contains_key(p));
-            let over = all || self.now_ns >= draft.deadline_ns;
-            let ready = parent_seen && draft.pod.uid.is_some();
-            if !(ready || over) {
-                self.waiting.push(draft);
-                continue;
-            }
             match self.resolve(draft, parent_seen) {
                 Some(span) => spans.push(span),
                 // No UID: the Pod was created before podtrace started (its
@@ -482,17 +482,17 @@ impl ControlSpans {
                 None => self.not_followed += 1,
             }
         }
-        for closing in std::mem::take(&mut self.closing) {
+        let seen = &self.seen;
+        let closed = self.closing.take(self.now_ns, all, |closing| {
+            seen.contains_key(&closing.client)
+        });
+        for closing in closed {
             let client_end = self.seen.get(&closing.client).copied();
-            if client_end.is_some() || all || self.now_ns >= closing.deadline_ns {
-                let end = self
-                    .clock
-                    .unix_ns(closing.end_ns)
-                    .max(client_end.unwrap_or(0));
-                spans.push(self.root_span_until(&closing.root, end, None));
-            } else {
-                self.closing.push(closing);
-            }
+            let end = self
+                .clock
+                .unix_ns(closing.end_ns)
+                .max(client_end.unwrap_or(0));
+            spans.push(self.root_span_until(&closing.root, end, None));
         }
         spans
     }

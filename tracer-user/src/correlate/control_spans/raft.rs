@@ -210,24 +210,26 @@ impl ControlSpans {
                 ]
             };
             attributes.extend(span.attributes.iter().cloned());
-            self.wait(Draft {
-                pod,
-                key: span.key.clone(),
-                parent: Some(
-                    SpanKey::EtcdCall {
-                        side: Side::Server,
-                        fingerprint: &fingerprint,
-                    }
-                    .encode(),
-                ),
-                name: span.name.clone(),
-                kind: SpanKind::Internal,
-                start_unix_ns: self.clock.unix_ns(span.start_ns),
-                end_unix_ns: self.clock.unix_ns(span.end_ns.max(span.start_ns)),
-                attributes,
-                status: span.status.clone(),
-                deadline_ns: span.end_ns.max(self.now_ns) + WAIT_NS,
-            });
+            self.wait(
+                Draft {
+                    pod,
+                    key: span.key.clone(),
+                    parent: Some(
+                        SpanKey::EtcdCall {
+                            side: Side::Server,
+                            fingerprint: &fingerprint,
+                        }
+                        .encode(),
+                    ),
+                    name: span.name.clone(),
+                    kind: SpanKind::Internal,
+                    start_unix_ns: self.clock.unix_ns(span.start_ns),
+                    end_unix_ns: self.clock.unix_ns(span.end_ns.max(span.start_ns)),
+                    attributes,
+                    status: span.status.clone(),
+                },
+                span.end_ns.max(self.now_ns) + WAIT_NS,
+            );
         }
     }
 

@@ -34,7 +34,6 @@ pub(super) struct ClosingRoot {
     pub(super) end_ns: u64,
     /// Key of the write's client span.
     pub(super) client: String,
-    pub(super) deadline_ns: u64,
 }
 
 impl ControlSpans {
@@ -101,7 +100,7 @@ impl ControlSpans {
             }
             (_, Some("Running")) => {
                 let root = self.roots.remove(uid)?;
-                self.closing.push(ClosingRoot {
+                let closing = ClosingRoot {
                     root,
                     end_ns: end,
                     client: SpanKey::EtcdCall {
@@ -109,8 +108,12 @@ impl ControlSpans {
                         fingerprint: &hex(&call.fingerprint),
                     }
                     .encode(),
-                    deadline_ns: end + WAIT_NS,
-                });
+                };
+                // Held until the write's client side is seen: at most one
+                // per Pod followed, which `roots` bounds.
+                if let Err(closing) = self.closing.hold(closing, end + WAIT_NS) {
+                    return Some(self.root_span(&closing.root, end, None));
+                }
                 None
             }
             _ => None,

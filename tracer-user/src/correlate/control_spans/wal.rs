@@ -117,29 +117,31 @@ impl ControlSpans {
                     }
                     _ => None,
                 };
-                self.wait(Draft {
-                    pod,
-                    key: SpanKey::EtcdWal {
-                        conn_id: sync.conn.conn_id,
-                        index: entry.index,
-                        fingerprint: &fingerprint,
-                    }
-                    .encode(),
-                    parent: Some(replicated.unwrap_or_else(|| {
-                        SpanKey::EtcdCall {
-                            side: Side::Server,
+                self.wait(
+                    Draft {
+                        pod,
+                        key: SpanKey::EtcdWal {
+                            conn_id: sync.conn.conn_id,
+                            index: entry.index,
                             fingerprint: &fingerprint,
                         }
-                        .encode()
-                    })),
-                    name: name::ETCD_WAL.to_owned(),
-                    kind: SpanKind::Internal,
-                    start_unix_ns: self.clock.unix_ns(batch.first_write_ns),
-                    end_unix_ns: self.clock.unix_ns(sync.ids.ts_ns),
-                    attributes,
-                    status: status.clone(),
-                    deadline_ns: sync.ids.ts_ns + WAIT_NS,
-                });
+                        .encode(),
+                        parent: Some(replicated.unwrap_or_else(|| {
+                            SpanKey::EtcdCall {
+                                side: Side::Server,
+                                fingerprint: &fingerprint,
+                            }
+                            .encode()
+                        })),
+                        name: name::ETCD_WAL.to_owned(),
+                        kind: SpanKind::Internal,
+                        start_unix_ns: self.clock.unix_ns(batch.first_write_ns),
+                        end_unix_ns: self.clock.unix_ns(sync.ids.ts_ns),
+                        attributes,
+                        status: status.clone(),
+                    },
+                    sync.ids.ts_ns + WAIT_NS,
+                );
             }
             if entry.role == Some(RaftRole::Leader) && sync.ret >= 0 {
                 let committed = self.replication.leader_synced(entry, sync.ids.ts_ns);

@@ -25,6 +25,7 @@ use tracer_decode::{
 };
 
 use super::{
+    awaiting::Awaiting,
     pod::{Pod, string_attribute},
     span::{AttributeValue, Span, SpanId, SpanKind, SpanStatus, TraceId},
 };
@@ -51,9 +52,6 @@ struct HeldServerSpan {
     /// The client span's id: the parent once seen.
     client: SpanId,
     pod: Pod,
-    /// CLOCK_MONOTONIC ns after which it goes out under the node span (the
-    /// kubelet is not followed, or its read of the response was lost).
-    deadline_ns: u64,
     /// The call ends the node's part of the trace: StartContainer, or a
     /// failed sandbox or container call (with the failure).
     closes_node: Option<SpanStatus>,
@@ -98,7 +96,10 @@ pub struct NodeSpans {
     /// Client-side CRI spans seen, with their end (unix ns).
     client_calls: BoundedMap<SpanId, u64>,
     /// Server-side CRI spans waiting for their client span.
-    held: Vec<HeldServerSpan>,
+    /// Server spans waiting for their client's, until a deadline after
+    /// which they go out under the node span (the kubelet is not followed,
+    /// or its read of the response was lost).
+    held: Awaiting<HeldServerSpan>,
     /// Processes between `runc create` and the container's first exec
     /// (runc init and its clones), by pid, with the container id.
     container_inits: HashMap<u32, String>,
@@ -164,7 +165,7 @@ impl NodeSpans {
             first_call_ns: HashMap::new(),
             closed_nodes: BoundedMap::new(MAX_ENTRIES),
             client_calls: BoundedMap::new(MAX_ENTRIES),
-            held: Vec::new(),
+            held: Awaiting::new(MAX_ENTRIES),
             container_inits: HashMap::new(),
             container_processes: HashMap::new(),
             pending: Vec::new(),
@@ -455,7 +456,7 @@ impl NodeSpans {
             Side::Client => {
                 self.client_calls.insert(span.span_id, end);
                 // containerd not followed: the kubelet's side ends the node span.
-                let server_held = self.held.iter().any(|held| held.client == span.span_id);
+                let server_held = self.held.any(|held| held.client == span.span_id);
                 if let (Some(status), false) =
                     (closes_node(&call.method, &span.status), server_held)
                 {
@@ -467,17 +468,16 @@ impl NodeSpans {
             // server span waits (briefly) for the client span it belongs in.
             Side::Server => {
                 let client = Self::call_span_id(pod.trace, Side::Client, &call.method, &span_key);
-                if self.held.len() >= MAX_ENTRIES {
+                let closes_node = closes_node(&call.method, &span.status);
+                let held = HeldServerSpan {
+                    span,
+                    client,
+                    pod: pod.clone(),
+                    closes_node,
+                };
+                let deadline_ns = now.max(call.end_ts_ns.unwrap_or(0)) + CLIENT_WAIT_NS;
+                if self.held.hold(held, deadline_ns).is_err() {
                     self.unattributed += 1;
-                } else {
-                    let closes_node = closes_node(&call.method, &span.status);
-                    self.held.push(HeldServerSpan {
-                        span,
-                        client,
-                        pod: pod.clone(),
-                        deadline_ns: now.max(call.end_ts_ns.unwrap_or(0)) + CLIENT_WAIT_NS,
-                        closes_node,
-                    });
                 }
             }
         }
@@ -519,13 +519,13 @@ impl NodeSpans {
     /// wait is over; StartContainer's also closes the node's span — the Pod's
     /// workload container has started.
     fn release_held(&mut self, now_ns: u64, all: bool) -> Vec<Span> {
+        let client_calls = &self.client_calls;
+        let released = self
+            .held
+            .take(now_ns, all, |held| client_calls.contains_key(&held.client));
         let mut spans = Vec::new();
-        for mut held in std::mem::take(&mut self.held) {
+        for mut held in released {
             let client_end = self.client_calls.get(&held.client).copied();
-            if client_end.is_none() && !all && now_ns < held.deadline_ns {
-                self.held.push(held);
-                continue;
-            }
             let mut end = held.span.end_unix_ns;
             if let Some(client_end) = client_end {
                 held.span.parent_span_id = Some(held.client);
