@@ -6,15 +6,16 @@
 //! for again.
 
 use std::{
-    collections::{HashMap, VecDeque},
-    hash::Hash,
+    collections::{HashMap, VecDeque, hash_map::RandomState},
+    hash::{BuildHasher, Hash},
 };
 
 /// A `HashMap` of at most `capacity` entries, the oldest inserted evicted
-/// first (an insert of a key already there keeps its place).
-#[derive(Clone, Debug)]
-pub struct BoundedMap<K, V> {
-    entries: HashMap<K, (u64, V)>,
+/// first (an insert of a key already there keeps its place). `S` hashes
+/// (FxHash where the keys are the stages' own and lookups are per event).
+#[derive(Clone)]
+pub struct BoundedMap<K, V, S = RandomState> {
+    entries: HashMap<K, (u64, V), S>,
     /// Keys in insertion order with the stamp they were inserted with; a
     /// key removed, or removed and inserted again, leaves a stale pair
     /// (its stamp no longer matches), skipped and compacted away.
@@ -24,11 +25,21 @@ pub struct BoundedMap<K, V> {
     evicted: u64,
 }
 
-impl<K: Eq + Hash + Clone, V> BoundedMap<K, V> {
+impl<K, V, S> std::fmt::Debug for BoundedMap<K, V, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundedMap")
+            .field("len", &self.entries.len())
+            .field("capacity", &self.capacity)
+            .field("evicted", &self.evicted)
+            .finish()
+    }
+}
+
+impl<K: Eq + Hash + Clone, V, S: BuildHasher + Default> BoundedMap<K, V, S> {
     /// An empty map holding at most `capacity` entries (at least one).
     pub fn new(capacity: usize) -> Self {
         Self {
-            entries: HashMap::new(),
+            entries: HashMap::with_hasher(S::default()),
             order: VecDeque::new(),
             next_stamp: 0,
             capacity: capacity.max(1),
@@ -42,10 +53,17 @@ impl<K: Eq + Hash + Clone, V> BoundedMap<K, V> {
         if let Some(slot) = self.entries.get_mut(&key) {
             return Some(std::mem::replace(&mut slot.1, value));
         }
-        self.make_room();
+        self.insert_new(key, value);
+        None
+    }
+
+    /// Inserts `value` under `key`, which must not be there; returns what
+    /// was evicted to make room, for a caller that counts what it held.
+    pub fn insert_new(&mut self, key: K, value: V) -> Vec<(K, V)> {
+        let evicted = self.make_room();
         let stamp = self.stamp(&key);
         self.entries.insert(key, (stamp, value));
-        None
+        evicted
     }
 
     /// The value under `key`, inserted with `make` if there is none (which
@@ -116,21 +134,25 @@ impl<K: Eq + Hash + Clone, V> BoundedMap<K, V> {
     }
 
     /// Evicts the oldest entries until one more fits.
-    fn make_room(&mut self) {
+    fn make_room(&mut self) -> Vec<(K, V)> {
+        let mut evicted = Vec::new();
         while self.entries.len() >= self.capacity {
             let Some((stamp, key)) = self.order.pop_front() else {
                 // Unreachable while every entry has its pair in `order`.
-                return;
+                break;
             };
             if self
                 .entries
                 .get(&key)
                 .is_some_and(|(current, _)| *current == stamp)
             {
-                self.entries.remove(&key);
+                if let Some((_, value)) = self.entries.remove(&key) {
+                    evicted.push((key, value));
+                }
                 self.evicted += 1;
             }
         }
+        evicted
     }
 
     /// Drops stale pairs from the order once they outnumber the entries.
@@ -152,7 +174,7 @@ mod tests {
 
     #[test]
     fn a_full_map_forgets_its_oldest_entry_and_counts_it() {
-        let mut map = BoundedMap::new(3);
+        let mut map: BoundedMap<_, _> = BoundedMap::new(3);
         for key in 0..3 {
             map.insert(key, key * 10);
         }
@@ -172,12 +194,14 @@ mod tests {
         *map.get_or_insert_with(5, || 0) += 50;
         assert_eq!(map.get(&5), Some(&50));
         assert!(!map.contains_key(&3), "3 was the oldest left");
+        // A caller that counts what it held gets what made room.
+        assert_eq!(map.insert_new(6, 60), [(2, 21)]);
         assert_eq!(map.len(), 3);
     }
 
     #[test]
     fn its_order_stays_bounded_under_churn() {
-        let mut map = BoundedMap::new(4);
+        let mut map: BoundedMap<_, _> = BoundedMap::new(4);
         for round in 0..10_000u32 {
             map.insert(round % 8, round);
             if round % 3 == 0 {

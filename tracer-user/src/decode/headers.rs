@@ -33,7 +33,7 @@
 //! writes them: grpc-go's writer resumes on another thread as often as not
 //! under load, and its blocks would otherwise wait in vain.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::FxBuildHasher;
 
 use tracer_common::io::{Direction, FdKind, HeaderSide};
 use tracer_decode::{
@@ -45,11 +45,12 @@ use tracer_decode::{
 };
 
 use crate::{
+    bounded::BoundedMap,
     capture::{ConnKey, DataRecord, HeaderRecord},
     decode::grpc_calls::PROBE_BLOCK_WINDOW_NS,
 };
 
-/// Threads remembered; past it the table is cleared and its loss counted.
+/// Threads remembered; past it the oldest is forgotten.
 const MAX_THREADS: usize = 16_384;
 /// Encoded fields kept per thread while waiting for its write.
 const MAX_PENDING_FIELDS: usize = 64;
@@ -76,20 +77,37 @@ pub struct HeaderMessage {
     pub redacted: bool,
 }
 
-/// Per-thread state of the attribution.
-#[derive(Debug, Default)]
+/// Per-thread state of the attribution. Each map forgets its oldest entry
+/// when full (threads and connections come and go); what that loses is
+/// counted where it shows: a field whose thread's read or encoder is
+/// forgotten is counted unattributed, a forgotten thread's waiting fields
+/// at once.
+#[derive(Debug)]
 pub struct HeaderAttributor {
-    last_read: FxHashMap<(u32, u32), ConnKey>,
-    pending: FxHashMap<(u32, u32), Vec<HeaderRecord>>,
+    last_read: BoundedMap<(u32, u32), ConnKey, FxBuildHasher>,
+    pending: BoundedMap<(u32, u32), Vec<HeaderRecord>, FxBuildHasher>,
     /// Per (process, encoder tag): the connection its blocks went to, and
     /// how many times in a row.
-    coders: FxHashMap<(u32, u16), (ConnKey, u32)>,
+    coders: BoundedMap<(u32, u16), (ConnKey, u32), FxBuildHasher>,
     /// Per (process, decoder tag): the connection it last decoded for; and
     /// per connection, its decoder's tag.
-    decoders: FxHashMap<(u32, u16), ConnKey>,
-    decoder_of: FxHashMap<ConnKey, u16>,
+    decoders: BoundedMap<(u32, u16), ConnKey, FxBuildHasher>,
+    decoder_of: BoundedMap<ConnKey, u16, FxBuildHasher>,
     /// Fields that could not be tied to a connection (dropped).
     pub unattributed: u64,
+}
+
+impl Default for HeaderAttributor {
+    fn default() -> Self {
+        Self {
+            last_read: BoundedMap::new(MAX_THREADS),
+            pending: BoundedMap::new(MAX_THREADS),
+            coders: BoundedMap::new(MAX_CODERS),
+            decoders: BoundedMap::new(MAX_CODERS),
+            decoder_of: BoundedMap::new(MAX_CODERS),
+            unattributed: 0,
+        }
+    }
 }
 
 impl HeaderAttributor {
@@ -102,7 +120,6 @@ impl HeaderAttributor {
         let thread = (data.ids.tgid, data.ids.tid);
         match data.direction {
             Direction::Ingress => {
-                self.bound();
                 self.last_read.insert(thread, data.conn);
                 Vec::new()
             }
@@ -127,7 +144,7 @@ impl HeaderAttributor {
                     None => std::mem::take(&mut waiting),
                 };
                 if !waiting.is_empty() {
-                    self.pending.insert(thread, waiting);
+                    self.keep_pending(thread, waiting);
                 }
                 sent.into_iter()
                     .map(|field| message(data.conn, Direction::Egress, field))
@@ -158,8 +175,10 @@ impl HeaderAttributor {
                 {
                     return Some(message(conn, Direction::Egress, field));
                 }
-                self.bound();
-                let pending = self.pending.entry(thread).or_default();
+                if !self.pending.contains_key(&thread) {
+                    self.keep_pending(thread, Vec::new());
+                }
+                let pending = self.pending.get_mut(&thread)?;
                 if pending.len() >= MAX_PENDING_FIELDS {
                     pending.remove(0);
                     self.unattributed += 1;
@@ -205,16 +224,21 @@ impl HeaderAttributor {
                 return known;
             }
         }
-        if self.decoders.len() >= MAX_CODERS {
-            self.decoders.clear();
-            self.decoder_of.clear();
-        }
         if let Some(old) = self.decoder_of.insert(last_read, tag) {
             if old != tag {
                 self.forget_decoder(tgid, old, last_read);
             }
         }
-        self.decoders.insert((tgid, tag), last_read);
+        if self.decoders.contains_key(&(tgid, tag)) {
+            self.decoders.insert((tgid, tag), last_read);
+        } else {
+            // A decoder forgotten at the bound is forgotten both ways.
+            for ((_, old_tag), old_conn) in self.decoders.insert_new((tgid, tag), last_read) {
+                if self.decoder_of.get(&old_conn) == Some(&old_tag) {
+                    self.decoder_of.remove(&old_conn);
+                }
+            }
+        }
         last_read
     }
 
@@ -228,10 +252,9 @@ impl HeaderAttributor {
         if tag == 0 || block.iter().any(|field| field.coder_tag != tag) {
             return;
         }
-        if self.coders.len() >= MAX_CODERS {
-            self.coders.clear();
-        }
-        let entry = self.coders.entry((conn.tgid, tag)).or_insert((conn, 0));
+        let entry = self
+            .coders
+            .get_or_insert_with((conn.tgid, tag), || (conn, 0));
         if entry.0 == conn {
             entry.1 = entry.1.saturating_add(1);
         } else {
@@ -239,19 +262,15 @@ impl HeaderAttributor {
         }
     }
 
-    /// Keeps both tables bounded: when one is full it is cleared (threads
-    /// come and go; what is lost is counted as unattributed later).
-    fn bound(&mut self) {
-        if self.last_read.len() >= MAX_THREADS {
-            self.last_read.clear();
+    /// Keeps a thread's fields waiting for its write; a thread forgotten
+    /// to make room has its fields counted unattributed.
+    fn keep_pending(&mut self, thread: (u32, u32), fields: Vec<HeaderRecord>) {
+        if self.pending.contains_key(&thread) {
+            self.pending.insert(thread, fields);
+            return;
         }
-        if self.pending.len() >= MAX_THREADS {
-            self.unattributed += self
-                .pending
-                .values()
-                .map(|fields| fields.len() as u64)
-                .sum::<u64>();
-            self.pending.clear();
+        for (_, lost) in self.pending.insert_new(thread, fields) {
+            self.unattributed += lost.len() as u64;
         }
     }
 }

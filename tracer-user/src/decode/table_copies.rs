@@ -12,12 +12,13 @@
 //! [`HpackControl::Ask`]: crate::capture::HpackControl::Ask
 //! [`HpackControl::FieldProbes`]: crate::capture::HpackControl::FieldProbes
 
-use std::collections::HashMap;
-
 use tracer_common::io::HeaderSide;
 use tracer_decode::http2::{TableCopy, TableEntry};
 
-use crate::capture::{ConnKey, HpackEntryRecord, HpackTableRecord};
+use crate::{
+    bounded::BoundedMap,
+    capture::{ConnKey, HpackEntryRecord, HpackTableRecord},
+};
 
 /// Copies being assembled at once; past it the oldest are forgotten.
 const MAX_ASSEMBLING: usize = 256;
@@ -36,11 +37,22 @@ pub struct TableCopyMessage {
 }
 
 /// Entry records waiting for their table record.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TableAssembler {
-    assembling: HashMap<(ConnKey, u8), Vec<HpackEntryRecord>>,
+    /// A copy forgotten at the bound arrives incomplete (its table record
+    /// finds no entries), and is counted so.
+    assembling: BoundedMap<(ConnKey, u8), Vec<HpackEntryRecord>>,
     /// Copies that arrived incomplete (a lost entry, too many entries).
     pub incomplete: u64,
+}
+
+impl Default for TableAssembler {
+    fn default() -> Self {
+        Self {
+            assembling: BoundedMap::new(MAX_ASSEMBLING),
+            incomplete: 0,
+        }
+    }
 }
 
 impl TableAssembler {
@@ -48,9 +60,6 @@ impl TableAssembler {
     pub fn on_entry(&mut self, entry: HpackEntryRecord) {
         let key = (entry.conn, entry.side as u8);
         if entry.index == 0 {
-            if self.assembling.len() >= MAX_ASSEMBLING && !self.assembling.contains_key(&key) {
-                self.assembling.clear();
-            }
             self.assembling.insert(key, Vec::new());
         }
         if let Some(entries) = self.assembling.get_mut(&key) {
