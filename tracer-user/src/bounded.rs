@@ -6,6 +6,7 @@
 //! for again.
 
 use std::{
+    borrow::Borrow,
     collections::{HashMap, VecDeque, hash_map::RandomState},
     hash::{BuildHasher, Hash},
 };
@@ -78,22 +79,34 @@ impl<K: Eq + Hash + Clone, V, S: BuildHasher + Default> BoundedMap<K, V, S> {
     }
 
     /// The value under `key`.
-    pub fn get(&self, key: &K) -> Option<&V> {
+    pub fn get<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<&V>
+    where
+        K: Borrow<Q>,
+    {
         self.entries.get(key).map(|(_, value)| value)
     }
 
     /// The value under `key`, to change.
-    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+    pub fn get_mut<Q: Hash + Eq + ?Sized>(&mut self, key: &Q) -> Option<&mut V>
+    where
+        K: Borrow<Q>,
+    {
         self.entries.get_mut(key).map(|(_, value)| value)
     }
 
     /// Whether `key` is there.
-    pub fn contains_key(&self, key: &K) -> bool {
+    pub fn contains_key<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+    {
         self.entries.contains_key(key)
     }
 
     /// Removes `key`; returns its value.
-    pub fn remove(&mut self, key: &K) -> Option<V> {
+    pub fn remove<Q: Hash + Eq + ?Sized>(&mut self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+    {
         let removed = self.entries.remove(key).map(|(_, value)| value);
         self.compact();
         removed

@@ -151,9 +151,9 @@ pub struct ControlSpans {
     now_ns: u64,
     /// Pods whose creation trace has ended, by UID, with the fingerprint of
     /// the write that ended it (its other side and its WAL entry still
-    /// belong to the trace; nothing later does). Oldest first in `ended_order`.
-    ended: HashMap<String, Option<[u8; 16]>>,
-    ended_order: VecDeque<String>,
+    /// belong to the trace; nothing later does). The oldest is forgotten
+    /// first, and counted dropped.
+    ended: BoundedMap<String, Option<[u8; 16]>>,
     /// Pods named by writes and WAL entries that were not followed (see the
     /// module's doc), once per message.
     pub not_followed: u64,
@@ -186,8 +186,7 @@ impl ControlSpans {
             waiting: Awaiting::new(MAX_WAITING),
             closing: Awaiting::new(MAX_PODS),
             now_ns: 0,
-            ended: HashMap::new(),
-            ended_order: VecDeque::new(),
+            ended: BoundedMap::new(MAX_PODS),
             not_followed: 0,
             unattributed: 0,
             dropped: 0,

@@ -118,17 +118,12 @@ impl ControlSpans {
         if self.ended.contains_key(uid) {
             return;
         }
-        if self.ended_order.len() >= MAX_PODS {
-            if let Some(oldest) = self.ended_order.pop_front() {
-                // Its later writes still fail the trace-timeout check once
-                // that has passed; before, they would make spans again.
-                self.ended.remove(&oldest);
-                self.states.remove(&oldest);
-                self.dropped += 1;
-            }
+        for (oldest, _) in self.ended.insert_new(uid.to_owned(), fingerprint) {
+            // Its later writes still fail the trace-timeout check once that
+            // has passed; before, they would make spans again.
+            self.states.remove(&oldest);
+            self.dropped += 1;
         }
-        self.ended.insert(uid.to_owned(), fingerprint);
-        self.ended_order.push_back(uid.to_owned());
     }
 
     /// Ends the Pod's creation trace if the object a write stored reports it
