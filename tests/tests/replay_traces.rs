@@ -67,18 +67,24 @@ fn replay_with(recording: &str, node: &str, args: &[&str]) -> (Vec<ExportedSpan>
 fn replay_run(recording: &str, node: &str, args: &[&str]) -> (Vec<ExportedSpan>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
+    let (stdout, stderr) = replay_into(recording, node, args, &out);
+    (read_spans(&out).unwrap(), stdout, stderr)
+}
+
+/// Runs `podtrace replay` exporting to `out`; returns its stdout and stderr.
+fn replay_into(recording: &str, node: &str, args: &[&str], out: &Path) -> (String, String) {
     let output = Command::new(podtrace_binary())
         .arg("replay")
         .arg(fixture(recording))
         .args(["--cluster-id", CLUSTER, "--node-name", node, "--out"])
-        .arg(&out)
+        .arg(out)
         .args(args)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(output.status.success(), "replay failed: {stderr}\n{stdout}");
-    (read_spans(&out).unwrap(), stdout, stderr)
+    (stdout, stderr)
 }
 
 fn trace_of(pod: &DemoPod) -> String {
@@ -1392,14 +1398,7 @@ fn every_replayed_export_is_the_one_pinned() {
         };
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("spans.jsonl");
-        let output = Command::new(podtrace_binary())
-            .arg("replay")
-            .arg(fixture(recording))
-            .args(["--cluster-id", CLUSTER, "--node-name", node, "--out"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{recording}: {output:?}");
+        replay_into(recording, node, &[], &out);
         let mut hasher = Sha256::new();
         for line in std::fs::read_to_string(&out).unwrap().lines() {
             let mut export: Value = serde_json::from_str(line).unwrap();
