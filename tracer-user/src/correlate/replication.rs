@@ -17,7 +17,9 @@
 //! leader counts its own append at once, but a Ready's committed entries
 //! are applied only after the Ready that appended them was saved, so the
 //! leader's fdatasync is part of the wait. The members are the leader and
-//! every follower it has sent appends to.
+//! every follower it has sent appends or heartbeats to: a slow follower's
+//! appends may be paused past a commit (Raft's flow control), its
+//! heartbeats are not.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -140,6 +142,10 @@ impl Replication {
                 self.sent(message);
                 Vec::new()
             }
+            (MessageKind::Heartbeat, true) => {
+                self.note_follower(message.from, message.to);
+                Vec::new()
+            }
             (MessageKind::App, false) => message
                 .pod_entries
                 .iter()
@@ -180,8 +186,9 @@ impl Replication {
     }
 
     /// The leader sent entries to a follower.
-    fn sent(&mut self, message: &RaftPeerMessage) {
-        let (leader, follower) = (message.from, message.to);
+    /// `leader` has `follower`: it sent it an append or a heartbeat. A
+    /// commit's members are the leader and its followers.
+    fn note_follower(&mut self, leader: u64, follower: u64) {
         let followers = self.followers.entry(leader).or_default();
         if !followers.contains(&follower) {
             if followers.len() < MAX_FOLLOWERS {
@@ -190,6 +197,11 @@ impl Replication {
                 self.dropped += 1;
             }
         }
+    }
+
+    fn sent(&mut self, message: &RaftPeerMessage) {
+        let (leader, follower) = (message.from, message.to);
+        self.note_follower(leader, follower);
         for entry in &message.pod_entries {
             if !self.entries.contains_key(&entry.index) && self.entries.len() >= MAX_ENTRIES {
                 if let Some((_, oldest)) = self.entries.pop_first() {
@@ -580,6 +592,29 @@ mod tests {
             })
             .expect("committed");
         assert_eq!(committed, (3, vec![SLOW]));
+    }
+
+    #[test]
+    fn a_follower_known_by_its_heartbeats_only_is_a_member_not_waited_for() {
+        // Joined late: the slow follower's appends are paused, but the
+        // leader's heartbeats to it say it is a member.
+        let mut replication = Replication::default();
+        let heartbeat = message(MessageKind::Heartbeat, true, LEADER, SLOW, 0, 90);
+        assert_eq!(replication.on_message(&heartbeat), []);
+        let sent = message(MessageKind::App, true, LEADER, FAST, 9, 100);
+        assert_eq!(replication.on_message(&sent), []);
+        replication.leader_synced(&entry(10), 110);
+        let answered =
+            replication.on_message(&message(MessageKind::AppResp, false, FAST, LEADER, 10, 120));
+        let committed = answered.iter().find_map(|replicated| match replicated {
+            Replicated::Committed {
+                members,
+                not_waited_for,
+                ..
+            } => Some((*members, not_waited_for.clone())),
+            _ => None,
+        });
+        assert_eq!(committed, Some((3, vec![SLOW])));
     }
 
     #[test]

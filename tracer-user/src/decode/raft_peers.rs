@@ -282,6 +282,9 @@ fn messages(data: &DataRecord, raft: Vec<RaftMessage>, once: &mut DecodedOnce) -
                     entries
                 }
                 MessageKind::AppResp => Vec::new(),
+                // The leader's heartbeats name every follower it has, one
+                // whose appends are paused (a slow follower) included.
+                MessageKind::Heartbeat if sent => Vec::new(),
                 _ => return None,
             };
             // Members not named yet: nothing to join it to.
