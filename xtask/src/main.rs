@@ -140,6 +140,10 @@ fn run(task: Task) -> anyhow::Result<()> {
             }
             let mut command = cargo_command(&root, &test_args);
             command.env("PODTRACE_BIN", root.join("target/debug/podtrace"));
+            // The integration suite is one binary whose live tests start real
+            // components and agents: one test at a time, as when each area
+            // was a binary of its own and cargo ran them in turn.
+            command.env("RUST_TEST_THREADS", "1");
             run_command(command)
         }
         Task::Lint => lint(&root),

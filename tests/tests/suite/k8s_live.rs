@@ -16,7 +16,7 @@
 //! kube-scheduler, kubelet and kubectl (v1.28 tried): the test is
 //! `#[ignore]`d with that reason, which the test harness prints, and
 //! `cargo xtask test` includes it when the variable is set (run alone:
-//! `cargo test --test k8s_live -- --include-ignored`). Run without the
+//! `cargo test --test suite k8s_live:: -- --include-ignored --test-threads=1`). Run without the
 //! variable, it says why and returns. This is the one kind of live test
 //! allowed not to run on CI, because this project never builds or ships
 //! Kubernetes binaries and CI has none. CI covers the same path with
