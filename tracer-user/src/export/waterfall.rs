@@ -33,9 +33,11 @@ pub struct Waterfalls {
 }
 
 impl Waterfalls {
-    /// Takes finished spans; returns the waterfalls of traces they complete.
+    /// Takes finished spans; returns the waterfalls of traces they complete,
+    /// once the whole batch is in: a deletion's node span completes its
+    /// trace, and its root comes right after it in the same batch.
     pub fn on_spans(&mut self, spans: &[Span]) -> Vec<String> {
-        let mut done = Vec::new();
+        let mut completed: Vec<TraceId> = Vec::new();
         for span in spans {
             if !self.traces.contains_key(&span.trace_id) && self.traces.len() >= MAX_TRACES {
                 let oldest = self
@@ -58,13 +60,15 @@ impl Waterfalls {
             } else {
                 trace.push(span.clone());
             }
-            if completes_trace(span, trace) {
-                if let Some(spans) = self.traces.remove(&span.trace_id) {
-                    done.push(render(&spans));
-                }
+            if completes_trace(span, trace) && !completed.contains(&span.trace_id) {
+                completed.push(span.trace_id);
             }
         }
-        done
+        completed
+            .into_iter()
+            .filter_map(|trace| self.traces.remove(&trace))
+            .map(|spans| render(&spans))
+            .collect()
     }
 }
 
@@ -411,6 +415,43 @@ mod tests {
             status: SpanStatus::Unset,
             links: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_deletions_node_span_and_root_of_one_batch_are_one_waterfall() {
+        let trace = TraceId::for_pod_deletion("c", "u-1");
+        let mut waterfalls = Waterfalls::default();
+        let done = waterfalls.on_spans(&[
+            span(trace, "runc kill", "kill", Some("node"), 10, 20),
+            span(trace, &name::node("node-a"), "node", Some("root"), 0, 100),
+            span(
+                trace,
+                &name::pod_delete("default", "web"),
+                "root",
+                None,
+                0,
+                100,
+            ),
+        ]);
+        assert_eq!(done.len(), 1, "{done:#?}");
+        let lines: Vec<&str> = done[0].lines().collect();
+        assert!(
+            lines[1]
+                .trim_start()
+                .starts_with(&name::pod_delete("default", "web")),
+            "{}",
+            done[0]
+        );
+        assert!(
+            lines[2].trim_start().starts_with(&name::node("node-a")),
+            "{}",
+            done[0]
+        );
+        assert!(
+            lines[3].trim_start().starts_with("runc kill"),
+            "{}",
+            done[0]
+        );
     }
 
     #[test]
