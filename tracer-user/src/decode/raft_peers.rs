@@ -287,9 +287,10 @@ fn messages(data: &DataRecord, raft: Vec<RaftMessage>, once: &mut DecodedOnce) -
                 MessageKind::Heartbeat if sent => Vec::new(),
                 _ => return None,
             };
-            // Members not named yet: nothing to join it to.
+            // Members not named yet: nothing to join it to (a heartbeat
+            // carries no entry: nothing lost).
             if message.from == 0 || message.to == 0 {
-                unnamed += 1;
+                unnamed += u64::from(message.kind != MessageKind::Heartbeat);
                 return None;
             }
             Some(RaftPeerMessage {
