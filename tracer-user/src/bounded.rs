@@ -54,13 +54,18 @@ impl<K: Eq + Hash + Clone, V, S: BuildHasher + Default> BoundedMap<K, V, S> {
         if let Some(slot) = self.entries.get_mut(&key) {
             return Some(std::mem::replace(&mut slot.1, value));
         }
-        self.insert_new(key, value);
+        self.insert_evicting(key, value);
         None
     }
 
-    /// Inserts `value` under `key`, which must not be there; returns what
-    /// was evicted to make room, for a caller that counts what it held.
-    pub fn insert_new(&mut self, key: K, value: V) -> Vec<(K, V)> {
+    /// Inserts `value` under `key` (replacing a value already there);
+    /// returns what was evicted to make room, for a caller that counts what
+    /// it held.
+    pub fn insert_evicting(&mut self, key: K, value: V) -> Vec<(K, V)> {
+        if let Some(slot) = self.entries.get_mut(&key) {
+            slot.1 = value;
+            return Vec::new();
+        }
         let evicted = self.make_room();
         let stamp = self.stamp(&key);
         self.entries.insert(key, (stamp, value));
@@ -208,7 +213,9 @@ mod tests {
         assert_eq!(map.get(&5), Some(&50));
         assert!(!map.contains_key(&3), "3 was the oldest left");
         // A caller that counts what it held gets what made room.
-        assert_eq!(map.insert_new(6, 60), [(2, 21)]);
+        assert_eq!(map.insert_evicting(6, 60), [(2, 21)]);
+        assert_eq!(map.insert_evicting(6, 61), [], "a key there is replaced");
+        assert_eq!(map.get(&6), Some(&61));
         assert_eq!(map.len(), 3);
     }
 

@@ -222,6 +222,14 @@ fn assert_container_facts(span: &ExportedSpan) {
 
 /// `podtrace explain` of a demo Pod says, under the waterfall, that its
 /// image was present and what its container asked for.
+/// `podtrace_pods_traced_total` in a scrape.
+fn pods_traced(exposition: &str) -> Option<u64> {
+    exposition
+        .lines()
+        .find_map(|line| line.strip_prefix("podtrace_pods_traced_total "))
+        .and_then(|n| n.parse().ok())
+}
+
 fn assert_facts_explained(story: &str) {
     let image = format!("image {WORKLOAD_IMAGE} present (ImageStatus)");
     assert!(story.contains(&image), "no {image:?}: {story}");
@@ -268,12 +276,7 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
         std::time::Instant::now() + Duration::from_nanos(SETTLE_NS) + Duration::from_secs(30);
     let exposition = loop {
         let exposition = agent.scrape();
-        let traced = exposition
-            .lines()
-            .find_map(|line| line.strip_prefix("podtrace_pods_traced_total "))
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
-        if traced >= 2 || std::time::Instant::now() > deadline {
+        if pods_traced(&exposition).unwrap_or(0) >= 2 || std::time::Instant::now() > deadline {
             break exposition;
         }
         thread::sleep(Duration::from_millis(250));
@@ -344,11 +347,7 @@ fn every_demo_pod_gets_one_complete_trace_with_every_component_nested_by_cause()
     }
     // At least these Pods: the agent follows every podtrace-demo on the
     // machine, a concurrent test's too.
-    let traced: u64 = exposition
-        .lines()
-        .find_map(|line| line.strip_prefix("podtrace_pods_traced_total "))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no pods_traced: {exposition}"));
+    let traced = pods_traced(&exposition).unwrap_or_else(|| panic!("no pods_traced: {exposition}"));
     assert!(traced >= 2, "{exposition}");
 
     for pod in &pods {

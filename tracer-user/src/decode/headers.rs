@@ -229,14 +229,10 @@ impl HeaderAttributor {
                 self.forget_decoder(tgid, old, last_read);
             }
         }
-        if self.decoders.contains_key(&(tgid, tag)) {
-            self.decoders.insert((tgid, tag), last_read);
-        } else {
-            // A decoder forgotten at the bound is forgotten both ways.
-            for ((_, old_tag), old_conn) in self.decoders.insert_new((tgid, tag), last_read) {
-                if self.decoder_of.get(&old_conn) == Some(&old_tag) {
-                    self.decoder_of.remove(&old_conn);
-                }
+        // A decoder forgotten at the bound is forgotten both ways.
+        for ((_, old_tag), old_conn) in self.decoders.insert_evicting((tgid, tag), last_read) {
+            if self.decoder_of.get(&old_conn) == Some(&old_tag) {
+                self.decoder_of.remove(&old_conn);
             }
         }
         last_read
@@ -265,11 +261,7 @@ impl HeaderAttributor {
     /// Keeps a thread's fields waiting for its write; a thread forgotten
     /// to make room has its fields counted unattributed.
     fn keep_pending(&mut self, thread: (u32, u32), fields: Vec<HeaderRecord>) {
-        if self.pending.contains_key(&thread) {
-            self.pending.insert(thread, fields);
-            return;
-        }
-        for (_, lost) in self.pending.insert_new(thread, fields) {
+        for (_, lost) in self.pending.insert_evicting(thread, fields) {
             self.unattributed += lost.len() as u64;
         }
     }

@@ -91,8 +91,7 @@ enum Role {
     Other,
 }
 
-fn role(span: &Span) -> Role {
-    let what = What::of(span);
+fn role(span: &Span, what: What<'_>) -> Role {
     if what == What::CreationRoot {
         return Role::CreationRoot;
     }
@@ -313,7 +312,8 @@ impl Assembly {
             }
         }
         pod.uid.get_or_insert(uid);
-        let role = role(&span);
+        let what = What::of(&span);
+        let role = role(&span, what);
         match role {
             Role::CreationRoot => {
                 pod.rooted = true;
@@ -332,7 +332,7 @@ impl Assembly {
         // it execs after the kubelet reported the Pod Running: runc start
         // returns once runc init was told to exec, and under load the exec
         // can follow the status update (the summaries reach over it).
-        let first_exec = What::of(&span) == What::ContainerStart;
+        let first_exec = what == What::ContainerStart;
         let after_end = !first_exec && pod.ended.is_some_and(|(end, _)| span.start_unix_ns > end);
         if role == Role::Teardown {
             pod.deletion_last_ns = now;

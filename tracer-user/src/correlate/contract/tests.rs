@@ -154,14 +154,19 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// What a literal of the contract's looks like in source: a whole key
-/// or fixed name, or the fixed start of a name that varies.
-fn spelled_out() -> Vec<String> {
-    let mut quoted: Vec<String> = attr::ATTRIBUTES
+/// Every key and fixed name as a literal spells it.
+fn spelled_whole() -> Vec<String> {
+    attr::ATTRIBUTES
         .iter()
         .chain(name::FIXED_NAMES)
         .map(|(text, _)| format!("\"{text}\""))
-        .collect();
+        .collect()
+}
+
+/// What a literal of the contract's looks like in source: a whole key
+/// or fixed name, or the fixed start of a name that varies.
+fn spelled_out() -> Vec<String> {
+    let mut quoted = spelled_whole();
     quoted.extend(
         [
             name::pod_create("", ""),
@@ -211,11 +216,7 @@ fn no_source_file_spells_out_a_name_or_key_of_the_contract() {
         &mut tests,
     );
     assert!(tests.len() > 10, "{tests:?}");
-    let whole: Vec<String> = attr::ATTRIBUTES
-        .iter()
-        .chain(name::FIXED_NAMES)
-        .map(|(text, _)| format!("\"{text}\""))
-        .collect();
+    let whole = spelled_whole();
     for file in &tests {
         let text = std::fs::read_to_string(file).unwrap();
         for literal in &whole {

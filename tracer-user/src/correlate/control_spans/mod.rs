@@ -468,10 +468,7 @@ impl ControlSpans {
         });
         let mut spans = Vec::new();
         for draft in released {
-            let parent_seen = draft
-                .parent
-                .as_ref()
-                .is_none_or(|p| self.seen.contains_key(p));
+            let parent_seen = parent_seen(&draft);
             match self.resolve(draft, parent_seen) {
                 Some(span) => spans.push(span),
                 // No UID: the Pod was created before podtrace started (its

@@ -118,7 +118,7 @@ impl ControlSpans {
         if self.ended.contains_key(uid) {
             return;
         }
-        for (oldest, _) in self.ended.insert_new(uid.to_owned(), fingerprint) {
+        for (oldest, _) in self.ended.insert_evicting(uid.to_owned(), fingerprint) {
             // Its later writes still fail the trace-timeout check once that
             // has passed; before, they would make spans again.
             self.states.remove(&oldest);
