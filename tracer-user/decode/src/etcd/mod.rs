@@ -202,6 +202,20 @@ impl KvRequest {
     }
 }
 
+/// Whether an etcd request `message` reads keys and writes nothing: it
+/// decodes as a `RangeRequest` whose key is a key (kube-apiserver's all
+/// begin with `/`) and whose range end, if any, is one too. kube-apiserver
+/// writes only in Txns, whose first field is a comparison (a message: its
+/// first byte a field tag, never `/`) and whose failure operations do not
+/// decode as a Range's `limit`; the value a Put writes is an object, not a
+/// key. A DeleteRange has a Range's shape: it creates nothing.
+pub fn reads_keys_only(message: &[u8]) -> bool {
+    pb::RangeRequest::decode(message).is_ok_and(|range| {
+        range.key.starts_with(b"/")
+            && (range.range_end.is_empty() || range.range_end.starts_with(b"/"))
+    })
+}
+
 fn txn_keys<'a>(txn: &'a pb::TxnRequest, keys: &mut Vec<&'a [u8]>) {
     keys.extend(txn.compare.iter().map(|c| c.key.as_slice()));
     for op in txn.success.iter().chain(&txn.failure) {

@@ -169,3 +169,52 @@ fn canonical_bytes_name_one_request_however_it_was_framed() {
             .canonical_bytes()
     );
 }
+
+/// kube-apiserver's count of Pods (a count-only Range of their prefix) and
+/// a quorum read of one are reads; its Txns and a Put of a Pod are not.
+#[test]
+fn reads_of_keys_are_told_from_writes() {
+    let count = pb::RangeRequest {
+        key: b"/registry/pods/".to_vec(),
+        range_end: b"/registry/pods0".to_vec(),
+        count_only: true,
+        ..pb::RangeRequest::default()
+    };
+    let get = pb::RangeRequest {
+        key: b"/registry/pods/default/web".to_vec(),
+        ..pb::RangeRequest::default()
+    };
+    for read in [count, get] {
+        assert!(reads_keys_only(&read.encode_to_vec()), "{read:?}");
+    }
+    let put = pb::PutRequest {
+        key: b"/registry/pods/default/web".to_vec(),
+        value: b"k8s\x00\x0a\x09\x0a\x02v1".to_vec(),
+        ..pb::PutRequest::default()
+    };
+    let op = |request| pb::RequestOp {
+        request: Some(request),
+    };
+    let create = pb::TxnRequest {
+        compare: vec![pb::Compare {
+            key: put.key.clone(),
+            target: pb::compare::CompareTarget::Mod.into(),
+            ..pb::Compare::default()
+        }],
+        success: vec![op(pb::request_op::Request::RequestPut(put.clone()))],
+        ..pb::TxnRequest::default()
+    };
+    let update = pb::TxnRequest {
+        failure: vec![op(pb::request_op::Request::RequestRange(
+            pb::RangeRequest {
+                key: put.key.clone(),
+                ..pb::RangeRequest::default()
+            },
+        ))],
+        ..create.clone()
+    };
+    assert!(!reads_keys_only(&put.encode_to_vec()));
+    assert!(!reads_keys_only(&create.encode_to_vec()));
+    assert!(!reads_keys_only(&update.encode_to_vec()));
+    assert!(!reads_keys_only(b"\xff\xff not protobuf"));
+}

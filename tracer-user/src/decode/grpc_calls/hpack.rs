@@ -288,7 +288,11 @@ impl Connection {
     /// probes back: the first one whose `:path` the wire could not decode
     /// (its table entry predates podtrace and no copy of the table was
     /// loaded), if it can be about a Pod — a REST request, or a gRPC one
-    /// whose body names Pods. Not a gRPC request that names no Pod: the
+    /// whose body names Pods and is not a read of keys ([`tracer_decode::etcd::reads_keys_only`]:
+    /// kube-apiserver counts each resource's objects every 60–132 s, Pods
+    /// included, on the connection whose Pod writes follow; each count
+    /// called the probes of the apiserver and etcd back for ~3 s, though
+    /// no span comes of a read). Not a gRPC request that names no Pod: the
     /// per-minute object count and the lease keep-alives of kube-apiserver's
     /// ~30 per-resource etcd clients, each calling the probes back for
     /// seconds, kept the apiserver's attached through its first minutes. Not
@@ -312,17 +316,24 @@ impl Connection {
         if loaded {
             return false;
         }
-        self.called_probes_back = true;
         let body = &exchange.request.body;
-        let grpc = matches!(
-            parse_message(body),
-            Ok(Decoded::Message { consumed, .. }) if consumed == body.len()
-        );
-        match resources_named(body) {
-            ResourcesNamed::PodsOrSeveral => true,
+        let message = match parse_message(body) {
+            Ok(Decoded::Message { msg, consumed }) if consumed == body.len() => Some(msg),
+            _ => None,
+        };
+        let calls_back = match resources_named(body) {
+            ResourcesNamed::PodsOrSeveral => !message.is_some_and(|msg| {
+                !msg.compressed && tracer_decode::etcd::reads_keys_only(msg.bytes)
+            }),
             ResourcesNamed::One(_) => false,
-            ResourcesNamed::None => !grpc,
-        }
+            ResourcesNamed::None => message.is_none(),
+        };
+        // Spent only by a request that called them back: a read before it
+        // (the per-minute count of Pods, on the connection that carries the
+        // Pod writes) would otherwise leave the first Pod write after it
+        // unread for the connection's life.
+        self.called_probes_back |= calls_back;
+        calls_back
     }
 
     /// The wire direction of what the process receives or sends.

@@ -308,6 +308,68 @@ fn a_joined_connection_holds_the_probes_only_shortly_after_its_requests() {
     }
 }
 
+/// A gRPC request on `stream` whose `:path` the wire cannot read (the
+/// block holds `:method` only), with `message` as its body, framed.
+fn unresolved_grpc_request(stream: u8, message: &[u8]) -> Vec<u8> {
+    let mut bytes = vec![0, 0, 1, 1, 4, 0, 0, 0, stream, 0x82];
+    let len = u32::try_from(message.len() + 5).unwrap().to_be_bytes();
+    bytes.extend_from_slice(&[len[1], len[2], len[3], 0, 1, 0, 0, 0, stream, 0]);
+    bytes.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    bytes.extend_from_slice(message);
+    bytes
+}
+
+/// kube-apiserver's per-minute count of Pods, on the connection that
+/// carries its Pod writes, is a read: it does not call the HPACK probes
+/// back, nor spend the call that the connection's first Pod write makes.
+#[test]
+fn a_count_of_pods_does_not_call_the_probes_back_and_a_pod_write_still_does() {
+    use prost::Message as _;
+    use tracer_decode::pb::etcdserverpb::{PutRequest, RangeRequest, RequestOp, TxnRequest};
+    let count = RangeRequest {
+        key: b"/registry/pods/".to_vec(),
+        range_end: b"/registry/pods0".to_vec(),
+        count_only: true,
+        ..RangeRequest::default()
+    }
+    .encode_to_vec();
+    let write = TxnRequest {
+        success: vec![RequestOp {
+            request: Some(
+                tracer_decode::pb::etcdserverpb::request_op::Request::RequestPut(PutRequest {
+                    key: b"/registry/pods/default/web".to_vec(),
+                    value: b"k8s\x00\x0a\x09\x0a\x02v1".to_vec(),
+                    ..PutRequest::default()
+                }),
+            ),
+        }],
+        ..TxnRequest::default()
+    }
+    .encode_to_vec();
+    let ping = b"\x00\x00\x08\x06\x00\x00\x00\x00\x0012345678";
+    let mut decoder = GrpcDecoder::default();
+    let mut once = DecodedOnce::default();
+    decoder.on_conn(&conn_record(ConnAction::ConnectedBeforeStart), &mut once);
+    decoder.on_data(&chunk(10, Direction::Ingress, ping, false), &mut once);
+    assert_eq!(field_probes_said(&mut decoder), vec![true]);
+    let quiet = 10 + REQUEST_IDLE_GRACE_NS + FIELD_PROBES_HOLD_NS + 1;
+    decoder.check_field_probes(quiet);
+    assert_eq!(field_probes_said(&mut decoder), vec![false]);
+    for (at, stream, message, calls_back) in [
+        (quiet + 1, 3, &count, false),
+        (quiet + 2, 5, &count, false),
+        (quiet + 3, 7, &write, true),
+    ] {
+        let request = unresolved_grpc_request(stream, message);
+        decoder.on_data(&chunk(at, Direction::Egress, &request, false), &mut once);
+        let mut response = RESPONSE_200.to_vec();
+        response[8] = stream;
+        decoder.on_data(&chunk(at, Direction::Ingress, &response, false), &mut once);
+        let said = if calls_back { vec![true] } else { Vec::new() };
+        assert_eq!(field_probes_said(&mut decoder), said, "stream {stream}");
+    }
+}
+
 /// containerd's ttrpc to a shim, both older than podtrace: neither
 /// direction's first bytes are frames, so it lets the probes go; one
 /// direction joined mid-frame alone does not.

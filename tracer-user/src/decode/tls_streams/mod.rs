@@ -87,9 +87,11 @@ const MAX_UNKEYED_HOLD_NS: u64 = 150_000_000_000;
 /// found it with sockets open, unless each of those is keyed sooner: a
 /// connection older than podtrace is keyed only at a call made while they
 /// are attached, and many talk only now and then — kube-apiserver's etcd
-/// client of each resource counts its objects once a minute
-/// (`--etcd-count-metric-poll-period`). Held past that minute, every such
-/// client is keyed in the agent's first minute; let go before it, each first
+/// client of each resource counts its objects every minute
+/// (`--etcd-count-metric-poll-period`), jittered to 60–132 s apart. Held
+/// past the first 60 s, most such clients are keyed in the agent's first
+/// minute (those that talk later call the probes back for a few seconds
+/// once, not held: [`Unkeyed::talked`]); let go before it, each first
 /// talk afterwards called the probes back for an [`UNKEYED_HOLD_NS`] of its
 /// own, for the agent's first three minutes (77 % of a benchmark leg).
 const STARTUP_HOLD_NS: u64 = 75_000_000_000;
