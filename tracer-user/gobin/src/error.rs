@@ -64,6 +64,10 @@ pub enum GoBinError {
     /// descriptors that cannot be read.
     #[error("runtime type descriptors: {reason}")]
     TypeDescriptors { reason: String },
+    /// Where a function's parameters are could not be read from the binary
+    /// (`GoBinary::arg_locations`).
+    #[error("parameters of {function}: {reason}")]
+    ArgLocations { function: String, reason: String },
     /// A Kubernetes component (it has `k8s.io/component-base/version`) whose
     /// `gitVersion` could not be read or is not `vMAJOR.MINOR.PATCH`.
     #[error("Kubernetes version not found: {reason}")]

@@ -249,6 +249,45 @@ pub struct KubeArgWords {
     pub status_sync_uid: u8,
 }
 
+impl KubeArgWords {
+    /// The word [`ARG_WORDS`](crate::kube_args::ARG_WORDS) names `name`.
+    fn word_mut(&mut self, name: &str) -> Option<&mut u8> {
+        Some(match name {
+            "authenticate_request" => &mut self.authenticate_request,
+            "authenticate_response" => &mut self.authenticate_response,
+            "authorize_reason" => &mut self.authorize_reason,
+            "mutating_webhook" => &mut self.mutating_webhook,
+            "validating_webhook" => &mut self.validating_webhook,
+            "storage_create_key" => &mut self.storage_create_key,
+            "storage_update_key" => &mut self.storage_update_key,
+            "pod_validate_pod" => &mut self.pod_validate_pod,
+            "binding_create_binding" => &mut self.binding_create_binding,
+            "status_update_name" => &mut self.status_update_name,
+            "enqueue_pod" => &mut self.enqueue_pod,
+            "scheduling_cycle_pod_info" => &mut self.scheduling_cycle_pod_info,
+            "scheduling_cycle_host" => &mut self.scheduling_cycle_host,
+            "bind_pod" => &mut self.bind_pod,
+            "bind_node" => &mut self.bind_node,
+            "pod_additions_pods" => &mut self.pod_additions_pods,
+            "sync_pod_pod" => &mut self.sync_pod_pod,
+            "volume_wait_pod" => &mut self.volume_wait_pod,
+            "status_sync_uid" => &mut self.status_sync_uid,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a probed function's argument words came from, when the offsets
+/// were derived (see [`KubeOffsets::words_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WordSource {
+    /// The binary's own ArgInfo and morestack stub.
+    Binary,
+    /// The nearest release's table row, and why not the binary: a result
+    /// (ArgInfo describes parameters only), or what the binary lacked.
+    Nearest { why: String },
+}
+
 /// One row of the generated Kubernetes table (`kube_offsets_table.rs`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct KubeTableEntry {
@@ -345,7 +384,8 @@ pub enum KubeOffsetsSource {
     /// The table's row for the release (generated from its DWARF).
     Table { release: &'static str },
     /// The field offsets from the binary's own type descriptors; the
-    /// argument words from the table's row of the nearest release.
+    /// parameters' words from its ArgInfo ([`KubeOffsets::words`]), the
+    /// others from the table's row of the nearest release.
     Derived { words_from: &'static str },
 }
 
@@ -355,7 +395,7 @@ impl fmt::Display for KubeOffsetsSource {
             Self::Table { release } => write!(f, "from the table ({release})"),
             Self::Derived { words_from } => write!(
                 f,
-                "derived from the binary's type descriptors, argument words of {words_from}"
+                "derived from the binary's type descriptors and ArgInfo, other argument words of {words_from}"
             ),
         }
     }
@@ -372,6 +412,32 @@ pub struct KubeOffsets {
     /// that reads one is refused (a kubelet has no scheduler types, a
     /// renamed field has no offset).
     pub absent: Vec<(&'static str, String)>,
+    /// When derived: where each argument word came from, by its name in
+    /// [`KubeArgWords`] (empty for a table row: every word is the row's).
+    pub words: Vec<(&'static str, WordSource)>,
+}
+
+impl KubeOffsets {
+    /// Where the argument words a probe of `function` reads came from, as
+    /// `podtrace inspect` says it.
+    pub fn words_of(&self, function: &str) -> String {
+        let release = match &self.source {
+            KubeOffsetsSource::Table { release } => return format!("from the table ({release})"),
+            KubeOffsetsSource::Derived { words_from } => words_from,
+        };
+        let said: Vec<String> = crate::kube_args::ARG_WORDS
+            .iter()
+            .filter(|word| word.function == function)
+            .filter_map(|word| {
+                let (_, source) = self.words.iter().find(|(name, _)| *name == word.name)?;
+                Some(match source {
+                    WordSource::Binary => format!("{}: the binary's ArgInfo", word.name),
+                    WordSource::Nearest { why } => format!("{}: {release} ({why})", word.name),
+                })
+            })
+            .collect();
+        format!("derived; argument words {}", said.join(", "))
+    }
 }
 
 /// How [`kube_offsets_for`] chooses.
@@ -387,10 +453,13 @@ pub enum KubeOffsetsMode {
 
 /// The offsets for a component of `version`: the table's row (see
 /// [`KubeOffsetsMode`]), else the field offsets read from `binary`'s type
-/// descriptors with the argument words of the nearest release in the table
-/// (the probed signatures have not changed from 1.28 to 1.33; a function
-/// whose first hits do not read as the checks expect is detached by the
-/// agent). `Err` when the descriptors cannot be read at all.
+/// descriptors and the parameters' words read from its ArgInfo (the
+/// signatures a function has had, [`ArgWord::at`](crate::kube_args::ArgWord),
+/// tell which parameter is which); a word the binary cannot give, and the
+/// results', are the nearest release's in the table ([`KubeOffsets::words`]
+/// says which). A function whose first hits do not read as the checks
+/// expect is detached by the agent. `Err` when the descriptors cannot be
+/// read at all.
 pub fn kube_offsets_for(
     binary: &GoBinary,
     version: KubeVersion,
@@ -404,6 +473,7 @@ pub fn kube_offsets_for(
                     release: entry.kubernetes,
                 },
                 absent: Vec::new(),
+                words: Vec::new(),
             });
         }
     }
@@ -427,13 +497,45 @@ pub fn kube_offsets_for(
             *slot = value.unwrap_or(0);
         }
     }
+    let words = crate::kube_args::ARG_WORDS
+        .iter()
+        .map(|word| {
+            let source = match binary_word(binary, word) {
+                Ok(value) => {
+                    if let Some(slot) = offsets.args.word_mut(word.name) {
+                        *slot = value;
+                    }
+                    WordSource::Binary
+                }
+                Err(why) => WordSource::Nearest { why },
+            };
+            (word.name, source)
+        })
+        .collect();
     Ok(KubeOffsets {
         offsets,
         source: KubeOffsetsSource::Derived {
             words_from: nearest.kubernetes,
         },
         absent,
+        words,
     })
+}
+
+/// `word`'s register word in `binary`, from the function's ArgInfo and
+/// morestack stub matched against the signatures it has had.
+fn binary_word(binary: &GoBinary, word: &crate::kube_args::ArgWord) -> Result<u8, String> {
+    if word.at.is_empty() {
+        return Err("a result: ArgInfo describes parameters only".into());
+    }
+    let function = binary
+        .function(word.function)
+        .map_err(|error| error.to_string())?
+        .ok_or("the function is not in the binary")?;
+    binary
+        .arg_locations(&function)
+        .map_err(|error| error.to_string())?
+        .word(word.at)
 }
 
 fn table_row(version: KubeVersion) -> Option<&'static KubeTableEntry> {

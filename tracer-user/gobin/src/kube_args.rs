@@ -9,6 +9,8 @@
 use std::{borrow::Cow, collections::HashMap, path::Path};
 
 use anyhow::{Context as _, bail};
+
+use crate::ArgAt;
 use gimli::{AttributeValue, EndianSlice, RunTimeEndian};
 use object::{Object as _, ObjectSection as _};
 
@@ -42,16 +44,49 @@ pub struct ArgWord {
     pub value: Value,
     /// Members to follow inside it (an interface's `data`, a struct's field).
     pub path: &'static [&'static str],
+    /// How the agent finds a parameter's word in a binary of a release the
+    /// table lacks, from the binary itself ([`crate::GoBinary::arg_locations`]):
+    /// the signatures the function has had, as ArgInfo shapes, the receiver
+    /// first (empty for a result, which ArgInfo does not describe).
+    pub at: &'static [ArgAt],
 }
 
-const fn param(name: &'static str, function: &'static str, value: &'static str) -> ArgWord {
+const fn param(
+    name: &'static str,
+    function: &'static str,
+    value: &'static str,
+    at: &'static [ArgAt],
+) -> ArgWord {
     ArgWord {
         name,
         function,
         value: Value::Param(value),
         path: &[],
+        at,
     }
 }
+
+/// A pointer receiver or parameter, a string or interface, a slice.
+const P: &str = "8";
+const S: &str = "{8 8}";
+const SLICE: &str = "{8 8 8}";
+
+/// `schedulingCycle(ctx, state, fwk, podInfo, start, podsToActivate)` and
+/// `bind(ctx, fwk, assumed, targetNode, state)`: `state` was a
+/// `*framework.CycleState` through 1.33, the `fwk.CycleState` interface
+/// from 1.34.
+const SCHEDULING_CYCLE_AT: &[ArgAt] = &[
+    ArgAt {
+        params: &[P, S, P, S, P],
+        param: 4,
+        part: 0,
+    },
+    ArgAt {
+        params: &[P, S, S, S, P],
+        param: 4,
+        part: 0,
+    },
+];
 
 const AUTHENTICATE: &str = "k8s.io/apiserver/pkg/authentication/request/union.(*unionAuthRequestHandler).AuthenticateRequest";
 const SCHEDULING_CYCLE: &str = "k8s.io/kubernetes/pkg/scheduler.(*Scheduler).schedulingCycle";
@@ -59,90 +94,211 @@ const BIND: &str = "k8s.io/kubernetes/pkg/scheduler.(*Scheduler).bind";
 
 /// Each field of `KubeArgWords`, in its order.
 pub const ARG_WORDS: &[ArgWord] = &[
-    param("authenticate_request", AUTHENTICATE, "req"),
+    param(
+        "authenticate_request",
+        AUTHENTICATE,
+        "req",
+        &[ArgAt {
+            params: &[P, P],
+            param: 1,
+            part: 0,
+        }],
+    ),
     ArgWord {
         name: "authenticate_response",
         function: AUTHENTICATE,
         value: Value::Result(0),
         path: &[],
+        at: &[],
     },
     ArgWord {
         name: "authorize_reason",
         function: "k8s.io/apiserver/pkg/authorization/union.unionAuthzHandler.Authorize",
         value: Value::Result(1),
         path: &[],
+        at: &[],
     },
     param(
         "mutating_webhook",
         "k8s.io/apiserver/pkg/admission/plugin/webhook/mutating.(*mutatingDispatcher).callAttrMutatingHook",
         "h",
+        &[ArgAt {
+            params: &[P, S, P],
+            param: 2,
+            part: 0,
+        }],
     ),
     param(
         "validating_webhook",
         "k8s.io/apiserver/pkg/admission/plugin/webhook/validating.(*validatingDispatcher).callHook",
         "h",
+        &[ArgAt {
+            params: &[P, S, P],
+            param: 2,
+            part: 0,
+        }],
     ),
     param(
         "storage_create_key",
         "k8s.io/apiserver/pkg/storage/etcd3.(*store).Create",
         "key",
+        &[ArgAt {
+            params: &[P, S, S],
+            param: 2,
+            part: 0,
+        }],
     ),
     param(
         "storage_update_key",
         "k8s.io/apiserver/pkg/storage/etcd3.(*store).GuaranteedUpdate",
         "key",
+        &[ArgAt {
+            params: &[P, S, S],
+            param: 2,
+            part: 0,
+        }],
     ),
     ArgWord {
         name: "pod_validate_pod",
         function: "k8s.io/kubernetes/pkg/registry/core/pod.podStrategy.Validate",
         value: Value::Param("obj"),
         path: &["data"],
+        // A value receiver: `podStrategy`, two interfaces.
+        at: &[ArgAt {
+            params: &["*", S, S],
+            param: 2,
+            part: 1,
+        }],
     },
     ArgWord {
         name: "binding_create_binding",
         function: "k8s.io/kubernetes/pkg/registry/core/pod/storage.(*BindingREST).Create",
         value: Value::Param("obj"),
         path: &["data"],
+        at: &[ArgAt {
+            params: &[P, S, S, S],
+            param: 3,
+            part: 1,
+        }],
     },
     param(
         "status_update_name",
         "k8s.io/kubernetes/pkg/registry/core/pod/storage.(*StatusREST).Update",
         "name",
+        &[ArgAt {
+            params: &[P, S, S],
+            param: 2,
+            part: 0,
+        }],
     ),
     ArgWord {
         name: "enqueue_pod",
         function: "k8s.io/kubernetes/pkg/scheduler.(*Scheduler).addPodToSchedulingQueue",
         value: Value::Param("obj"),
         path: &["data"],
+        // `obj interface{}` through 1.34, `pod *v1.Pod` from 1.35.
+        at: &[
+            ArgAt {
+                params: &[P, S],
+                param: 1,
+                part: 1,
+            },
+            ArgAt {
+                params: &[P, P],
+                param: 1,
+                part: 0,
+            },
+        ],
     },
-    param("scheduling_cycle_pod_info", SCHEDULING_CYCLE, "podInfo"),
+    param(
+        "scheduling_cycle_pod_info",
+        SCHEDULING_CYCLE,
+        "podInfo",
+        SCHEDULING_CYCLE_AT,
+    ),
     ArgWord {
         name: "scheduling_cycle_host",
         function: SCHEDULING_CYCLE,
         value: Value::Result(0),
         path: &["SuggestedHost"],
+        at: &[],
     },
-    param("bind_pod", BIND, "assumed"),
-    param("bind_node", BIND, "targetNode"),
+    param(
+        "bind_pod",
+        BIND,
+        "assumed",
+        &[ArgAt {
+            params: &[P, S, S, P],
+            param: 3,
+            part: 0,
+        }],
+    ),
+    param(
+        "bind_node",
+        BIND,
+        "targetNode",
+        &[ArgAt {
+            params: &[P, S, S, P, S],
+            param: 4,
+            part: 0,
+        }],
+    ),
     param(
         "pod_additions_pods",
         "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).HandlePodAdditions",
         "pods",
+        // `ctx` first from 1.36.
+        &[
+            ArgAt {
+                params: &[P, SLICE],
+                param: 1,
+                part: 0,
+            },
+            ArgAt {
+                params: &[P, S, SLICE],
+                param: 2,
+                part: 0,
+            },
+        ],
     ),
     param(
         "sync_pod_pod",
         "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).SyncPod",
         "pod",
+        &[ArgAt {
+            params: &[P, S, P, P],
+            param: 3,
+            part: 0,
+        }],
     ),
     param(
         "volume_wait_pod",
         "k8s.io/kubernetes/pkg/kubelet/volumemanager.(*volumeManager).WaitForAttachAndMount",
         "pod",
+        &[ArgAt {
+            params: &[P, S, P],
+            param: 2,
+            part: 0,
+        }],
     ),
     param(
         "status_sync_uid",
         "k8s.io/kubernetes/pkg/kubelet/status.(*manager).syncPod",
         "uid",
+        // `ctx` first by 1.37; the status after `uid` (a struct beginning
+        // with a pointer and a struct of two words) tells the two apart.
+        &[
+            ArgAt {
+                params: &["*", S, "{8 {8 8} ..."],
+                param: 1,
+                part: 0,
+            },
+            ArgAt {
+                params: &["*", S, S, "{8 {8 8} ..."],
+                param: 2,
+                part: 0,
+            },
+        ],
     ),
 ];
 

@@ -57,6 +57,7 @@
 //! # }
 //! ```
 
+mod arginfo;
 mod buildinfo;
 mod elf;
 mod error;
@@ -73,11 +74,13 @@ mod rtypes;
 
 use std::{collections::BTreeMap, collections::HashMap, fs::File, path::Path, sync::OnceLock};
 
+pub use arginfo::{ArgAt, ArgLoc, ArgLocations, Param};
 pub use buildinfo::{BuildInfo, Module};
 pub use error::{GoBinError, Result};
 pub use kube::{
     KUBE_FIELDS, KubeArgWords, KubeField, KubeOffsets, KubeOffsetsMode, KubeOffsetsSource,
-    KubeStructOffsets, KubeVersion, known_kube_releases, kube_offsets, kube_offsets_for,
+    KubeStructOffsets, KubeVersion, WordSource, known_kube_releases, kube_offsets,
+    kube_offsets_for,
 };
 pub use moduledata::TextStartSource;
 pub use offsets::{GoRelease, StructOffsets};
@@ -264,11 +267,18 @@ impl GoBinary {
 
     /// Resolves a function from pclntab only, ignoring `.symtab`.
     pub fn pclntab_function(&self, name: &str) -> Result<Option<Function>> {
-        let index = self.names.get_or_init(|| self.index_names());
-        match index.get(name) {
-            Some(&i) => self.function_at(i).map(Some),
+        match self.pclntab_index(name) {
+            Some(i) => self.function_at(i).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The pclntab index of the function named `name`.
+    fn pclntab_index(&self, name: &str) -> Option<u32> {
+        self.names
+            .get_or_init(|| self.index_names())
+            .get(name)
+            .copied()
     }
 
     /// Every function of pclntab, in address order.

@@ -213,6 +213,32 @@ impl Pclntab {
         })
     }
 
+    /// Function `index`'s funcdata `slot` (`abi.FUNCDATA_*`): its offset from
+    /// `moduledata.gofunc`, `None` when the function has none. `_func` holds
+    /// `npcdata` (a u32 at 28) and `nfuncdata` (the byte after `flag`), then
+    /// past its fixed part (40 bytes, 44 from Go 1.20) `npcdata` u32 pcdata
+    /// offsets and `nfuncdata` u32 funcdata offsets, `u32::MAX` for none.
+    pub(crate) fn funcdata(&self, data: &[u8], index: u32, slot: u8) -> Option<u32> {
+        if index >= self.nfunc {
+            return None;
+        }
+        let table = self.table(data);
+        let pcln = self.pcln_offset as usize;
+        let func_off = read_u32(table, pcln + index as usize * 8 + 4)? as usize;
+        let func = pcln.checked_add(func_off)?;
+        let npcdata = read_u32(table, func.checked_add(28)?)? as usize;
+        let nfuncdata = *table.get(func + self.flag_field() + 2)?;
+        if slot >= nfuncdata {
+            return None;
+        }
+        let fixed = self.flag_field() + 3;
+        let at = func
+            .checked_add(fixed)?
+            .checked_add(npcdata.checked_mul(4)?)?
+            .checked_add(usize::from(slot) * 4)?;
+        read_u32(table, at).filter(|&off| off != u32::MAX)
+    }
+
     /// Offset of `_func.flag`: Go 1.20 inserted `startLine` (an i32) before funcID and flag.
     fn flag_field(&self) -> usize {
         match self.version {

@@ -99,6 +99,92 @@ pub(crate) fn entry_point(code: &[u8], entry: u64) -> EntryPoint {
     }
 }
 
+/// Instructions read in a morestack stub: one spill per register word of
+/// the parameters (at most 9 integer and 15 float registers), NOPs, the call.
+const SPILL_STUB_SCAN: usize = 40;
+
+/// One register a function's morestack stub spills: the parameter word in
+/// `register` (`width` bytes) goes to `[RSP + slot + 8]` at the stack
+/// check, `slot` being its offset in the arguments area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spill {
+    pub(crate) slot: u32,
+    pub(crate) register: Register,
+    pub(crate) width: u8,
+}
+
+/// The registers the morestack stub of the function whose code (starting
+/// at `entry`) is `code` spills, in order: where the stack check's jump
+/// goes, Go stores every register word of every parameter to its spill
+/// slot before `CALL runtime.morestack` (the stub then reloads them and
+/// jumps back to the entry). `None` without a stack check (a NOSPLIT
+/// function), or when the stub is not spills then a call.
+pub(crate) fn spill_stub(code: &[u8], entry: u64) -> Option<Vec<Spill>> {
+    let mut decoder = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
+    let mut compared_with_stackguard = false;
+    let mut target = None;
+    for _ in 0..STACK_CHECK_SCAN {
+        if !decoder.can_decode() {
+            break;
+        }
+        let instruction = decoder.decode();
+        if instruction.mnemonic() == Mnemonic::Cmp
+            && instruction.memory_base() == Register::R14
+            && instruction.memory_displacement64() == G_STACKGUARD0
+        {
+            compared_with_stackguard = true;
+        } else if compared_with_stackguard && is_conditional_jump(instruction.mnemonic()) {
+            target = Some(instruction.near_branch_target());
+            break;
+        }
+    }
+    let start = usize::try_from(target?.checked_sub(entry)?).ok()?;
+    let mut decoder = Decoder::with_ip(64, code.get(start..)?, target?, DecoderOptions::NONE);
+    let mut spills = Vec::new();
+    for _ in 0..SPILL_STUB_SCAN {
+        if !decoder.can_decode() {
+            return None;
+        }
+        let instruction = decoder.decode();
+        match instruction.mnemonic() {
+            Mnemonic::Nop => {}
+            Mnemonic::Call => return Some(spills),
+            Mnemonic::Mov | Mnemonic::Movsd | Mnemonic::Movss
+                if instruction.op0_kind() == OpKind::Memory
+                    && instruction.memory_base() == Register::RSP
+                    && instruction.memory_index() == Register::None
+                    && instruction.op1_kind() == OpKind::Register =>
+            {
+                let slot = instruction.memory_displacement64().checked_sub(8)?;
+                spills.push(Spill {
+                    slot: u32::try_from(slot).ok()?,
+                    register: instruction.op1_register(),
+                    width: u8::try_from(instruction.memory_size().size()).ok()?,
+                });
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// The integer argument register `register` (or a part of it) is, as its
+/// index in Go's order (RAX = 0 … R11 = 8).
+pub(crate) fn integer_argument_index(register: Register) -> Option<u8> {
+    let full = register.full_register();
+    ARGUMENT_REGISTERS
+        .iter()
+        .position(|&r| r == full)
+        .and_then(|index| u8::try_from(index).ok())
+}
+
+/// The float argument register `register` is (X0 = 0 … X14 = 14).
+pub(crate) fn float_argument_index(register: Register) -> Option<u8> {
+    // `number` counts within the register's kind: XMM0 is 0.
+    let index = u8::try_from(register.number()).ok()?;
+    (register.is_xmm() && index < 15).then_some(index)
+}
+
 /// Offsets from `entry` of every direct `CALL target` in `code`.
 pub(crate) fn calls_to(code: &[u8], entry: u64, target: u64) -> Vec<u64> {
     Decoder::with_ip(64, code, entry, DecoderOptions::NONE)

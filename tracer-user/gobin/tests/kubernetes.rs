@@ -168,6 +168,25 @@ fn argument_words_follow_the_go_abi_and_refuse_renamed_parameters() {
         // Not in this binary at all.
         let absent = found["bind_pod"].as_ref().unwrap_err();
         assert!(absent.contains("not in DWARF"), "{go}: {absent}");
+
+        // From the binary alone (its ArgInfo and morestack stubs), as the
+        // agent reads a release the table lacks: the same word, stripped
+        // of DWARF or not; a function without a stack check (a leaf) has
+        // no stub to tell its integer registers from float ones: refused.
+        let bin = GoBinary::open(&binary).unwrap();
+        let from_binary = |name: &str| {
+            let word = kube_args::ARG_WORDS
+                .iter()
+                .find(|word| word.name == name)
+                .unwrap();
+            let function = bin.function(word.function).unwrap().unwrap();
+            bin.arg_locations(&function)
+                .map_err(|error| error.to_string())
+                .and_then(|locations| locations.word(word.at))
+        };
+        assert_eq!(from_binary("scheduling_cycle_pod_info"), Ok(6), "{go}");
+        let leaf = from_binary("pod_additions_pods").unwrap_err();
+        assert!(leaf.contains("no morestack stub"), "{go}: {leaf}");
     }
 }
 
@@ -324,6 +343,27 @@ fn offsets_derived_from_the_real_binaries_type_descriptors_are_the_table_row() {
             }
         );
         assert_eq!(derived.offsets.args, table.args, "{}", path.display());
+        // Every parameter word of a function the binary has came from its
+        // own ArgInfo (equal to the row generated from DWARF, above).
+        for word in kube_args::ARG_WORDS {
+            let present = bin.function(word.function).unwrap().is_some();
+            let (_, source) = derived
+                .words
+                .iter()
+                .find(|(name, _)| *name == word.name)
+                .unwrap();
+            if present && !word.at.is_empty() {
+                assert_eq!(
+                    *source,
+                    tracer_gobin::WordSource::Binary,
+                    "{} {}",
+                    path.display(),
+                    word.name
+                );
+            } else {
+                assert_ne!(*source, tracer_gobin::WordSource::Binary, "{}", word.name);
+            }
+        }
         for field in tracer_gobin::KUBE_FIELDS {
             let absent = derived.absent.iter().find(|(name, _)| *name == field.name);
             if pod.contains(&field.name) || own.contains(&field.name) {

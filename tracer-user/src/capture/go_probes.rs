@@ -213,7 +213,7 @@ pub fn inspect(
                             Some(why) => format!("refused: {why}"),
                             None => {
                                 attached += 1;
-                                kube.source.to_string()
+                                kube.words_of(&function.name)
                             }
                         };
                         kube_probes.insert(function.name.clone(), source);

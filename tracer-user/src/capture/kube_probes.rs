@@ -457,6 +457,7 @@ mod tests {
                 .iter()
                 .map(|name| (*name, "test".to_owned()))
                 .collect(),
+            words: Vec::new(),
         };
         let names: Vec<&str> = tracer_gobin::KUBE_FIELDS.iter().map(|f| f.name).collect();
         for probe in KUBE_PROBES {
@@ -530,6 +531,7 @@ mod tests {
                     release: kubernetes,
                 },
                 absent: Vec::new(),
+                words: Vec::new(),
             };
             for probe in KUBE_PROBES {
                 for at_return in [false, true] {
