@@ -196,17 +196,9 @@ const WARM_UP: Duration = Duration::from_secs(3);
 /// per-resource etcd clients, the components' watches) talk every few
 /// seconds to a minute. A leg measures what the agent costs once settled;
 /// the start is printed apart, with how long it took (cut off at
-/// `--start-max`).
+/// `--start-max`; on a control plane the per-call TLS probes are held
+/// through the agent's first 135 s, `STARTUP_HOLD_NS`).
 const AGENT_START_MIN: Duration = Duration::from_millis(1500);
-/// An agent's start on the apiserver's control plane lasts at least this
-/// long: kube-apiserver counts each resource's objects every minute with a
-/// jitter factor of 1.2 (every 60 to 132 s), each over that resource's etcd
-/// client, a connection older than the agent whose first talk after the
-/// agent's start calls the per-call TLS probes back for ~3 s to read its
-/// secret. Until every one has talked once the agent is still joining the
-/// cluster: legs begun at ~90 s met those first talks in 20–50 % of
-/// their seconds in one round of two.
-const APISERVER_AGENT_START_MIN: Duration = Duration::from_secs(135);
 /// How often the agent's metrics are looked at during its start.
 const AGENT_START_SLICE: Duration = Duration::from_millis(250);
 /// How often they are looked at during its leg: each look renders every
@@ -305,7 +297,6 @@ fn main() -> anyhow::Result<()> {
                 unit: "write",
                 processes: vec![("etcd", etcd.pid()), (load_binary.name(), load.pid())],
                 agent_args,
-                start_min: AGENT_START_MIN,
             };
             reports.push(measure(subject, &mut load, &args, rounds)?);
         }
@@ -356,9 +347,6 @@ struct Subject {
     processes: Vec<(&'static str, u32)>,
     /// `podtrace run`'s arguments besides its defaults.
     agent_args: Vec<&'static str>,
-    /// The least an agent's start lasts ([`AGENT_START_MIN`],
-    /// [`APISERVER_AGENT_START_MIN`]).
-    start_min: Duration,
 }
 
 /// The legs of one mix: warm-up, then without podtrace and `rounds` times
@@ -398,7 +386,7 @@ fn measure(
         for (binary, agent_args, results) in agents {
             results.push(leg_with_agent(
                 load,
-                (subject.start_min, leg),
+                leg,
                 binary,
                 &agent_args,
                 &traced,
@@ -501,7 +489,6 @@ fn apiserver_legs(args: &Args, rounds: usize) -> anyhow::Result<Vec<Report>> {
                 ("apiserver-load", load.pid()),
             ],
             agent_args: Vec::new(),
-            start_min: APISERVER_AGENT_START_MIN,
         };
         reports.push(measure(subject, &mut load, args, rounds)?);
     }
@@ -853,16 +840,15 @@ fn probes_detached(metrics: &str) -> bool {
     })
 }
 
-/// The load while `agent` starts: at least `min`, then until its on-demand
-/// probes have stayed detached for `settle`, or `max`.
+/// The load while `agent` starts: at least [`AGENT_START_MIN`], then until
+/// its on-demand probes have stayed detached for `settle`, or `max`.
 fn agent_start(
     load: &mut LoadClient,
     agent: &Agent,
-    min: Duration,
     settle: Duration,
     max: Duration,
 ) -> anyhow::Result<LegResult> {
-    let mut start = load.leg(min)?;
+    let mut start = load.leg(AGENT_START_MIN)?;
     let mut detached_for = Duration::ZERO;
     while start.seconds < max.as_secs_f64() {
         if probes_detached(&agent.metrics) {
@@ -895,7 +881,7 @@ fn probes_attached_share(metrics: &str, done: &AtomicBool) -> f64 {
 /// `traced` processes used during the leg.
 fn leg_with_agent(
     load: &mut LoadClient,
-    (start_min, leg): (Duration, Duration),
+    leg: Duration,
     binary: &Path,
     args: &[&str],
     traced: &[u32],
@@ -906,7 +892,6 @@ fn leg_with_agent(
     let start = agent_start(
         load,
         &agent,
-        start_min,
         Duration::from_secs(options.settle),
         Duration::from_secs(options.start_max),
     )?;

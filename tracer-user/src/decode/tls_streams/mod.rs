@@ -88,13 +88,14 @@ const MAX_UNKEYED_HOLD_NS: u64 = 150_000_000_000;
 /// connection older than podtrace is keyed only at a call made while they
 /// are attached, and many talk only now and then — kube-apiserver's etcd
 /// client of each resource counts its objects every minute
-/// (`--etcd-count-metric-poll-period`), jittered to 60–132 s apart. Held
-/// past the first 60 s, most such clients are keyed in the agent's first
-/// minute (those that talk later call the probes back for a few seconds
-/// once, not held: [`Unkeyed::talked`]); let go before it, each first
-/// talk afterwards called the probes back for an [`UNKEYED_HOLD_NS`] of its
-/// own, for the agent's first three minutes (77 % of a benchmark leg).
-const STARTUP_HOLD_NS: u64 = 75_000_000_000;
+/// (`--etcd-count-metric-poll-period`) with a jitter factor of 1.2, so
+/// 60–132 s apart: held that long, every such client is keyed in the
+/// agent's first 132 s. Held 75 s, a third of them talked first after the
+/// hold, unkeyed, and their next talk (60–132 s on) held the probes for 5/4
+/// of that quiet, up to 150 s each, through the agent's first five minutes
+/// (20–50 % of a benchmark leg begun at 90 s); let go after a minute, each
+/// first talk afterwards held them 30 s of its own (77 % of a leg).
+const STARTUP_HOLD_NS: u64 = 135_000_000_000;
 /// How long a direction's unkeyed talks are remembered after its hold: long
 /// enough to see that one talks too rarely to be held across
 /// ([`MAX_UNKEYED_HOLD_NS`]): kube-apiserver's compactor has an etcd client
