@@ -155,13 +155,10 @@ fn tokens(shape: &str) -> impl Iterator<Item = &str> {
 /// whether the later ones were left out.
 type Parsed = (Vec<(String, Vec<Component>)>, bool);
 
-/// A scalar component as ArgInfo writes it.
-#[derive(Debug, Clone, Copy)]
-struct Component {
-    /// `None` when written `_`.
-    slot: Option<u32>,
-    size: Option<u8>,
-}
+/// A scalar component as ArgInfo writes it: its offset in the arguments
+/// area and its size; `None` when written `_` (an offset too large, whose
+/// size is not written either).
+type Component = Option<(u32, u8)>;
 
 /// Parses ArgInfo `bytes` into each parameter's shape and components.
 fn parse(bytes: &[u8]) -> std::result::Result<Parsed, String> {
@@ -214,20 +211,12 @@ fn parse(bytes: &[u8]) -> std::result::Result<Parsed, String> {
                 push_token(&mut shape, "...");
                 continue;
             }
-            OFFSET_TOO_LARGE => Component {
-                slot: None,
-                size: None,
-            },
-            offset => Component {
-                slot: Some(u32::from(offset)),
-                size: Some(next(&mut at)?),
-            },
+            OFFSET_TOO_LARGE => None,
+            offset => Some((u32::from(offset), next(&mut at)?)),
         };
         push_token(
             &mut shape,
-            &component
-                .size
-                .map_or_else(|| "_".to_owned(), |size| size.to_string()),
+            &component.map_or_else(|| "_".to_owned(), |(_, size)| size.to_string()),
         );
         parts.push(component);
         if depth == 0 {
@@ -260,44 +249,41 @@ fn locate(
     let untold = params
         .iter()
         .flat_map(|(_, parts)| parts)
-        .filter(|component| component.slot.is_none() && component.size.is_none())
+        .filter(|component| component.is_none())
         .count();
     let mut large_next = large.iter();
     let mut located = Vec::with_capacity(params.len());
     for (shape, components) in params {
         let mut parts = Vec::with_capacity(components.len());
         for component in components {
-            let spill = match component.slot {
-                Some(slot) => spills.iter().position(|spill| spill.slot == slot),
+            let spill = match component {
+                Some((slot, _)) => spills.iter().position(|spill| spill.slot == slot),
                 // `_`: a register word only when each `_` has a large spill.
                 None if untold == large.len() && !shape.contains("...") => {
                     large_next.next().copied()
                 }
                 None => None,
             };
-            let part = match (spill, component.slot) {
+            let part = match (spill, component) {
                 (Some(index), _) => {
                     if std::mem::replace(&mut used[index], true) {
                         return Err(format!("slot {:#x} spilled twice", spills[index].slot));
                     }
                     let spill = spills[index];
-                    if component.size.is_some_and(|size| size != spill.width) {
+                    if let Some((_, size)) = component.filter(|&(_, size)| size != spill.width) {
                         return Err(format!(
-                            "slot {:#x}: {} bytes in ArgInfo, {} spilled",
-                            spill.slot,
-                            component.size.unwrap_or_default(),
-                            spill.width
+                            "slot {:#x}: {size} bytes in ArgInfo, {} spilled",
+                            spill.slot, spill.width
                         ));
                     }
                     register_loc(spill)?
                 }
-                (None, Some(offset)) if lowest_spill.is_none_or(|lowest| offset < lowest) => {
-                    ArgLoc::Stack {
-                        offset,
-                        size: component.size.unwrap_or_default(),
-                    }
+                (None, Some((offset, size)))
+                    if lowest_spill.is_none_or(|lowest| offset < lowest) =>
+                {
+                    ArgLoc::Stack { offset, size }
                 }
-                (None, Some(offset)) => {
+                (None, Some((offset, _))) => {
                     return Err(format!(
                         "offset {offset:#x} is in the spill area but no register is spilled there"
                     ));
@@ -380,7 +366,8 @@ impl GoBinary {
             (1, 20..=26) => 320,
             _ => 344,
         };
-        let (moduledata, _, _) = crate::moduledata::locate(&self.layout, &self.data, &self.pclntab)
+        let moduledata = self
+            .moduledata()
             .ok_or("no moduledata consistent with the pclntab")?;
         self.layout
             .read_pointer(&self.data, moduledata + field)
@@ -418,19 +405,9 @@ mod tests {
             0x00, 8, START_AGG, 0x08, 8, 0x10, 8, END_AGG, START_AGG, 0x18, 8, 0x20, 8, END_AGG,
             0x28, 8, START_AGG, 0x30, 8, 0x38, 8, END_AGG, 0x40, 8, END_SEQ,
         ];
-        let registers = [
-            Register::RAX,
-            Register::RBX,
-            Register::RCX,
-            Register::RDI,
-            Register::RSI,
-            Register::R8,
-            Register::R9,
-            Register::R10,
-            Register::R11,
-        ];
-        let spills: Vec<Spill> = (0..9)
-            .map(|i| spill(8 * i, registers[i as usize], 8))
+        let spills: Vec<Spill> = (0..)
+            .zip(ret::ARGUMENT_REGISTERS)
+            .map(|(i, register)| spill(8 * i, register, 8))
             .collect();
         let (params, cut) = parse(&info).unwrap();
         let located = locate(params, cut, &spills).unwrap();

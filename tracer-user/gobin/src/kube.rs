@@ -27,7 +27,7 @@ use std::fmt;
 use iced_x86::{Decoder, DecoderOptions};
 
 use crate::{
-    GoBinary,
+    ArgLocations, GoBinary,
     elf::read_u64,
     error::{GoBinError, Result},
     kube_offsets_table::KUBE_TABLE,
@@ -497,10 +497,12 @@ pub fn kube_offsets_for(
             *slot = value.unwrap_or(0);
         }
     }
+    // Read once per function: `bind` has two probed words.
+    let mut located = std::collections::HashMap::new();
     let words = crate::kube_args::ARG_WORDS
         .iter()
         .map(|word| {
-            let source = match binary_word(binary, word) {
+            let source = match binary_word(binary, word, &mut located) {
                 Ok(value) => {
                     if let Some(slot) = offsets.args.word_mut(word.name) {
                         *slot = value;
@@ -523,18 +525,29 @@ pub fn kube_offsets_for(
 }
 
 /// `word`'s register word in `binary`, from the function's ArgInfo and
-/// morestack stub matched against the signatures it has had.
-fn binary_word(binary: &GoBinary, word: &crate::kube_args::ArgWord) -> Result<u8, String> {
+/// morestack stub (read into `located` once per function) matched against
+/// the signatures it has had.
+fn binary_word(
+    binary: &GoBinary,
+    word: &crate::kube_args::ArgWord,
+    located: &mut std::collections::HashMap<&'static str, Result<ArgLocations, String>>,
+) -> Result<u8, String> {
     if word.at.is_empty() {
         return Err("a result: ArgInfo describes parameters only".into());
     }
-    let function = binary
-        .function(word.function)
-        .map_err(|error| error.to_string())?
-        .ok_or("the function is not in the binary")?;
-    binary
-        .arg_locations(&function)
-        .map_err(|error| error.to_string())?
+    located
+        .entry(word.function)
+        .or_insert_with(|| {
+            let function = binary
+                .function(word.function)
+                .map_err(|error| error.to_string())?
+                .ok_or("the function is not in the binary")?;
+            binary
+                .arg_locations(&function)
+                .map_err(|error| error.to_string())
+        })
+        .as_ref()
+        .map_err(Clone::clone)?
         .word(word.at)
 }
 

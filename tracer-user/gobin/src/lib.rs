@@ -147,6 +147,9 @@ pub struct GoBinary {
     build_info: BuildInfo,
     /// pclntab function index by name, built on the first pclntab lookup.
     names: OnceLock<HashMap<Box<str>, u32>>,
+    /// The moduledata's address, found on first use (a scan of the data
+    /// segments in a stripped binary).
+    moduledata: OnceLock<Option<u64>>,
 }
 
 impl std::fmt::Debug for GoBinary {
@@ -200,6 +203,7 @@ impl GoBinary {
             text_start_source,
             build_info,
             names: OnceLock::new(),
+            moduledata: OnceLock::new(),
         })
     }
 
@@ -228,11 +232,19 @@ impl GoBinary {
                 reason: format!("unknown Go version {:?}", self.build_info.go_version),
             }
         })?;
-        let (moduledata, _, _) = moduledata::locate(&self.layout, &self.data, &self.pclntab)
+        let moduledata = self
+            .moduledata()
             .ok_or_else(|| GoBinError::TypeDescriptors {
                 reason: "no moduledata consistent with the pclntab".into(),
             })?;
         TypeDescriptors::new(&self.layout, &self.data, moduledata, go)
+    }
+
+    /// The address of the moduledata ([`moduledata::locate`]), looked for once.
+    fn moduledata(&self) -> Option<u64> {
+        *self.moduledata.get_or_init(|| {
+            moduledata::locate(&self.layout, &self.data, &self.pclntab).map(|(at, _, _)| at)
+        })
     }
 
     /// Whether the ELF symbol table is still there (the binary was not stripped).

@@ -62,6 +62,32 @@ pub struct EntryPoint {
 /// `JBE` right after the `CMP` gets the probe on the instruction after the
 /// jump; a function without one, on its first instruction.
 pub(crate) fn entry_point(code: &[u8], entry: u64) -> EntryPoint {
+    match stack_check_jump(code, entry) {
+        Some((jump, just_compared)) => {
+            // The probe reads the flags the CMP set: only a JBE right after it.
+            let at_stack_check = just_compared && jump.mnemonic() == Mnemonic::Jbe;
+            let probed = if at_stack_check {
+                jump.ip()
+            } else {
+                jump.next_ip()
+            };
+            EntryPoint {
+                offset: probed - entry,
+                at_stack_check,
+            }
+        }
+        None => EntryPoint {
+            offset: 0,
+            at_stack_check: false,
+        },
+    }
+}
+
+/// The conditional jump of the stack check at the start of the function
+/// whose code (starting at `entry`) is `code` — the first after a `CMP`
+/// with `g.stackguard0`, within [`STACK_CHECK_SCAN`] instructions — and
+/// whether it comes right after that `CMP`; `None` without one.
+fn stack_check_jump(code: &[u8], entry: u64) -> Option<(Instruction, bool)> {
     let mut decoder = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
     let mut compared_with_stackguard = false;
     let mut just_compared = false;
@@ -79,24 +105,11 @@ pub(crate) fn entry_point(code: &[u8], entry: u64) -> EntryPoint {
             continue;
         }
         if compared_with_stackguard && is_conditional_jump(instruction.mnemonic()) {
-            // The probe reads the flags the CMP set: only a JBE right after it.
-            let at_stack_check = just_compared && instruction.mnemonic() == Mnemonic::Jbe;
-            let probed = if at_stack_check {
-                instruction.ip()
-            } else {
-                instruction.next_ip()
-            };
-            return EntryPoint {
-                offset: probed - entry,
-                at_stack_check,
-            };
+            return Some((instruction, just_compared));
         }
         just_compared = false;
     }
-    EntryPoint {
-        offset: 0,
-        at_stack_check: false,
-    }
+    None
 }
 
 /// Instructions read in a morestack stub: one spill per register word of
@@ -120,26 +133,9 @@ pub(crate) struct Spill {
 /// jumps back to the entry). `None` without a stack check (a NOSPLIT
 /// function), or when the stub is not spills then a call.
 pub(crate) fn spill_stub(code: &[u8], entry: u64) -> Option<Vec<Spill>> {
-    let mut decoder = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
-    let mut compared_with_stackguard = false;
-    let mut target = None;
-    for _ in 0..STACK_CHECK_SCAN {
-        if !decoder.can_decode() {
-            break;
-        }
-        let instruction = decoder.decode();
-        if instruction.mnemonic() == Mnemonic::Cmp
-            && instruction.memory_base() == Register::R14
-            && instruction.memory_displacement64() == G_STACKGUARD0
-        {
-            compared_with_stackguard = true;
-        } else if compared_with_stackguard && is_conditional_jump(instruction.mnemonic()) {
-            target = Some(instruction.near_branch_target());
-            break;
-        }
-    }
-    let start = usize::try_from(target?.checked_sub(entry)?).ok()?;
-    let mut decoder = Decoder::with_ip(64, code.get(start..)?, target?, DecoderOptions::NONE);
+    let target = stack_check_jump(code, entry)?.0.near_branch_target();
+    let start = usize::try_from(target.checked_sub(entry)?).ok()?;
+    let mut decoder = Decoder::with_ip(64, code.get(start..)?, target, DecoderOptions::NONE);
     let mut spills = Vec::new();
     for _ in 0..SPILL_STUB_SCAN {
         if !decoder.can_decode() {
@@ -199,7 +195,7 @@ pub(crate) fn calls_to(code: &[u8], entry: u64, target: u64) -> Vec<u64> {
 }
 
 /// Go's integer argument registers on amd64, in order (ABIInternal).
-const ARGUMENT_REGISTERS: [Register; 9] = [
+pub(crate) const ARGUMENT_REGISTERS: [Register; 9] = [
     Register::RAX,
     Register::RBX,
     Register::RCX,
