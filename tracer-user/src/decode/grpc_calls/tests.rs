@@ -311,11 +311,11 @@ fn a_joined_connection_holds_the_probes_only_shortly_after_its_requests() {
 /// A gRPC request on `stream` whose `:path` the wire cannot read (the
 /// block holds `:method` only), with `message` as its body, framed.
 fn unresolved_grpc_request(stream: u8, message: &[u8]) -> Vec<u8> {
+    let body = grpc_framed(message);
     let mut bytes = vec![0, 0, 1, 1, 4, 0, 0, 0, stream, 0x82];
-    let len = u32::try_from(message.len() + 5).unwrap().to_be_bytes();
-    bytes.extend_from_slice(&[len[1], len[2], len[3], 0, 1, 0, 0, 0, stream, 0]);
-    bytes.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
-    bytes.extend_from_slice(message);
+    let len = u32::try_from(body.len()).unwrap().to_be_bytes();
+    bytes.extend_from_slice(&[len[1], len[2], len[3], 0, 1, 0, 0, 0, stream]);
+    bytes.extend_from_slice(&body);
     bytes
 }
 
@@ -325,27 +325,14 @@ fn unresolved_grpc_request(stream: u8, message: &[u8]) -> Vec<u8> {
 #[test]
 fn a_count_of_pods_does_not_call_the_probes_back_and_a_pod_write_still_does() {
     use prost::Message as _;
-    use tracer_decode::pb::etcdserverpb::{PutRequest, RangeRequest, RequestOp, TxnRequest};
-    let count = RangeRequest {
+    let count = tracer_decode::pb::etcdserverpb::RangeRequest {
         key: b"/registry/pods/".to_vec(),
         range_end: b"/registry/pods0".to_vec(),
         count_only: true,
-        ..RangeRequest::default()
+        ..Default::default()
     }
     .encode_to_vec();
-    let write = TxnRequest {
-        success: vec![RequestOp {
-            request: Some(
-                tracer_decode::pb::etcdserverpb::request_op::Request::RequestPut(PutRequest {
-                    key: b"/registry/pods/default/web".to_vec(),
-                    value: b"k8s\x00\x0a\x09\x0a\x02v1".to_vec(),
-                    ..PutRequest::default()
-                }),
-            ),
-        }],
-        ..TxnRequest::default()
-    }
-    .encode_to_vec();
+    let write = put_txn("/registry/pods/default/web", b"k8s\x00\x0a\x09\x0a\x02v1");
     let ping = b"\x00\x00\x08\x06\x00\x00\x00\x00\x0012345678";
     let mut decoder = GrpcDecoder::default();
     let mut once = DecodedOnce::default();
@@ -405,11 +392,11 @@ fn a_connection_of_one_resource_is_muted_after_enough_requests() {
     assert!(keys.note(&lease, 4));
 }
 
-/// A gRPC Txn putting `value` under `key`, framed as on the wire.
-fn framed_put(key: &str, value: &[u8]) -> Exchange {
+/// An etcd Txn putting `value` under `key`, encoded.
+fn put_txn(key: &str, value: &[u8]) -> Vec<u8> {
     use prost::Message as _;
     use tracer_decode::pb::etcdserverpb::{PutRequest, RequestOp, TxnRequest, request_op};
-    let txn = TxnRequest {
+    TxnRequest {
         success: vec![RequestOp {
             request: Some(request_op::Request::RequestPut(PutRequest {
                 key: key.as_bytes().to_vec(),
@@ -419,11 +406,20 @@ fn framed_put(key: &str, value: &[u8]) -> Exchange {
         }],
         ..TxnRequest::default()
     }
-    .encode_to_vec();
+    .encode_to_vec()
+}
+
+/// `message` framed as a gRPC message (uncompressed, its length first).
+fn grpc_framed(message: &[u8]) -> Vec<u8> {
     let mut body = vec![0];
-    body.extend_from_slice(&u32::try_from(txn.len()).unwrap().to_be_bytes());
-    body.extend_from_slice(&txn);
-    request(TXN, &body)
+    body.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    body.extend_from_slice(message);
+    body
+}
+
+/// A gRPC Txn putting `value` under `key`, framed as on the wire.
+fn framed_put(key: &str, value: &[u8]) -> Exchange {
+    request(TXN, &grpc_framed(&put_txn(key, value)))
 }
 
 /// A client writing under Pod keys bytes that are no stored object is
